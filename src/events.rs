@@ -1,0 +1,189 @@
+//! Perf events: which event drives sampling, and opening one per CPU.
+//!
+//! Every sampling event is CPU-wide (`pid = -1`): targets are chosen in the
+//! BPF program, which is what lets `-- COMMAND` follow children and lets
+//! filters see every sample.
+
+use std::fmt;
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use anyhow::{bail, Result};
+use perf_event_open_sys as sys;
+use sys::bindings as pb;
+
+/// An event bprof can sample on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// Hardware CPU cycles.
+    Cycles,
+    /// Hardware retired instructions.
+    Instructions,
+    /// The cpu-clock software timer.
+    CpuClock,
+    /// The task-clock software timer.
+    TaskClock,
+}
+
+impl Event {
+    /// Parses a perf-style event name.
+    pub fn parse(name: &str) -> Result<Event> {
+        Ok(match name {
+            "cycles" | "cpu-cycles" => Event::Cycles,
+            "instructions" => Event::Instructions,
+            "cpu-clock" => Event::CpuClock,
+            "task-clock" => Event::TaskClock,
+            other => bail!(
+                "unknown event '{other}' (expected one of: cycles, instructions, cpu-clock, task-clock)"
+            ),
+        })
+    }
+
+    /// Whether the event needs a hardware PMU.
+    pub fn is_hardware(self) -> bool {
+        matches!(self, Event::Cycles | Event::Instructions)
+    }
+
+    fn type_config(self) -> (u32, u64) {
+        match self {
+            Event::Cycles => (pb::PERF_TYPE_HARDWARE, pb::PERF_COUNT_HW_CPU_CYCLES as u64),
+            Event::Instructions => (
+                pb::PERF_TYPE_HARDWARE,
+                pb::PERF_COUNT_HW_INSTRUCTIONS as u64,
+            ),
+            Event::CpuClock => (pb::PERF_TYPE_SOFTWARE, pb::PERF_COUNT_SW_CPU_CLOCK as u64),
+            Event::TaskClock => (pb::PERF_TYPE_SOFTWARE, pb::PERF_COUNT_SW_TASK_CLOCK as u64),
+        }
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Event::Cycles => "cycles",
+            Event::Instructions => "instructions",
+            Event::CpuClock => "cpu-clock",
+            Event::TaskClock => "task-clock",
+        })
+    }
+}
+
+/// How often to sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rate {
+    /// Samples per second per CPU (`-F`).
+    Frequency(u64),
+    /// One sample every N events (`-c`).
+    Period(u64),
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rate::Frequency(hz) => write!(f, "{hz} Hz"),
+            Rate::Period(n) => write!(f, "every {n} events"),
+        }
+    }
+}
+
+/// Builds a zeroed attr of the right size for `type_`/`config`.
+pub fn base_attr(type_: u32, config: u64) -> pb::perf_event_attr {
+    // SAFETY: perf_event_attr is plain old data; all-zero is its documented default.
+    let mut attr: pb::perf_event_attr = unsafe { std::mem::zeroed() };
+    attr.type_ = type_;
+    attr.size = std::mem::size_of::<pb::perf_event_attr>() as u32;
+    attr.config = config;
+    attr
+}
+
+/// Opens one perf event with `perf_event_open(2)`, close-on-exec.
+pub fn open(attr: &mut pb::perf_event_attr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+    // SAFETY: attr is a fully initialised perf_event_attr with its size set.
+    let fd = unsafe {
+        sys::perf_event_open(
+            attr,
+            pid,
+            cpu,
+            -1,
+            pb::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by the kernel and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The attr of a sampling event; the BPF program sees every overflow.
+pub fn sampling_attr(event: Event, rate: Rate) -> pb::perf_event_attr {
+    let (type_, config) = event.type_config();
+    let mut attr = base_attr(type_, config);
+    match rate {
+        Rate::Frequency(hz) => {
+            attr.set_freq(1);
+            attr.__bindgen_anon_1.sample_freq = hz;
+        }
+        Rate::Period(n) => attr.__bindgen_anon_1.sample_period = n,
+    }
+    attr
+}
+
+/// Opens `event` on every CPU in `cpus`. A hardware event that the machine
+/// cannot count (no PMU, e.g. in most VMs) is replaced by cpu-clock, and the
+/// returned event says which one is in use.
+pub fn open_sampling(event: Event, rate: Rate, cpus: &[u32]) -> Result<(Event, Vec<OwnedFd>)> {
+    match open_on_cpus(event, rate, cpus) {
+        Ok(fds) => Ok((event, fds)),
+        Err(e) if event.is_hardware() && no_pmu(&e) => {
+            eprintln!("bprof: no hardware PMU for {event} here; sampling cpu-clock instead");
+            Ok((Event::CpuClock, open_on_cpus(Event::CpuClock, rate, cpus)?))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn no_pmu(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<io::Error>()
+        .and_then(io::Error::raw_os_error)
+        .is_some_and(|code| {
+            code == libc::ENOENT || code == libc::EOPNOTSUPP || code == libc::ENODEV
+        })
+}
+
+fn open_on_cpus(event: Event, rate: Rate, cpus: &[u32]) -> Result<Vec<OwnedFd>> {
+    let mut fds = Vec::with_capacity(cpus.len());
+    for &cpu in cpus {
+        let mut attr = sampling_attr(event, rate);
+        match open(&mut attr, -1, cpu as i32) {
+            Ok(fd) => fds.push(fd),
+            Err(e) => {
+                let what = describe_open_error(&e, event, rate);
+                return Err(anyhow::Error::new(e)
+                    .context(format!("opening the {event} event on CPU {cpu}: {what}")));
+            }
+        }
+    }
+    Ok(fds)
+}
+
+fn describe_open_error(e: &io::Error, event: Event, rate: Rate) -> String {
+    match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => {
+            "not permitted (need root or CAP_PERFMON, or lower /proc/sys/kernel/perf_event_paranoid)".into()
+        }
+        Some(libc::EINVAL) => match rate {
+            Rate::Frequency(hz) => format!(
+                "rejected frequency {hz} Hz (above /proc/sys/kernel/perf_event_max_sample_rate?)"
+            ),
+            Rate::Period(_) => format!("the kernel rejected this {event} event"),
+        },
+        _ => e.to_string(),
+    }
+}
+
+/// CPUs that are online now, from /sys/devices/system/cpu/online.
+pub fn online_cpus() -> Result<Vec<u32>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
+    crate::target::parse_cpu_list(text.trim())
+}

@@ -1,0 +1,5 @@
+//! Outputs: folded stacks, the profile.py-style report and the SVG flame graph.
+
+pub mod folded;
+pub mod report;
+pub mod svg;

@@ -1,0 +1,412 @@
+//! One profiling session, stage by stage: target and events → BPF programs →
+//! maps → stacks → symbols → outputs.
+
+use std::fs::File;
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::mem::MaybeUninit;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cli::Cli;
+use crate::events::{self, Event, Rate};
+use crate::maps;
+use crate::output::{folded, report, svg};
+use crate::programs::{ProfileOptions, ProfileProgram};
+use crate::sideband::Sideband;
+use crate::signals;
+use crate::stacks::Stats;
+use crate::symbols::{self, SymbolStats};
+use crate::target::{self, Child, Target};
+
+const DEFAULT_HZ: u64 = 49;
+const TICK: Duration = Duration::from_millis(100);
+
+/// A validated profiling request.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// What to profile.
+    pub target: Target,
+    /// The event asked for (may fall back to cpu-clock).
+    pub event: Event,
+    /// Frequency or period.
+    pub rate: Rate,
+    /// How long; `None` until Ctrl-C or the target exits.
+    pub duration: Option<Duration>,
+    /// Program configuration.
+    pub program: ProfileOptions,
+    /// Folded output options.
+    pub folded: folded::FoldedOptions,
+    /// Print folded stacks to stdout.
+    pub folded_stdout: bool,
+    /// Write folded stacks here.
+    pub folded_file: Option<PathBuf>,
+    /// Write the flame graph here.
+    pub svg: Option<PathBuf>,
+    /// Extra detail on stderr.
+    pub verbose: bool,
+}
+
+fn parse_u64(s: &str, what: &str) -> Result<u64> {
+    s.trim()
+        .parse::<u64>()
+        .map_err(|_| anyhow!("invalid {what} '{s}': expected a positive whole number"))
+}
+
+impl Settings {
+    /// Checks the command line; every error is one line for the user.
+    pub fn from_cli(cli: Cli) -> Result<Settings> {
+        let online = events::online_cpus().context("reading the online CPUs")?;
+        let mut target = Target::default();
+        if let Some(c) = &cli.cpu {
+            target.cpus = target::parse_cpu_list(c)?;
+        }
+        if let Some(p) = &cli.pid {
+            target.pids = target::parse_id_list(p, "PID")?;
+        }
+        if let Some(t) = &cli.tid {
+            target.tids = target::parse_id_list(t, "TID")?;
+        }
+        target.command = cli.command.clone();
+        if !target.command.is_empty() && (!target.pids.is_empty() || !target.tids.is_empty()) {
+            bail!("a COMMAND cannot be combined with -p or -L");
+        }
+        target.validate(&online)?;
+
+        let rate = match (&cli.frequency, &cli.count) {
+            (_, Some(c)) => {
+                let n = parse_u64(c, "period")?;
+                if n == 0 {
+                    bail!("invalid period '0': must be at least 1");
+                }
+                Rate::Period(n)
+            }
+            (Some(f), None) => {
+                let hz = parse_u64(f, "frequency")?;
+                let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .unwrap_or(100_000);
+                if hz == 0 || hz > max {
+                    bail!("invalid frequency '{f}': must be between 1 and {max} Hz (perf_event_max_sample_rate)");
+                }
+                Rate::Frequency(hz)
+            }
+            (None, None) => Rate::Frequency(DEFAULT_HZ),
+        };
+        let event = match &cli.event {
+            Some(e) => Event::parse(e)?,
+            None => Event::Cycles,
+        };
+        let duration = match &cli.duration {
+            Some(d) => {
+                let secs: f64 = d
+                    .parse()
+                    .ok()
+                    .filter(|s: &f64| s.is_finite() && *s > 0.0)
+                    .ok_or_else(|| {
+                        anyhow!("invalid duration '{d}': expected seconds greater than 0")
+                    })?;
+                Some(Duration::from_secs_f64(secs))
+            }
+            None => None,
+        };
+        let stack_storage_size = parse_u64(&cli.stack_storage_size, "--stack-storage-size")?;
+        if !(1..=1 << 24).contains(&stack_storage_size) {
+            bail!("invalid --stack-storage-size '{stack_storage_size}': must be between 1 and 16777216");
+        }
+        let kernel_stacks = !cli.user_stacks_only;
+        let user_stacks = !cli.kernel_stacks_only;
+        Ok(Settings {
+            program: ProfileOptions {
+                kernel_stacks,
+                user_stacks,
+                include_idle: cli.include_idle,
+                stack_storage_size: stack_storage_size as u32,
+                tgids: target.pids.clone(),
+                tids: target.tids.clone(),
+                follow_children: !target.command.is_empty(),
+            },
+            target,
+            event,
+            rate,
+            duration,
+            folded: folded::FoldedOptions {
+                delimiter: cli.delimited,
+                annotate_kernel: cli.annotations,
+                kernel_stacks,
+                user_stacks,
+            },
+            folded_stdout: cli.folded && cli.output.is_none(),
+            folded_file: cli.output,
+            svg: cli.svg,
+            verbose: cli.verbose,
+        })
+    }
+}
+
+/// Opens an output file up front, so an unwritable path fails before the
+/// profile rather than after it.
+fn create(path: &PathBuf) -> Result<BufWriter<File>> {
+    File::create(path)
+        .map(BufWriter::new)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// What a finished session reports.
+#[derive(Debug)]
+pub struct Outcome {
+    /// bprof's exit code (the command's, when there was one).
+    pub exit_code: i32,
+}
+
+/// Runs one profile from start to written outputs.
+pub fn run(settings: Settings) -> Result<Outcome> {
+    crate::preflight::check()?;
+    let mut folded_file = settings.folded_file.as_ref().map(create).transpose()?;
+    let mut svg_file = settings.svg.as_ref().map(create).transpose()?;
+    let cpus = if settings.target.cpus.is_empty() {
+        events::online_cpus()?
+    } else {
+        settings.target.cpus.clone()
+    };
+
+    // BPF programs.
+    let mut obj = MaybeUninit::uninit();
+    let mut prog = ProfileProgram::load(&mut obj, &settings.program)?;
+
+    // The command is forked first but held before exec, so its PID is a
+    // target before it runs a single instruction.
+    let mut child = match settings.target.command.as_slice() {
+        [] => None,
+        argv => {
+            let c = Child::spawn(argv)?;
+            prog.add_tgid(c.pid)?;
+            Some(c)
+        }
+    };
+
+    // Events, then attach.
+    let mut sideband = Sideband::open(&cpus)?;
+    let (event, fds) = events::open_sampling(settings.event, settings.rate, &cpus)?;
+    prog.attach(fds, settings.program.follow_children)?;
+    signals::install();
+    let started = Instant::now();
+    if let Some(c) = child.as_mut() {
+        c.start()?;
+    }
+
+    // Record until the duration, a signal, or the target's end.
+    let progress = progress_bar(settings.duration);
+    let ticker = crossbeam_channel::tick(TICK);
+    let mut exit_status = None;
+    let mut interrupted = false;
+    loop {
+        let _ = ticker.recv();
+        sideband.drain();
+        if signals::stop_requested() {
+            interrupted = true;
+            break;
+        }
+        if let Some(c) = &child {
+            if let Some(st) = c.try_wait() {
+                exit_status = Some(st);
+                break;
+            }
+        }
+        if !settings.target.pids.is_empty()
+            && !settings.target.pids.iter().any(|&p| target::alive(p))
+        {
+            break;
+        }
+        if !settings.target.tids.is_empty()
+            && !settings.target.tids.iter().any(|&t| target::alive(t))
+        {
+            break;
+        }
+        if settings.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        if !progress.is_hidden() {
+            let samples = maps::read_stats(&prog.skel.maps.profile_stats)
+                .map(|s| s.counted)
+                .unwrap_or(0);
+            progress.set_position(started.elapsed().as_millis() as u64);
+            progress.set_message(format!("{samples} samples"));
+        }
+    }
+    let elapsed = started.elapsed();
+    prog.detach();
+    progress.finish_and_clear();
+    sideband.drain();
+
+    // A command still running when the profile ends is asked to stop, so its
+    // status can be reported (as perf stat does with --timeout).
+    if let Some(c) = &child {
+        if exit_status.is_none() {
+            c.kill(libc::SIGTERM);
+            exit_status = Some(c.wait());
+        }
+    }
+
+    // Maps → stacks.
+    let stats = maps::read_stats(&prog.skel.maps.profile_stats)?;
+    let raw = maps::read_stacks(
+        &prog.skel.maps.counts,
+        &prog.skel.maps.kern_stacks,
+        &prog.skel.maps.user_stacks,
+        settings.program.kernel_stacks,
+        settings.program.user_stacks,
+    )?;
+    drop(prog);
+
+    // Stacks → symbols → outputs.
+    let (stacks, sym_stats) = symbols::symbolize(&raw, &sideband.index);
+    let lines = folded::lines(&stacks, &settings.folded);
+    if settings.folded_stdout {
+        folded::write(&mut io::stdout().lock(), &lines)
+            .context("writing folded stacks to stdout")?;
+    }
+    if let Some(f) = folded_file.as_mut() {
+        folded::write(f, &lines).context("writing folded stacks")?;
+    }
+    let what = settings.target.describe();
+    if let Some(f) = svg_file.as_mut() {
+        let opts = svg::SvgOptions {
+            title: format!("bprof: {what}"),
+            subtitle: Some(format!(
+                "{:.2} s, {event} at {}, {} samples",
+                elapsed.as_secs_f64(),
+                settings.rate,
+                stats.counted
+            )),
+            count_name: "samples".into(),
+        };
+        if lines.is_empty() {
+            bail!(
+                "no samples were recorded, so {} has no flame graph",
+                settings
+                    .svg
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string())
+            );
+        }
+        svg::write(f, &lines, &opts)?;
+    }
+    if !settings.folded_stdout && settings.folded_file.is_none() && settings.svg.is_none() {
+        report::write(&mut io::stdout().lock(), &stacks, None).context("writing the report")?;
+    }
+
+    summary(
+        &stats,
+        &sym_stats,
+        stacks.len(),
+        sideband.index.lost,
+        event,
+        &settings,
+        elapsed,
+        interrupted,
+    );
+    let exit_code = match exit_status {
+        Some(st) => {
+            eprintln!("bprof: command exited with {}", describe_exit(st));
+            st.as_shell_code()
+        }
+        None => 0,
+    };
+    Ok(Outcome { exit_code })
+}
+
+fn describe_exit(st: target::ExitStatus) -> String {
+    match st {
+        target::ExitStatus::Code(c) => format!("status {c}"),
+        target::ExitStatus::Signal(s) => format!("signal {s}"),
+    }
+}
+
+fn progress_bar(duration: Option<Duration>) -> ProgressBar {
+    if !io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    match duration {
+        Some(d) => {
+            let pb = ProgressBar::new(d.as_millis() as u64);
+            pb.set_style(
+                ProgressStyle::with_template("recording {bar:30} {elapsed}/{duration} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            pb
+        }
+        None => {
+            let pb = ProgressBar::new_spinner();
+            pb.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} recording {elapsed} {msg} (Ctrl-C to stop)",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            pb
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summary(
+    stats: &Stats,
+    sym: &SymbolStats,
+    unique: usize,
+    sideband_lost: u64,
+    event: Event,
+    settings: &Settings,
+    elapsed: Duration,
+    interrupted: bool,
+) {
+    let unknown_pct = if sym.unique_frames == 0 {
+        0.0
+    } else {
+        100.0 * sym.unknown_frames as f64 / sym.unique_frames as f64
+    };
+    let mut e = io::stderr().lock();
+    let _ = writeln!(
+        e,
+        "bprof: {} samples of {} over {:.2} s ({event}, {}){}, {} lost, {unique} unique stacks, {unknown_pct:.1}% of frames unknown",
+        stats.counted,
+        settings.target.describe(),
+        elapsed.as_secs_f64(),
+        settings.rate,
+        if interrupted { ", interrupted" } else { "" },
+        stats.lost(),
+    );
+    if stats.count_map_full > 0 {
+        let _ = writeln!(
+            e,
+            "bprof: {} samples lost: the count map was full (raise --stack-storage-size)",
+            stats.count_map_full
+        );
+    }
+    if stats.kern_stack_lost + stats.user_stack_lost > 0 {
+        let _ = writeln!(
+            e,
+            "bprof: {} kernel and {} user stacks lost to a full stack map or hash collisions (raise --stack-storage-size); those samples show [Missed ... Stack]",
+            stats.kern_stack_lost, stats.user_stack_lost
+        );
+    }
+    if stats.no_stack > 0 {
+        let _ = writeln!(e, "bprof: {} samples had no usable stack", stats.no_stack);
+    }
+    if sideband_lost > 0 {
+        let _ = writeln!(
+            e,
+            "bprof: {sideband_lost} mmap records lost; some exited processes may show [unknown]"
+        );
+    }
+    if settings.verbose {
+        let _ = writeln!(
+            e,
+            "bprof: program runs {}, idle skipped {}, other processes {}, filtered {}",
+            stats.samples, stats.idle, stats.not_target, stats.filtered
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! Side-band mmap records: which file every executable mapping came from,
+//! with its build ID, for processes that may exit before the profile ends.
+//!
+//! One software "dummy" perf event per CPU with `mmap2` and `build_id` set
+//! makes the kernel write a PERF_RECORD_MMAP2 for every executable mmap
+//! system-wide (what `perf record` does too). Only these small records go
+//! through the ring buffers; samples never do.
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{Context, Result};
+use perf_event_open_sys::bindings as pb;
+
+use crate::events;
+use crate::stacks::BUILD_ID_SIZE;
+
+/// Data pages per CPU (a power of two): 256 KiB holds thousands of records.
+const DATA_PAGES: usize = 64;
+const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+
+/// A file some process mapped, as that process named it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Mapping {
+    /// The process that mapped it (its mount namespace gives the path meaning).
+    pub pid: u32,
+    /// Path as seen inside that process.
+    pub path: PathBuf,
+}
+
+/// What the side band saw.
+#[derive(Debug, Default)]
+pub struct MmapIndex {
+    /// Mappings by build ID (zero-padded to 20 bytes).
+    pub by_build_id: HashMap<[u8; BUILD_ID_SIZE], HashSet<Mapping>>,
+    /// Mappings whose build ID the kernel could not read at mmap time.
+    pub without_build_id: HashSet<Mapping>,
+    /// Records the kernel dropped because a ring buffer was full.
+    pub lost: u64,
+}
+
+struct Ring {
+    _fd: OwnedFd,
+    base: *mut u8,
+    len: usize,
+}
+
+/// The per-CPU dummy events and their ring buffers.
+pub struct Sideband {
+    rings: Vec<Ring>,
+    page: usize,
+    /// Everything read so far.
+    pub index: MmapIndex,
+}
+
+impl Sideband {
+    /// Opens a dummy event with a ring buffer on each CPU.
+    pub fn open(cpus: &[u32]) -> Result<Sideband> {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let len = page * (DATA_PAGES + 1);
+        let mut rings = Vec::with_capacity(cpus.len());
+        for &cpu in cpus {
+            let mut attr =
+                events::base_attr(pb::PERF_TYPE_SOFTWARE, pb::PERF_COUNT_SW_DUMMY as u64);
+            attr.set_mmap(1);
+            attr.set_mmap2(1);
+            attr.set_build_id(1);
+            attr.set_exclude_kernel(1);
+            let fd = events::open(&mut attr, -1, cpu as i32)
+                .with_context(|| format!("opening the mmap side-band event on CPU {cpu}"))?;
+            // SAFETY: mapping a perf event fd as documented in perf_event_open(2).
+            let base = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd.as_raw_fd(),
+                    0,
+                )
+            };
+            if base == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error())
+                    .context("mapping the side-band ring buffer");
+            }
+            rings.push(Ring {
+                _fd: fd,
+                base: base.cast(),
+                len,
+            });
+        }
+        Ok(Sideband {
+            rings,
+            page,
+            index: MmapIndex::default(),
+        })
+    }
+
+    /// Reads every pending record from every ring.
+    pub fn drain(&mut self) {
+        for ring in &self.rings {
+            drain_ring(ring, self.page, &mut self.index);
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: base/len are exactly what mmap returned.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+fn drain_ring(ring: &Ring, page: usize, index: &mut MmapIndex) {
+    // SAFETY: the first page of the mapping is a perf_event_mmap_page; the
+    // head/tail fields are shared with the kernel, hence the atomics.
+    let meta = ring.base.cast::<pb::perf_event_mmap_page>();
+    let (head, tail) = unsafe {
+        let head = &*(std::ptr::addr_of_mut!((*meta).data_head) as *const AtomicU64);
+        let tail = &*(std::ptr::addr_of_mut!((*meta).data_tail) as *const AtomicU64);
+        (head, tail)
+    };
+    let data_size = (ring.len - page) as u64;
+    // SAFETY: the data area follows the metadata page within the mapping.
+    let data = unsafe { std::slice::from_raw_parts(ring.base.add(page), data_size as usize) };
+    let end = head.load(Ordering::Acquire);
+    let mut pos = tail.load(Ordering::Relaxed);
+    let mut rec = Vec::new();
+    while pos + 8 <= end {
+        let at = |off: u64| data[((pos + off) % data_size) as usize];
+        let size = u16::from_ne_bytes([at(6), at(7)]) as u64;
+        if size < 8 || pos + size > end {
+            break;
+        }
+        rec.clear();
+        rec.extend((0..size).map(at));
+        parse_record(&rec, index);
+        pos += size;
+    }
+    tail.store(pos, Ordering::Release);
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    b.get(off..off + 4)
+        .map_or(0, |s| u32::from_ne_bytes(s.try_into().unwrap_or_default()))
+}
+
+fn parse_record(rec: &[u8], index: &mut MmapIndex) {
+    let kind = u32_at(rec, 0);
+    let misc = u16::from_ne_bytes([rec[4], rec[5]]);
+    if kind == pb::PERF_RECORD_LOST {
+        index.lost += rec
+            .get(16..24)
+            .map_or(0, |s| u64::from_ne_bytes(s.try_into().unwrap_or_default()));
+        return;
+    }
+    if kind != pb::PERF_RECORD_MMAP2 || rec.len() < 73 {
+        return;
+    }
+    let pid = u32_at(rec, 8);
+    let name = &rec[72..];
+    let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+    // Anonymous and special mappings ([vdso], //anon) carry no file.
+    if !name.starts_with(b"/") {
+        return;
+    }
+    let mapping = Mapping {
+        pid,
+        path: PathBuf::from(std::ffi::OsStr::from_bytes(name)),
+    };
+    if misc & MISC_MMAP_BUILD_ID != 0 {
+        let n = (rec[40] as usize).min(BUILD_ID_SIZE);
+        let mut id = [0u8; BUILD_ID_SIZE];
+        id[..n].copy_from_slice(&rec[44..44 + n]);
+        index.by_build_id.entry(id).or_default().insert(mapping);
+    } else {
+        index.without_build_id.insert(mapping);
+    }
+}

@@ -1,0 +1,316 @@
+//! Symbols: turning kernel addresses and (build ID, file offset) frames
+//! into function names with blazesym, each unique address once.
+//!
+//! User frames are symbolized from the files themselves, found through their
+//! build IDs, so a process that exited during the profile keeps its names.
+//! Only frames the kernel could not tie to a file (JIT code, a busy mm lock)
+//! need the live process (`/proc/PID/maps`, perf-PID.map).
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use blazesym::{MaybeDefault, Pid};
+
+use crate::sideband::MmapIndex;
+use crate::stacks::{RawStack, UserFrame, BUILD_ID_SIZE};
+use crate::target;
+
+/// Shown for a frame no source could name, as perf and bcc do.
+pub const UNKNOWN: &str = "[unknown]";
+
+/// A symbolized stack, ready for the outputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stack {
+    /// Process id.
+    pub tgid: u32,
+    /// Thread id.
+    pub pid: u32,
+    /// Thread name.
+    pub comm: String,
+    /// Kernel function names, leaf first (inlined frames included).
+    pub kernel: Vec<String>,
+    /// User function names, leaf first (inlined frames included).
+    pub user: Vec<String>,
+    /// The kernel stack was lost (map full or collision).
+    pub kernel_lost: bool,
+    /// The user stack was lost (map full or collision).
+    pub user_lost: bool,
+    /// Samples (or other units) in this stack.
+    pub count: u64,
+}
+
+/// How many frames could be named.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SymbolStats {
+    /// Unique addresses looked up.
+    pub unique_frames: u64,
+    /// Of those, the ones that stayed `[unknown]`.
+    pub unknown_frames: u64,
+}
+
+/// A user frame with its address already moved into the call instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum UserKey {
+    File([u8; BUILD_ID_SIZE], u64),
+    Ip(u32, u64),
+}
+
+/// Return addresses point after the call; step back one byte so that the
+/// frame is attributed to the calling line, not the next one.
+fn caller(addr: u64, is_leaf: bool) -> u64 {
+    if is_leaf {
+        addr
+    } else {
+        addr.saturating_sub(1)
+    }
+}
+
+fn user_keys(s: &RawStack) -> impl Iterator<Item = UserKey> + '_ {
+    // The first user frame is exact only if the sample hit user mode.
+    let in_kernel = !s.kernel.is_empty() || s.kernel_lost;
+    s.user.iter().enumerate().map(move |(i, f)| {
+        let leaf = i == 0 && !in_kernel;
+        match *f {
+            UserFrame::File { build_id, offset } => UserKey::File(build_id, caller(offset, leaf)),
+            UserFrame::Ip(ip) => UserKey::Ip(s.tgid, caller(ip, leaf)),
+        }
+    })
+}
+
+fn kernel_keys(s: &RawStack) -> impl Iterator<Item = u64> + '_ {
+    s.kernel.iter().enumerate().map(|(i, &a)| caller(a, i == 0))
+}
+
+/// Symbolizes every stack. `index` names the files behind build IDs.
+pub fn symbolize(raw: &[RawStack], index: &MmapIndex) -> (Vec<Stack>, SymbolStats) {
+    let symbolizer = Symbolizer::builder().enable_code_info(false).build();
+    let mut names = Names::default();
+
+    let kaddrs: BTreeSet<u64> = raw.iter().flat_map(kernel_keys).collect();
+    let kernel_names = symbolize_kernel(&symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
+
+    let ukeys: BTreeSet<UserKey> = raw.iter().flat_map(user_keys).collect();
+    let mut by_file: HashMap<[u8; BUILD_ID_SIZE], Vec<u64>> = HashMap::new();
+    let mut by_pid: HashMap<u32, Vec<u64>> = HashMap::new();
+    for k in &ukeys {
+        match *k {
+            UserKey::File(id, off) => by_file.entry(id).or_default().push(off),
+            UserKey::Ip(pid, ip) => by_pid.entry(pid).or_default().push(ip),
+        }
+    }
+    let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());
+    let mut user_names: HashMap<UserKey, Vec<String>> = HashMap::new();
+    for (id, offsets) in by_file {
+        let resolved = finder.find(&id).map(|path| {
+            let src = Source::Elf(Elf::new(path));
+            symbolizer
+                .symbolize(&src, Input::FileOffset(&offsets))
+                .unwrap_or_default()
+        });
+        for (i, &off) in offsets.iter().enumerate() {
+            let sym = resolved.as_ref().and_then(|r| r.get(i));
+            user_names.insert(UserKey::File(id, off), names.of(sym));
+        }
+    }
+    for (pid, ips) in by_pid {
+        let resolved = target::alive(pid).then(|| {
+            let src = Source::Process(Process::new(Pid::from(pid)));
+            symbolizer
+                .symbolize(&src, Input::AbsAddr(&ips))
+                .unwrap_or_default()
+        });
+        for (i, &ip) in ips.iter().enumerate() {
+            let sym = resolved.as_ref().and_then(|r| r.get(i));
+            user_names.insert(UserKey::Ip(pid, ip), names.of(sym));
+        }
+    }
+    let kernel_names: HashMap<u64, Vec<String>> = kernel_names
+        .into_iter()
+        .map(|(a, sym)| (a, names.of(sym.as_ref())))
+        .collect();
+
+    let stacks = raw
+        .iter()
+        .map(|s| Stack {
+            tgid: s.tgid,
+            pid: s.pid,
+            comm: s.comm.clone(),
+            kernel: kernel_keys(s)
+                .flat_map(|k| kernel_names[&k].iter().cloned())
+                .collect(),
+            user: user_keys(s)
+                .flat_map(|k| user_names[&k].iter().cloned())
+                .collect(),
+            kernel_lost: s.kernel_lost,
+            user_lost: s.user_lost,
+            count: s.count,
+        })
+        .collect();
+    (stacks, names.stats)
+}
+
+fn symbolize_kernel(
+    symbolizer: &Symbolizer,
+    addrs: &[u64],
+) -> Vec<(u64, Option<Symbolized<'static>>)> {
+    if addrs.is_empty() {
+        return Vec::new();
+    }
+    // kallsyms only: reading a vmlinux image would be slow and is rarely present.
+    let kernel = Kernel {
+        vmlinux: MaybeDefault::None,
+        ..Default::default()
+    };
+    let res = symbolizer
+        .symbolize(&Source::Kernel(kernel), Input::AbsAddr(addrs))
+        .unwrap_or_default();
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| (a, res.get(i).map(|s| own(s.clone()))))
+        .collect()
+}
+
+fn own(s: Symbolized<'_>) -> Symbolized<'static> {
+    match s {
+        Symbolized::Sym(sym) => Symbolized::Sym(sym.into_owned()),
+        Symbolized::Unknown(r) => Symbolized::Unknown(r),
+    }
+}
+
+/// Turns one symbolization result into frame names (leaf first) and keeps
+/// the unknown count.
+#[derive(Default)]
+struct Names {
+    stats: SymbolStats,
+}
+
+impl Names {
+    fn of(&mut self, sym: Option<&Symbolized<'_>>) -> Vec<String> {
+        self.stats.unique_frames += 1;
+        match sym {
+            Some(Symbolized::Sym(sym)) => {
+                // blazesym lists inlined callees outermost first; we go leaf first.
+                let mut v: Vec<String> = sym
+                    .inlined
+                    .iter()
+                    .rev()
+                    .map(|f| f.name.to_string())
+                    .collect();
+                v.push(sym.name.to_string());
+                v
+            }
+            _ => {
+                self.stats.unknown_frames += 1;
+                vec![UNKNOWN.to_string()]
+            }
+        }
+    }
+}
+
+/// Finds the ELF file with a given build ID: first among the files the side
+/// band saw mapped, then in the live target processes' maps, then in the
+/// system's debug directory.
+struct FileFinder<'a> {
+    index: &'a MmapIndex,
+    pids: BTreeSet<u32>,
+    ids: HashMap<PathBuf, Option<[u8; BUILD_ID_SIZE]>>,
+    scanned: bool,
+    extra: HashMap<[u8; BUILD_ID_SIZE], PathBuf>,
+}
+
+impl<'a> FileFinder<'a> {
+    fn new(index: &'a MmapIndex, pids: BTreeSet<u32>) -> Self {
+        FileFinder {
+            index,
+            pids,
+            ids: HashMap::new(),
+            scanned: false,
+            extra: HashMap::new(),
+        }
+    }
+
+    fn build_id_of(&mut self, path: &Path) -> Option<[u8; BUILD_ID_SIZE]> {
+        *self.ids.entry(path.to_path_buf()).or_insert_with(|| {
+            let id = blazesym::helper::read_elf_build_id(path).ok()??;
+            let mut padded = [0u8; BUILD_ID_SIZE];
+            let n = id.len().min(BUILD_ID_SIZE);
+            padded[..n].copy_from_slice(&id[..n]);
+            Some(padded)
+        })
+    }
+
+    /// The path of `pid`'s file as bprof can open it: through the process's
+    /// root while it lives (containers), else as named.
+    fn candidates(pid: u32, path: &Path) -> [PathBuf; 2] {
+        let rel = path.strip_prefix("/").unwrap_or(path);
+        [
+            Path::new(&format!("/proc/{pid}/root")).join(rel),
+            path.to_path_buf(),
+        ]
+    }
+
+    fn find(&mut self, id: &[u8; BUILD_ID_SIZE]) -> Option<PathBuf> {
+        let mut tried = Vec::new();
+        if let Some(maps) = self.index.by_build_id.get(id) {
+            for m in maps {
+                tried.extend(Self::candidates(m.pid, &m.path));
+            }
+        }
+        for m in &self.index.without_build_id {
+            tried.extend(Self::candidates(m.pid, &m.path));
+        }
+        for p in tried {
+            if self.build_id_of(&p).as_ref() == Some(id) {
+                return Some(p);
+            }
+        }
+        if !self.scanned {
+            self.scan_live_processes();
+        }
+        if let Some(p) = self.extra.get(id) {
+            return Some(p.clone());
+        }
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let hex = hex.trim_end_matches("00");
+        let debug = PathBuf::from(format!(
+            "/usr/lib/debug/.build-id/{}/{}.debug",
+            &hex[..2.min(hex.len())],
+            hex.get(2..).unwrap_or("")
+        ));
+        debug.exists().then_some(debug)
+    }
+
+    /// Files mapped executable by the profiled processes that are still alive.
+    fn scan_live_processes(&mut self) {
+        self.scanned = true;
+        let pids: Vec<u32> = self
+            .pids
+            .iter()
+            .copied()
+            .chain([std::process::id()])
+            .collect();
+        for pid in pids {
+            let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+                continue;
+            };
+            let paths: BTreeSet<&str> = maps
+                .lines()
+                .filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.contains('x')))
+                .filter_map(|l| l.split_whitespace().nth(5))
+                .filter(|p| p.starts_with('/'))
+                .collect();
+            for p in paths {
+                for c in Self::candidates(pid, Path::new(p)) {
+                    if let Some(id) = self.build_id_of(&c) {
+                        self.extra.entry(id).or_insert(c);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
