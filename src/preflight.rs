@@ -9,9 +9,13 @@ const CAP_BPF: u32 = 39;
 
 /// Fails with a message naming what is missing: BTF, or privileges.
 pub fn check() -> Result<()> {
-    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+    // BPROF_KERNEL_BTF relocates the check (sysfs mounted elsewhere, tests).
+    let btf =
+        std::env::var_os("BPROF_KERNEL_BTF").unwrap_or_else(|| "/sys/kernel/btf/vmlinux".into());
+    if !std::path::Path::new(&btf).exists() {
         bail!(
-            "kernel without BTF: /sys/kernel/btf/vmlinux is missing (bprof needs a kernel built with CONFIG_DEBUG_INFO_BTF=y)"
+            "kernel without BTF: {} is missing (bprof needs a kernel built with CONFIG_DEBUG_INFO_BTF=y)",
+            std::path::Path::new(&btf).display()
         );
     }
     let caps = effective_caps();

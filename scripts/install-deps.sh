@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the system packages bprof needs to build and test (Debian/Ubuntu,
+# as root): clang for the BPF objects, libelf/zlib/pkg-config for libbpf-sys,
+# bpftool and perf for the tests' cross-checks. Idempotent and quiet.
+set -euo pipefail
+pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc bpftool linux-perf util-linux)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "installing: ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# bpffs, for tools that pin objects; harmless when already mounted.
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true

@@ -1,0 +1,409 @@
+//! End-to-end profiles of real fixtures with real BPF (run as root).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+fn folded_of(args: &[&str], cmd: &[&str]) -> (Vec<Folded>, String, std::process::ExitStatus) {
+    let out = run(bprof().args(args).arg("-f").arg("--").args(cmd));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (
+        parse_folded(&String::from_utf8_lossy(&out.stdout)),
+        stderr,
+        out.status,
+    )
+}
+
+#[test]
+fn shares_631_match_the_workload_and_perf() {
+    let _g = exclusive();
+    let bin = fixture("work631");
+    let (lines, stderr, status) = folded_of(&["-F", "999"], &[bin.to_str().unwrap(), "3"]);
+    assert!(status.success(), "{stderr}");
+    let total = total_for(&lines, "fx_work631");
+    assert!(total > 2000, "too few samples: {total}\n{stderr}");
+    let share = |f| pct(with_frame(&lines, "fx_work631", f), total);
+    let (h, m, l) = (share("heavy"), share("medium"), share("light"));
+    for (got, want, name) in [(h, 60.0, "heavy"), (m, 30.0, "medium"), (l, 10.0, "light")] {
+        assert!(
+            (got - want).abs() <= 4.0,
+            "{name}: {got:.1}% (want {want}%)\n{lines:?}"
+        );
+    }
+    // Every sample of the workers is under main: the whole stack was walked.
+    for f in ["heavy", "medium", "light"] {
+        for line in lines
+            .iter()
+            .filter(|l| l.frames.last().is_some_and(|x| x == f))
+        {
+            assert!(
+                line.frames.iter().any(|x| x == "main"),
+                "no main above {f}: {line:?}"
+            );
+        }
+    }
+
+    let dir = scratch("shares_perf");
+    let perf = perf_shares(&bin, "3", &dir);
+    for (got, name) in [(h, "heavy"), (m, "medium"), (l, "light")] {
+        let p = perf.get(name).copied().unwrap_or(0.0);
+        assert!(
+            (got - p).abs() <= 5.0,
+            "{name}: bprof {got:.1}% vs perf {p:.1}%"
+        );
+    }
+}
+
+#[test]
+fn folded_format_is_exact_and_starts_with_comm() {
+    let _g = exclusive();
+    let bin = fixture("threads");
+    let (lines, stderr, status) = folded_of(&["-F", "499"], &[bin.to_str().unwrap(), "1"]);
+    assert!(status.success(), "{stderr}");
+    // Threads are named by pthread_setname_np: the first frame is the comm.
+    assert!(with_frame(&lines, "alpha", "alpha_spin") > 200, "{lines:?}");
+    assert!(with_frame(&lines, "beta", "beta_spin") > 200, "{lines:?}");
+    assert_eq!(with_frame(&lines, "alpha", "beta_spin"), 0);
+    assert_eq!(with_frame(&lines, "beta", "alpha_spin"), 0);
+    // Identical lines are merged: each stack text appears once.
+    let mut seen = std::collections::HashSet::new();
+    for l in &lines {
+        assert!(seen.insert(l.frames.join(";")), "duplicate line {l:?}");
+    }
+}
+
+#[test]
+fn delimiter_and_kernel_annotations() {
+    let _g = exclusive();
+    // dd from /dev/zero to /dev/null spends its time in the kernel.
+    let (lines, stderr, status) = folded_of(
+        &["-F", "499", "-d", "-a"],
+        &[
+            "dd",
+            "if=/dev/zero",
+            "of=/dev/null",
+            "bs=64k",
+            "count=200000",
+        ],
+    );
+    assert!(status.success(), "{stderr}");
+    let dd: Vec<&Folded> = lines.iter().filter(|l| l.frames[0] == "dd").collect();
+    let with_delim: Vec<&&Folded> = dd
+        .iter()
+        .filter(|l| l.frames.iter().any(|f| f == "-"))
+        .collect();
+    assert!(!with_delim.is_empty(), "no delimited stacks: {dd:?}");
+    for l in with_delim {
+        let at = l.frames.iter().position(|f| f == "-").unwrap();
+        assert!(
+            l.frames[1..at].iter().all(|f| !f.ends_with("_[k]")),
+            "user frame annotated: {l:?}"
+        );
+        assert!(
+            l.frames[at + 1..].iter().all(|f| f.ends_with("_[k]")),
+            "kernel frame not annotated: {l:?}"
+        );
+    }
+}
+
+#[test]
+fn user_only_and_kernel_only() {
+    let _g = exclusive();
+    let dd = [
+        "dd",
+        "if=/dev/zero",
+        "of=/dev/null",
+        "bs=64k",
+        "count=100000",
+    ];
+    let (user, _, _) = folded_of(&["-F", "499", "-U", "-a"], &dd);
+    assert!(
+        user.iter()
+            .all(|l| l.frames.iter().all(|f| !f.ends_with("_[k]"))),
+        "{user:?}"
+    );
+    let (kernel, _, _) = folded_of(&["-F", "499", "-K", "-a"], &dd);
+    let dd_lines: Vec<&Folded> = kernel.iter().filter(|l| l.frames[0] == "dd").collect();
+    assert!(!dd_lines.is_empty());
+    assert!(
+        dd_lines
+            .iter()
+            .all(|l| l.frames[1..].iter().all(|f| f.ends_with("_[k]"))),
+        "{dd_lines:?}"
+    );
+}
+
+#[test]
+fn svg_is_well_formed_and_holds_hot_frames() {
+    let _g = exclusive();
+    let dir = scratch("svg");
+    let svg = dir.join("flame.svg");
+    let folded = dir.join("out.folded");
+    let bin = fixture("work631");
+    let out = run(bprof()
+        .args(["-F", "499", "--svg"])
+        .arg(&svg)
+        .arg("-o")
+        .arg(&folded)
+        .arg("--")
+        .arg(&bin)
+        .arg("1"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let mut reader = quick_xml::Reader::from_str(&text);
+    let mut depth = 0i64;
+    let mut elements = 0;
+    loop {
+        match reader.read_event().expect("well-formed SVG") {
+            quick_xml::events::Event::Start(_) => {
+                depth += 1;
+                elements += 1;
+            }
+            quick_xml::events::Event::End(_) => depth -= 1,
+            quick_xml::events::Event::Eof => break,
+            _ => {}
+        }
+    }
+    assert_eq!(depth, 0, "unbalanced SVG");
+    assert!(elements > 10);
+    for f in ["heavy", "medium", "light", "main", "fx_work631"] {
+        assert!(text.contains(f), "SVG lacks {f}");
+    }
+    assert!(
+        text.contains("bprof: command"),
+        "title should say what was profiled"
+    );
+    assert!(text.contains("499 Hz"), "subtitle should give the rate");
+    // The folded file was written in the same run.
+    let lines = parse_folded(&std::fs::read_to_string(&folded).unwrap());
+    assert!(with_frame(&lines, "fx_work631", "heavy") > 0);
+}
+
+#[test]
+fn short_lived_process_is_named_after_it_exited() {
+    let _g = exclusive();
+    let bin = fixture("shortlived");
+    let prof = bprof()
+        .args(["-F", "999", "-f", "5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    for _ in 0..40 {
+        assert!(Command::new(&bin).status().unwrap().success());
+    }
+    let out = prof.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let total = total_for(&lines, "fx_shortlived");
+    let named = with_frame(&lines, "fx_shortlived", "shortlived_work");
+    assert!(total > 500, "only {total} samples of the short-lived runs");
+    assert!(pct(named, total) > 80.0, "{named} of {total} samples named");
+}
+
+#[test]
+fn command_is_followed_into_children_and_its_status_returned() {
+    let _g = exclusive();
+    let forker = fixture("forker");
+    let work = fixture("work631");
+    let (lines, stderr, status) = folded_of(
+        &["-F", "499"],
+        &[forker.to_str().unwrap(), "1", work.to_str().unwrap(), "1"],
+    );
+    assert!(status.success(), "{stderr}");
+    assert!(
+        with_frame(&lines, "fx_forker", "child_work") > 100,
+        "forked child missing: {lines:?}"
+    );
+    assert!(
+        with_frame(&lines, "fx_work631", "heavy") > 100,
+        "exec'd grandchild missing: {lines:?}"
+    );
+    assert!(stderr.contains("command exited with status 0"), "{stderr}");
+
+    let (_, stderr, status) = folded_of(&[], &["sh", "-c", "exit 3"]);
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("command exited with status 3"), "{stderr}");
+}
+
+#[test]
+fn pid_sees_only_that_process() {
+    let _g = exclusive();
+    let mut a = Command::new(fixture("work631")).arg("4").spawn().unwrap();
+    let mut b = Command::new(fixture("rust_work")).arg("4").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let out = run(bprof().args(["-F", "499", "-f", "-p", &a.id().to_string(), "2"]));
+    let _ = (a.kill(), b.kill(), a.wait(), b.wait());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(total_for(&lines, "fx_work631") > 500);
+    assert!(
+        lines.iter().all(|l| l.frames[0] == "fx_work631"),
+        "other processes leaked in: {lines:?}"
+    );
+}
+
+#[test]
+fn tid_sees_only_that_thread() {
+    let _g = exclusive();
+    let mut child = Command::new(fixture("threads"))
+        .arg("4")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut tids = std::collections::HashMap::new();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    for _ in 0..2 {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let (name, tid) = line.trim().split_once(' ').unwrap();
+        tids.insert(name.to_string(), tid.to_string());
+    }
+    let out = run(bprof().args(["-F", "499", "-f", "-L", &tids["beta"], "1.5"]));
+    let _ = (child.kill(), child.wait());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(with_frame(&lines, "beta", "beta_spin") > 300, "{lines:?}");
+    assert!(lines.iter().all(|l| l.frames[0] == "beta"), "{lines:?}");
+}
+
+#[test]
+fn cpu_list_samples_only_those_cpus() {
+    let _g = exclusive();
+    // Pinned to CPU 1: sampling only CPU 0 must not see it; CPU 1 must.
+    let mut w = Command::new("taskset")
+        .arg("-c")
+        .arg("1")
+        .arg(fixture("work631"))
+        .arg("4")
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = (w.id()).to_string();
+    let on1 = run(bprof().args(["-F", "499", "-f", "-C", "1", "-p", &pid, "1"]));
+    let on0 = run(bprof().args(["-F", "499", "-f", "-C", "0", "-p", &pid, "1"]));
+    let _ = (w.kill(), w.wait());
+    let on1 = parse_folded(&String::from_utf8_lossy(&on1.stdout));
+    let on0 = parse_folded(&String::from_utf8_lossy(&on0.stdout));
+    assert!(total_for(&on1, "fx_work631") > 300, "{on1:?}");
+    assert_eq!(total_for(&on0, "fx_work631"), 0, "{on0:?}");
+}
+
+#[test]
+fn deep_recursion_is_walked() {
+    let _g = exclusive();
+    let bin = fixture("recurse");
+    let (lines, stderr, _) = folded_of(&["-F", "499"], &[bin.to_str().unwrap(), "1", "60"]);
+    let deep = lines
+        .iter()
+        .filter(|l| l.frames.last().is_some_and(|f| f == "bottom"))
+        .map(|l| l.frames.iter().filter(|f| *f == "recurse").count())
+        .max()
+        .unwrap_or(0);
+    assert_eq!(deep, 61, "{stderr}");
+}
+
+#[test]
+fn rust_names_are_demangled() {
+    let _g = exclusive();
+    let bin = fixture("rust_work");
+    let (lines, stderr, _) = folded_of(&["-F", "499"], &[bin.to_str().unwrap(), "1"]);
+    assert!(
+        with_frame(&lines, "fx_rust_work", "rust_work::hot::spin_rust") > 200,
+        "{stderr}\n{lines:?}"
+    );
+    assert!(with_frame(&lines, "fx_rust_work", "rust_work::main") > 200);
+}
+
+#[test]
+fn jit_frames_named_through_perf_map() {
+    let _g = exclusive();
+    let mut jit = Command::new(fixture("jit")).arg("3").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let out = run(bprof().args(["-F", "499", "-f", "-p", &jit.id().to_string(), "1"]));
+    let _ = jit.wait();
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let total = total_for(&lines, "fx_jit");
+    assert!(
+        pct(with_frame(&lines, "fx_jit", "jit_spin"), total) > 80.0,
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn sigint_still_writes_every_output_and_leaves_nothing() {
+    let _g = exclusive();
+    let dir = scratch("sigint");
+    let svg = dir.join("flame.svg");
+    let folded = dir.join("out.folded");
+    let mut w = Command::new(fixture("work631")).arg("5").spawn().unwrap();
+    let child = bprof()
+        .args(["-F", "499", "-p", &w.id().to_string(), "--svg"])
+        .arg(&svg)
+        .arg("-o")
+        .arg(&folded)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: sending SIGINT to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let _ = (w.kill(), w.wait());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let lines = parse_folded(&std::fs::read_to_string(&folded).unwrap());
+    assert!(with_frame(&lines, "fx_work631", "heavy") > 50);
+    assert!(std::fs::read_to_string(&svg)
+        .unwrap()
+        .trim_end()
+        .ends_with("</svg>"));
+    assert!(
+        !bprof_programs_loaded(),
+        "BPF programs left loaded after exit"
+    );
+}
+
+#[test]
+fn default_report_lists_stacks_hottest_last() {
+    let _g = exclusive();
+    let bin = fixture("work631");
+    let out = run(bprof().args(["-F", "499", "--"]).arg(&bin).arg("1"));
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let blocks: Vec<&str> = text
+        .split("\n\n")
+        .filter(|b| !b.trim().is_empty())
+        .collect();
+    let last = blocks.last().expect("a report");
+    assert!(
+        last.contains("    heavy\n"),
+        "hottest stack should be last: {last}"
+    );
+    assert!(last.contains("-                fx_work631 ("), "{last}");
+    let count: u64 = last.lines().last().unwrap().trim().parse().unwrap();
+    assert!(count > 200);
+}
