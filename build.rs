@@ -30,6 +30,7 @@ fn main() {
                 OsStr::new("-I"),
                 OsStr::new("bpf"),
                 OsStr::new(&format!("-D__TARGET_ARCH_{arch}")),
+                OsStr::new("-mcpu=v3"),
                 OsStr::new("-Wall"),
                 OsStr::new("-Werror"),
             ])

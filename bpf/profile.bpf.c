@@ -1,8 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * On-CPU profiler: runs at every sample of a perf event and counts
- * (thread, kernel stack, user stack) in a hash map. Nothing per sample is sent
- * to user space; it reads the unique keys and stacks once, at the end.
+ * bprof's kernel side. Every event is counted in place into a hash map keyed
+ * by (thread, kernel stack, user stack, kind); nothing per event is sent to
+ * user space, which reads the unique keys and stacks once, at the end.
+ *
+ * - do_sample (perf_event): on-CPU samples.
+ * - offcpu_switch (tp_btf/sched_switch): time spent switched out, charged to
+ *   the stack the thread blocked in. Its kernel stacks are taken inside the
+ *   BPF program, so they start with BPF and tracepoint frames: those are
+ *   skipped in the kernel with a skip count user space measures at start-up
+ *   (see calib_stack).
+ * - follow_fork (tp_btf/sched_process_fork): children of targets become
+ *   targets.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -10,11 +19,21 @@
 #include <bpf/bpf_core_read.h>
 #include "profile.h"
 
-/* errno values are #defines, which BTF does not carry. */
+/* errno values and task flags are #defines, which BTF does not carry. */
 #define EEXIST 17
 #define EFAULT 14
+#define PF_KTHREAD 0x00200000
+#define TASK_INTERRUPTIBLE 0x1
+#define TASK_UNINTERRUPTIBLE 0x2
 
 const volatile struct profile_config cfg = {};
+
+/* Kernel frames to skip in off-CPU stacks; set by user space after load. */
+__u32 kernel_skip = 0;
+/* Set once calib_stack holds a raw (skip 0) stack of offcpu_switch. */
+__u64 calib_done = 0;
+/* Off-CPU accounting starts once kernel_skip is known. */
+__u32 offcpu_armed = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -64,6 +83,32 @@ struct {
 	__type(value, __u8);
 } target_tids SEC(".maps");
 
+/* The compiled --filter, written by user space before attaching. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BPROF_MAX_FILTERS);
+	__type(key, __u32);
+	__type(value, struct filter_entry);
+} filters SEC(".maps");
+
+/* Off-CPU: switch-out time and stacks, per task. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct offcpu_start);
+} offcpu_start SEC(".maps");
+
+/* One raw kernel stack of offcpu_switch, to measure the skip count. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__uint(value_size, BPROF_MAX_STACK_DEPTH * sizeof(__u64));
+} calib_stack SEC(".maps");
+
+#include "filter.bpf.h"
+
 static __always_inline struct profile_stats *stats(void)
 {
 	__u32 zero = 0;
@@ -80,6 +125,52 @@ static __always_inline int is_target(__u32 tgid, __u32 pid)
 	return 1;
 }
 
+/* Adds `n` to the key's count; a new key may find the map full. */
+static __always_inline void count(struct profile_stats *st, struct sample_key *key, __u64 n)
+{
+	__u64 *val = bpf_map_lookup_elem(&counts, key);
+	int err;
+
+	if (val) {
+		__sync_fetch_and_add(val, n);
+		st->counted++;
+		return;
+	}
+	err = bpf_map_update_elem(&counts, key, &n, BPF_NOEXIST);
+	if (err == -EEXIST) {
+		/* Another CPU inserted the same key first. */
+		val = bpf_map_lookup_elem(&counts, key);
+		if (val) {
+			__sync_fetch_and_add(val, n);
+			err = 0;
+		}
+	}
+	if (err)
+		st->count_map_full++;
+	else
+		st->counted++;
+}
+
+/* Takes the wanted stacks; -EFAULT just means "no stack in that mode". */
+static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u32 tgid, __u64 kflags,
+					__s32 *kid, __s32 *uid)
+{
+	*kid = -1;
+	*uid = -1;
+	if (cfg.kernel_stacks) {
+		*kid = bpf_get_stackid(ctx, &kern_stacks, kflags);
+		if (*kid < 0 && *kid != -EFAULT)
+			st->kern_stack_lost++;
+	}
+	if (cfg.user_stacks && tgid != 0) {
+		*uid = bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+		if (*uid < 0 && *uid != -EFAULT)
+			st->user_stack_lost++;
+	}
+	if (*kid < 0 && *uid < 0)
+		st->no_stack++;
+}
+
 SEC("perf_event")
 int do_sample(struct bpf_perf_event_data *ctx)
 {
@@ -87,8 +178,7 @@ int do_sample(struct bpf_perf_event_data *ctx)
 	__u32 tgid = id >> 32, pid = (__u32)id;
 	struct profile_stats *st = stats();
 	struct sample_key key = {};
-	__u64 one = 1, *val;
-	int err;
+	struct filter_sample fs;
 
 	if (!st)
 		return 0;
@@ -102,46 +192,96 @@ int do_sample(struct bpf_perf_event_data *ctx)
 		st->not_target++;
 		return 0;
 	}
-
-	key.tgid = tgid;
-	key.pid = pid;
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
-	key.kern_stack_id = -1;
-	key.user_stack_id = -1;
-	if (cfg.kernel_stacks) {
-		key.kern_stack_id = bpf_get_stackid(ctx, &kern_stacks, 0);
-		/* -EFAULT just means "was in user mode"; -EEXIST/-ENOMEM lose a stack. */
-		if (key.kern_stack_id < 0 && key.kern_stack_id != -EFAULT)
-			st->kern_stack_lost++;
-	}
-	if (cfg.user_stacks && tgid != 0) {
-		key.user_stack_id = bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
-		if (key.user_stack_id < 0 && key.user_stack_id != -EFAULT)
-			st->user_stack_lost++;
-	}
-	if (key.kern_stack_id < 0 && key.user_stack_id < 0)
-		st->no_stack++;
-
-	val = bpf_map_lookup_elem(&counts, &key);
-	if (val) {
-		__sync_fetch_and_add(val, 1);
-		st->counted++;
-		return 0;
-	}
-	err = bpf_map_update_elem(&counts, &key, &one, BPF_NOEXIST);
-	if (err == -EEXIST) {
-		/* Another CPU inserted the same key first. */
-		val = bpf_map_lookup_elem(&counts, &key);
-		if (val) {
-			__sync_fetch_and_add(val, 1);
-			err = 0;
+	/* Before any stack is taken, so a dropped sample costs little. */
+	if (cfg.filter_len) {
+		fs.id = id;
+		fs.period = ctx->sample_period;
+		fs.ip = PT_REGS_IP(&ctx->regs);
+		fs.comm = key.comm;
+		if (!filter_pass(&fs)) {
+			st->filtered++;
+			return 0;
 		}
 	}
-	if (err)
-		st->count_map_full++;
-	else
-		st->counted++;
+	key.tgid = tgid;
+	key.pid = pid;
+	key.kind = SAMPLE_ON_CPU;
+	take_stacks(ctx, st, tgid, 0, &key.kern_stack_id, &key.user_stack_id);
+	/* --wall counts time: a cpu-clock sample's period is its nanoseconds. */
+	count(st, &key, cfg.period_as_us ? ctx->sample_period / 1000 : 1);
 	/* 0: the sample is not also written to the perf ring buffer. */
+	return 0;
+}
+
+static __always_inline void calibrate(void *ctx)
+{
+	__u32 zero = 0;
+	void *buf;
+
+	if (calib_done || __sync_val_compare_and_swap(&calib_done, 0, 2) != 0)
+		return;
+	buf = bpf_map_lookup_elem(&calib_stack, &zero);
+	if (buf)
+		bpf_get_stack(ctx, buf, BPROF_MAX_STACK_DEPTH * sizeof(__u64), 0);
+	calib_done = 1;
+}
+
+/* prev blocks (is switched out), next resumes: stamp one, charge the other. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	struct profile_stats *st = stats();
+	struct offcpu_start *start;
+	__u32 tgid = prev->tgid, pid = prev->pid;
+
+	if (!st)
+		return 0;
+	calibrate(ctx);
+	if (!offcpu_armed)
+		return 0;
+
+	/* prev is current here: its stacks are the ones it blocked in. */
+	if (pid != 0 && (cfg.all_states || (prev_state & (TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE))) &&
+	    (cfg.kernel_threads || !(prev->flags & PF_KTHREAD)) && is_target(tgid, pid)) {
+		struct filter_sample fs = { .id = ((__u64)tgid << 32) | pid };
+		char comm[BPROF_COMM_LEN] = {};
+
+		bpf_probe_read_kernel_str(comm, sizeof(comm), prev->comm);
+		fs.comm = comm;
+		if (cfg.filter_len && !filter_pass(&fs)) {
+			st->filtered++;
+		} else {
+			start = bpf_task_storage_get(&offcpu_start, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+			if (start) {
+				start->ts = bpf_ktime_get_ns();
+				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK,
+					    &start->kern_stack_id, &start->user_stack_id);
+				st->switches_out++;
+			}
+		}
+	}
+
+	start = bpf_task_storage_get(&offcpu_start, next, 0, 0);
+	if (start && start->ts) {
+		__u64 delta = bpf_ktime_get_ns() - start->ts;
+		struct sample_key key = {};
+
+		start->ts = 0;
+		if (delta < cfg.min_block_ns || (cfg.max_block_ns && delta > cfg.max_block_ns)) {
+			st->blocks_outside++;
+			return 0;
+		}
+		key.tgid = next->tgid;
+		key.pid = next->pid;
+		bpf_probe_read_kernel_str(key.comm, sizeof(key.comm), next->comm);
+		key.kern_stack_id = start->kern_stack_id;
+		key.user_stack_id = start->user_stack_id;
+		key.kind = SAMPLE_OFF_CPU;
+		st->blocks_counted++;
+		count(st, &key, delta / 1000);
+	}
 	return 0;
 }
 

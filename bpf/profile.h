@@ -19,6 +19,13 @@ struct sample_key {
 	__s32 kern_stack_id;
 	__s32 user_stack_id;
 	char comm[BPROF_COMM_LEN];
+	__u32 kind; /* enum sample_kind */
+	__u32 pad;
+};
+
+enum sample_kind {
+	SAMPLE_ON_CPU,  /* a perf_event sample */
+	SAMPLE_OFF_CPU, /* time switched out (--off-cpu, --wall) */
 };
 
 /*
@@ -36,6 +43,49 @@ struct profile_stats {
 	__u64 kern_stack_lost; /* kernel stack map full or hash collision */
 	__u64 user_stack_lost; /* user stack map full or hash collision */
 	__u64 no_stack;        /* neither stack usable: counted as [unknown] */
+	__u64 switches_out;    /* off-CPU: blocks recorded at switch-out */
+	__u64 blocks_counted;  /* off-CPU: blocks charged at switch-in */
+	__u64 blocks_outside;  /* off-CPU: outside --min-block/--max-block */
+};
+
+/* --filter: at most this many entries (perf uses the same bound). */
+#define BPROF_MAX_FILTERS 64
+
+enum filter_op {
+	FILTER_OP_EQ = 1,
+	FILTER_OP_NE,
+	FILTER_OP_LT,
+	FILTER_OP_LE,
+	FILTER_OP_GT,
+	FILTER_OP_GE,
+	FILTER_OP_AND,         /* (field & value) != 0 */
+	FILTER_OP_GROUP_BEGIN, /* the tests up to GROUP_END are ORed */
+	FILTER_OP_GROUP_END,
+};
+
+enum filter_term {
+	FILTER_TERM_NONE,
+	FILTER_TERM_TID,
+	FILTER_TERM_PID,
+	FILTER_TERM_CPU,
+	FILTER_TERM_PERIOD,
+	FILTER_TERM_IP,
+	FILTER_TERM_UID,
+	FILTER_TERM_GID,
+	FILTER_TERM_CGROUP, /* value: cgroup v2 id; level: its depth */
+	FILTER_TERM_COMM,   /* compares comm[] */
+	FILTER_TERM_MODE,   /* value: 0 user, 1 kernel */
+};
+
+/* One test of the compiled filter: outside a group a failing test drops the
+ * sample; inside a group one passing test is enough. */
+struct filter_entry {
+	enum filter_op op;
+	enum filter_term term;
+	__u32 level;
+	__u32 pad;
+	__u64 value;
+	char comm[BPROF_COMM_LEN];
 };
 
 /* Read-only configuration, fixed before load. */
@@ -46,6 +96,21 @@ struct profile_config {
 	__u8 match_tgid;      /* only tgids in target_tgids */
 	__u8 match_tid;       /* only tids in target_tids */
 	__u8 follow_children; /* add forked processes of targets to target_tgids */
+	__u8 on_cpu;          /* perf_event samples are counted */
+	__u8 off_cpu;         /* switched-out time is counted */
+	__u8 all_states;      /* --wall: also runnable (preempted) time */
+	__u8 kernel_threads;  /* off-CPU time of kernel threads too */
+	__u8 period_as_us;    /* --wall: an on-CPU sample counts its period in us */
+	__u32 filter_len;     /* entries used in filters[] */
+	__u64 min_block_ns;   /* off-CPU blocks shorter than this are ignored */
+	__u64 max_block_ns;   /* ... and longer than this */
+};
+
+/* Off-CPU: when and where a thread was switched out. */
+struct offcpu_start {
+	__u64 ts;
+	__s32 kern_stack_id;
+	__s32 user_stack_id;
 };
 
 #endif /* BPROF_PROFILE_H */

@@ -93,6 +93,42 @@ pub struct Cli {
     #[arg(long = "svg", value_name = "FILE")]
     pub svg: Option<PathBuf>,
 
+    /// Keep only samples matching FILTER, in perf's --filter language
+    /// (e.g. 'tid == 1234', 'cpu == 0 || cpu == 1, period > 1000',
+    /// 'ip < 0xffffffff00000000', 'cgroup == /system.slice', 'comm == bash',
+    /// 'user'); evaluated in the kernel before any stack is taken. Repeated
+    /// --filter options are ANDed.
+    #[arg(long = "filter", value_name = "FILTER")]
+    pub filter: Vec<String>,
+
+    /// Profile off-CPU time instead: the microseconds each thread spends
+    /// blocked (sleeping, waiting for I/O or locks), charged to the stack it
+    /// blocked in.
+    #[arg(long = "off-cpu", conflicts_with = "wall")]
+    pub off_cpu: bool,
+
+    /// Wall-clock profile: on-CPU samples and all switched-out time in one
+    /// graph, both in microseconds; off-CPU stacks end in an [off-cpu] frame.
+    #[arg(long = "wall")]
+    pub wall: bool,
+
+    /// Off-CPU: ignore blocks shorter than US microseconds.
+    #[arg(long = "min-block", value_name = "US")]
+    pub min_block: Option<String>,
+
+    /// Off-CPU: ignore blocks longer than US microseconds.
+    #[arg(long = "max-block", value_name = "US")]
+    pub max_block: Option<String>,
+
+    /// Off-CPU: include kernel threads.
+    #[arg(long = "kernel-threads")]
+    pub kernel_threads: bool,
+
+    /// Off-CPU: skip N kernel frames (BPF and tracepoint frames) instead of
+    /// the count bprof measures at start-up.
+    #[arg(long = "stack-skip", value_name = "N")]
+    pub stack_skip: Option<String>,
+
     /// Show libbpf's messages and extra detail.
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,

@@ -1,7 +1,10 @@
 //! bprof: a sampling profiler that counts stacks inside the kernel with BPF.
 
+mod buildid;
+mod cgroup;
 mod cli;
 mod events;
+mod filter;
 mod maps;
 mod output;
 mod preflight;

@@ -9,16 +9,23 @@ use libbpf_rs::{MapCore, MapFlags};
 use crate::skel::profile::types;
 use crate::stacks::{RawStack, Stats, UserFrame, BUILD_ID_SIZE};
 
-/// Skeleton types that are plain integers (and arrays of them), so any byte
-/// pattern of the right size is a valid value.
-trait Plain: Copy {}
+/// Skeleton types made of integers only, with no implicit padding, so any
+/// byte pattern of the right size is a valid value and every byte is set.
+pub trait Plain: Copy {}
 impl Plain for types::sample_key {}
 impl Plain for types::profile_stats {}
+impl Plain for types::filter_entry {}
 
 fn read_plain<T: Plain>(bytes: &[u8]) -> Option<T> {
     (bytes.len() >= std::mem::size_of::<T>())
         // SAFETY: T is Plain (every bit pattern valid) and the length is checked.
         .then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// The bytes of a value, to write it into a map.
+pub fn plain_bytes<T: Plain>(v: &T) -> &[u8] {
+    // SAFETY: T is Plain: no padding, so all size_of::<T>() bytes are initialised.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
 }
 
 /// Sums the per-CPU `profile_stats` counters.
@@ -41,6 +48,9 @@ pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
         s.kern_stack_lost += c.kern_stack_lost;
         s.user_stack_lost += c.user_stack_lost;
         s.no_stack += c.no_stack;
+        s.switches_out += c.switches_out;
+        s.blocks_counted += c.blocks_counted;
+        s.blocks_outside += c.blocks_outside;
     }
     Ok(s)
 }
@@ -81,11 +91,15 @@ pub fn read_stacks(
             user,
             kernel_lost: want_kernel && lost(key.kern_stack_id),
             user_lost: want_user && key.tgid != 0 && lost(key.user_stack_id),
+            off_cpu: key.kind == SAMPLE_OFF_CPU,
             count,
         });
     }
     Ok(out)
 }
+
+/// `enum sample_kind` in profile.h.
+const SAMPLE_OFF_CPU: u32 = 1;
 
 /// -EFAULT means "no stack in that mode" (e.g. the kernel stack of a
 /// user-mode sample); -1 means "not taken"; anything else is a lost stack.

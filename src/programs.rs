@@ -7,6 +7,10 @@ use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
+use crate::cgroup;
+use crate::filter::{self, Filter, Op, Term, Value};
+use crate::maps::plain_bytes;
+use crate::skel::profile::types::{filter_entry, filter_op, filter_term};
 use crate::skel::profile::{ProfileSkel, ProfileSkelBuilder};
 
 /// How the profile program is configured before load.
@@ -26,6 +30,101 @@ pub struct ProfileOptions {
     pub tids: Vec<u32>,
     /// Add forked children of target processes to the targets.
     pub follow_children: bool,
+    /// The compiled `--filter` (empty: keep every sample).
+    pub filter: Vec<filter_entry>,
+    /// What is counted: on-CPU samples, off-CPU time, or both.
+    pub mode: Mode,
+    /// Off-CPU: count kernel threads too.
+    pub kernel_threads: bool,
+    /// Off-CPU: ignore blocks shorter than this (ns).
+    pub min_block_ns: u64,
+    /// Off-CPU: ignore blocks longer than this (ns; 0: no limit).
+    pub max_block_ns: u64,
+}
+
+/// What a session counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Timed samples of running threads (the default).
+    OnCpu,
+    /// Microseconds threads spent blocked (`--off-cpu`).
+    OffCpu,
+    /// Both, in microseconds: on-CPU time plus all switched-out time (`--wall`).
+    Wall,
+}
+
+impl Mode {
+    /// Whether perf_event samples are taken.
+    pub fn on_cpu(self) -> bool {
+        self != Mode::OffCpu
+    }
+
+    /// Whether switched-out time is counted.
+    pub fn off_cpu(self) -> bool {
+        self != Mode::OnCpu
+    }
+}
+
+/// Encodes a parsed filter as the map entries profile.bpf.c walks:
+/// single tests stand alone, OR groups are bracketed by GROUP_BEGIN/END.
+/// Cgroup paths are resolved to ids here, before anything is loaded.
+pub fn compile_filter(f: &Filter) -> Result<Vec<filter_entry>> {
+    let mut out = Vec::new();
+    let bracket = |op| filter_entry {
+        op,
+        ..Default::default()
+    };
+    for group in &f.groups {
+        if group.len() > 1 {
+            out.push(bracket(filter_op::FILTER_OP_GROUP_BEGIN));
+        }
+        for t in group {
+            let mut e = filter_entry {
+                op: match t.op {
+                    Op::Eq => filter_op::FILTER_OP_EQ,
+                    Op::Ne => filter_op::FILTER_OP_NE,
+                    Op::Lt => filter_op::FILTER_OP_LT,
+                    Op::Le => filter_op::FILTER_OP_LE,
+                    Op::Gt => filter_op::FILTER_OP_GT,
+                    Op::Ge => filter_op::FILTER_OP_GE,
+                    Op::And => filter_op::FILTER_OP_AND,
+                },
+                term: match t.term {
+                    Term::Tid => filter_term::FILTER_TERM_TID,
+                    Term::Pid => filter_term::FILTER_TERM_PID,
+                    Term::Cpu => filter_term::FILTER_TERM_CPU,
+                    Term::Period => filter_term::FILTER_TERM_PERIOD,
+                    Term::Ip => filter_term::FILTER_TERM_IP,
+                    Term::Uid => filter_term::FILTER_TERM_UID,
+                    Term::Gid => filter_term::FILTER_TERM_GID,
+                    Term::Cgroup => filter_term::FILTER_TERM_CGROUP,
+                    Term::Comm => filter_term::FILTER_TERM_COMM,
+                    Term::Mode => filter_term::FILTER_TERM_MODE,
+                },
+                ..Default::default()
+            };
+            match &t.value {
+                Value::Num(n) => e.value = *n,
+                Value::Path(p) => {
+                    let cg = cgroup::resolve(p)
+                        .with_context(|| format!("in filter term 'cgroup {p}'"))?;
+                    e.value = cg.id;
+                    e.level = cg.level;
+                }
+                Value::Comm(c) => {
+                    for (d, s) in e.comm.iter_mut().zip(c) {
+                        *d = *s as i8;
+                    }
+                }
+                Value::Mode(m) => e.value = u64::from(*m == filter::Mode::Kernel),
+            }
+            out.push(e);
+        }
+        if group.len() > 1 {
+            out.push(bracket(filter_op::FILTER_OP_GROUP_END));
+        }
+    }
+    Ok(out)
 }
 
 /// The loaded profile program and the links that keep it attached.
@@ -38,10 +137,8 @@ pub struct ProfileProgram<'obj> {
 /// Routes libbpf's messages: silent unless `-v`, since a failure is
 /// reported by bprof itself in one line.
 pub fn init_libbpf_logging(verbose: bool) {
-    let print: Option<(libbpf_rs::PrintLevel, libbpf_rs::PrintCallback)> = verbose
-        .then_some((libbpf_rs::PrintLevel::Debug, |_, msg| {
-            eprint!("libbpf: {msg}")
-        }));
+    let print: Option<(libbpf_rs::PrintLevel, libbpf_rs::PrintCallback)> =
+        verbose.then_some((libbpf_rs::PrintLevel::Debug, |_, msg| eprint!("{msg}")));
     libbpf_rs::set_print(print);
 }
 
@@ -64,12 +161,23 @@ impl<'obj> ProfileProgram<'obj> {
         rodata.cfg.match_tgid = (!opts.tgids.is_empty() || opts.follow_children).into();
         rodata.cfg.match_tid = (!opts.tids.is_empty()).into();
         rodata.cfg.follow_children = opts.follow_children.into();
+        rodata.cfg.filter_len = opts.filter.len() as u32;
+        rodata.cfg.on_cpu = opts.mode.on_cpu().into();
+        rodata.cfg.off_cpu = opts.mode.off_cpu().into();
+        rodata.cfg.all_states = (opts.mode == Mode::Wall).into();
+        rodata.cfg.period_as_us = (opts.mode == Mode::Wall).into();
+        rodata.cfg.kernel_threads = opts.kernel_threads.into();
+        rodata.cfg.min_block_ns = opts.min_block_ns;
+        rodata.cfg.max_block_ns = opts.max_block_ns;
         let n = opts.stack_storage_size;
         open.maps.kern_stacks.set_max_entries(n)?;
         open.maps.user_stacks.set_max_entries(n)?;
         open.maps.counts.set_max_entries(n)?;
         if !opts.follow_children {
             open.progs.follow_fork.set_autoload(false);
+        }
+        if !opts.mode.off_cpu() {
+            open.progs.offcpu_switch.set_autoload(false);
         }
         let skel = open.load().map_err(load_error)?;
         let prog = ProfileProgram {
@@ -78,6 +186,13 @@ impl<'obj> ProfileProgram<'obj> {
         };
         for &tgid in &opts.tgids {
             prog.add_tgid(tgid)?;
+        }
+        for (i, e) in opts.filter.iter().enumerate() {
+            prog.skel
+                .maps
+                .filters
+                .update(&(i as u32).to_ne_bytes(), plain_bytes(e), MapFlags::ANY)
+                .context("writing the filter")?;
         }
         for &tid in &opts.tids {
             prog.skel
@@ -121,6 +236,94 @@ impl<'obj> ProfileProgram<'obj> {
             self.links.push(link);
         }
         Ok(())
+    }
+
+    /// Attaches the off-CPU program and measures how many BPF and tracepoint
+    /// frames start the kernel stacks it takes: it records one raw stack
+    /// (skip 0), whose first named frame outside BPF/tracing is where real
+    /// stacks begin (JIT frames without a kallsyms name count as BPF). `forced` (`--stack-skip`) overrides the measurement. Off-CPU
+    /// accounting starts only once the skip is set. Returns the skip used.
+    pub fn attach_offcpu(&mut self, forced: Option<u32>, verbose: bool) -> Result<u32> {
+        let link = self
+            .skel
+            .progs
+            .offcpu_switch
+            .attach()
+            .context("attaching tp_btf/sched_switch")?;
+        self.links.push(link);
+        let skip = match forced {
+            Some(n) => n,
+            None => self.measure_skip(verbose)?,
+        };
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .context("BPF object has no .bss")?;
+        bss.kernel_skip = skip;
+        // SAFETY: a plain store into the mmapped .bss; the program reads it.
+        unsafe { std::ptr::write_volatile(&mut bss.offcpu_armed, 1) };
+        Ok(skip)
+    }
+
+    fn measure_skip(&mut self, verbose: bool) -> Result<u32> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        loop {
+            let bss = self
+                .skel
+                .maps
+                .bss_data
+                .as_deref()
+                .context("BPF object has no .bss")?;
+            // SAFETY: reading the mmapped .bss, which the program writes.
+            if unsafe { std::ptr::read_volatile(&bss.calib_done) } == 1 {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("measuring the stack skip: no context switch was seen in 2 s (use --stack-skip N)");
+            }
+            // Sleeping is itself a context switch.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let raw = self
+            .skel
+            .maps
+            .calib_stack
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .context("reading the calibration stack")?
+            .unwrap_or_default();
+        let ips: Vec<u64> = raw
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+            .take_while(|&ip| ip != 0)
+            .collect();
+        let names = crate::symbols::kernel_names(&ips);
+        // BPF JIT images live outside the kernel text and kallsyms may not
+        // name them (or name them after a nearby data symbol): a real frame
+        // is in the text and not a BPF or tracing frame.
+        let text = crate::symbols::kernel_text_range();
+        let skip = ips
+            .iter()
+            .zip(&names)
+            .position(|(&ip, n)| {
+                text.is_none_or(|(lo, hi)| (lo..hi).contains(&ip))
+                    && n.as_deref()
+                        .is_some_and(|n| !crate::symbols::is_bpf_frame(n))
+            })
+            .context(
+                "measuring the stack skip: the raw stack held only BPF frames (use --stack-skip N)",
+            )?;
+        if verbose {
+            for (i, (ip, n)) in ips.iter().zip(&names).enumerate().take(skip + 2) {
+                let mark = if i < skip { "skipped" } else { "kept" };
+                eprintln!(
+                    "bprof:   raw off-CPU frame {i}: {ip:#x} {} ({mark})",
+                    n.as_deref().unwrap_or("[unknown]")
+                );
+            }
+        }
+        Ok(skip as u32)
     }
 
     /// Stops sampling: detaches every program and closes the perf events,

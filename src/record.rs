@@ -12,9 +12,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::Cli;
 use crate::events::{self, Event, Rate};
+use crate::filter::Term;
 use crate::maps;
 use crate::output::{folded, report, svg};
-use crate::programs::{ProfileOptions, ProfileProgram};
+use crate::programs::{Mode, ProfileOptions, ProfileProgram};
 use crate::sideband::Sideband;
 use crate::signals;
 use crate::stacks::Stats;
@@ -37,6 +38,8 @@ pub struct Settings {
     pub duration: Option<Duration>,
     /// Program configuration.
     pub program: ProfileOptions,
+    /// `--stack-skip`: overrides the measured off-CPU skip count.
+    pub stack_skip: Option<u32>,
     /// Folded output options.
     pub folded: folded::FoldedOptions,
     /// Print folded stacks to stdout.
@@ -47,6 +50,21 @@ pub struct Settings {
     pub svg: Option<PathBuf>,
     /// Extra detail on stderr.
     pub verbose: bool,
+}
+
+fn term_name(t: Term) -> &'static str {
+    match t {
+        Term::Ip => "ip",
+        Term::Period => "period",
+        Term::Mode => "mode",
+        Term::Tid => "tid",
+        Term::Pid => "pid",
+        Term::Cpu => "cpu",
+        Term::Uid => "uid",
+        Term::Gid => "gid",
+        Term::Cgroup => "cgroup",
+        Term::Comm => "comm",
+    }
 }
 
 fn parse_u64(s: &str, what: &str) -> Result<u64> {
@@ -96,9 +114,52 @@ impl Settings {
             }
             (None, None) => Rate::Frequency(DEFAULT_HZ),
         };
-        let event = match &cli.event {
-            Some(e) => Event::parse(e)?,
-            None => Event::Cycles,
+        let mode = match (cli.off_cpu, cli.wall) {
+            (true, _) => Mode::OffCpu,
+            (_, true) => Mode::Wall,
+            _ => Mode::OnCpu,
+        };
+        let event = match (&cli.event, mode) {
+            (Some(e), Mode::Wall) => match Event::parse(e)? {
+                ev @ (Event::CpuClock | Event::TaskClock) => ev,
+                other => {
+                    bail!("--wall counts time, so it samples cpu-clock or task-clock, not {other}")
+                }
+            },
+            (None, Mode::Wall) => Event::CpuClock,
+            (Some(e), _) => Event::parse(e)?,
+            (None, _) => Event::Cycles,
+        };
+        if mode == Mode::Wall && matches!(rate, Rate::Period(_)) {
+            bail!("--wall needs a frequency (-F), not a period (-c)");
+        }
+        let micros = |s: &Option<String>, what: &str| -> Result<u64> {
+            s.as_deref().map_or(Ok(0), |v| {
+                parse_u64(v, what).map(|us| us.saturating_mul(1000))
+            })
+        };
+        let min_block_ns = micros(&cli.min_block, "--min-block")?;
+        let max_block_ns = micros(&cli.max_block, "--max-block")?;
+        if max_block_ns != 0 && max_block_ns < min_block_ns {
+            bail!("--max-block must not be below --min-block");
+        }
+        if !mode.off_cpu()
+            && (cli.min_block.is_some()
+                || cli.max_block.is_some()
+                || cli.kernel_threads
+                || cli.stack_skip.is_some())
+        {
+            bail!("--min-block, --max-block, --kernel-threads and --stack-skip need --off-cpu or --wall");
+        }
+        let stack_skip = match &cli.stack_skip {
+            Some(v) => {
+                let n = parse_u64(v, "--stack-skip")?;
+                if n > 255 {
+                    bail!("invalid --stack-skip '{v}': at most 255");
+                }
+                Some(n as u32)
+            }
+            None => None,
         };
         let duration = match &cli.duration {
             Some(d) => {
@@ -117,6 +178,20 @@ impl Settings {
         if !(1..=1 << 24).contains(&stack_storage_size) {
             bail!("invalid --stack-storage-size '{stack_storage_size}': must be between 1 and 16777216");
         }
+        let filter = crate::filter::parse_all(&cli.filter)?;
+        if mode.off_cpu() {
+            // Off-CPU time has no sampled ip or period.
+            if let Some(t) = filter
+                .terms()
+                .find(|t| matches!(t, Term::Ip | Term::Period | Term::Mode))
+            {
+                bail!(
+                    "filter term '{}' does not apply to off-CPU time (--off-cpu, --wall)",
+                    term_name(t)
+                );
+            }
+        }
+        let filter_entries = crate::programs::compile_filter(&filter)?;
         let kernel_stacks = !cli.user_stacks_only;
         let user_stacks = !cli.kernel_stacks_only;
         Ok(Settings {
@@ -128,7 +203,13 @@ impl Settings {
                 tgids: target.pids.clone(),
                 tids: target.tids.clone(),
                 follow_children: !target.command.is_empty(),
+                filter: filter_entries,
+                mode,
+                kernel_threads: cli.kernel_threads,
+                min_block_ns,
+                max_block_ns,
             },
+            stack_skip,
             target,
             event,
             rate,
@@ -138,6 +219,7 @@ impl Settings {
                 annotate_kernel: cli.annotations,
                 kernel_stacks,
                 user_stacks,
+                mark_off_cpu: mode == Mode::Wall,
             },
             folded_stdout: cli.folded && cli.output.is_none(),
             folded_file: cli.output,
@@ -190,8 +272,42 @@ pub fn run(settings: Settings) -> Result<Outcome> {
 
     // Events, then attach.
     let mut sideband = Sideband::open(&cpus)?;
-    let (event, fds) = events::open_sampling(settings.event, settings.rate, &cpus)?;
+    let mode = settings.program.mode;
+    let (event, fds) = if mode.on_cpu() {
+        events::open_sampling(settings.event, settings.rate, &cpus)?
+    } else {
+        (settings.event, Vec::new())
+    };
     prog.attach(fds, settings.program.follow_children)?;
+    if mode.off_cpu() {
+        let skip = prog.attach_offcpu(settings.stack_skip, settings.verbose)?;
+        if settings.verbose {
+            let how = if settings.stack_skip.is_some() {
+                "--stack-skip"
+            } else {
+                "measured"
+            };
+            eprintln!("bprof: off-CPU kernel stacks skip {skip} BPF/tracepoint frames ({how})");
+        }
+    }
+    // After the side band is open, so no process falls between the two.
+    let scope: Option<Vec<u32>> =
+        if !settings.target.pids.is_empty() || !settings.target.tids.is_empty() {
+            Some(
+                settings
+                    .target
+                    .pids
+                    .iter()
+                    .chain(&settings.target.tids)
+                    .copied()
+                    .collect(),
+            )
+        } else if child.is_some() {
+            Some(Vec::new())
+        } else {
+            None
+        };
+    sideband.snapshot(scope.as_deref());
     signals::install();
     let started = Instant::now();
     if let Some(c) = child.as_mut() {
@@ -274,15 +390,32 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     }
     let what = settings.target.describe();
     if let Some(f) = svg_file.as_mut() {
+        let total: u64 = lines.iter().map(|(_, c)| c).sum();
+        let (kind, subtitle, unit) = match mode {
+            Mode::OnCpu => (
+                "",
+                format!("{:.2} s, {event} at {}, {} samples", elapsed.as_secs_f64(), settings.rate, stats.counted),
+                "samples",
+            ),
+            Mode::OffCpu => (
+                " off-CPU time",
+                format!("{:.2} s, {:.3} s blocked (counts are microseconds)", elapsed.as_secs_f64(), total as f64 / 1e6),
+                "us",
+            ),
+            Mode::Wall => (
+                " wall-clock time",
+                format!(
+                    "{:.2} s, on-CPU {event} at {} plus off-CPU time, frames ending in [off-cpu] are blocked (counts are microseconds)",
+                    elapsed.as_secs_f64(),
+                    settings.rate
+                ),
+                "us",
+            ),
+        };
         let opts = svg::SvgOptions {
-            title: format!("bprof: {what}"),
-            subtitle: Some(format!(
-                "{:.2} s, {event} at {}, {} samples",
-                elapsed.as_secs_f64(),
-                settings.rate,
-                stats.counted
-            )),
-            count_name: "samples".into(),
+            title: format!("bprof{kind}: {what}"),
+            subtitle: Some(subtitle),
+            count_name: unit.into(),
         };
         if lines.is_empty() {
             bail!(
@@ -369,16 +502,37 @@ fn summary(
         100.0 * sym.unknown_frames as f64 / sym.unique_frames as f64
     };
     let mut e = io::stderr().lock();
-    let _ = writeln!(
-        e,
-        "bprof: {} samples of {} over {:.2} s ({event}, {}){}, {} lost, {unique} unique stacks, {unknown_pct:.1}% of frames unknown",
-        stats.counted,
-        settings.target.describe(),
-        elapsed.as_secs_f64(),
-        settings.rate,
-        if interrupted { ", interrupted" } else { "" },
-        stats.lost(),
-    );
+    let interrupted = if interrupted { ", interrupted" } else { "" };
+    let what = settings.target.describe();
+    let secs = elapsed.as_secs_f64();
+    match settings.program.mode {
+        Mode::OnCpu => {
+            let _ = writeln!(
+                e,
+                "bprof: {} samples of {what} over {secs:.2} s ({event}, {}){interrupted}, {} lost, {unique} unique stacks, {unknown_pct:.1}% of frames unknown",
+                stats.counted, settings.rate, stats.lost(),
+            );
+        }
+        Mode::OffCpu | Mode::Wall => {
+            let _ = writeln!(
+                e,
+                "bprof: {} off-CPU blocks{} of {what} over {secs:.2} s{interrupted}, {} lost, {unique} unique stacks, {unknown_pct:.1}% of frames unknown",
+                stats.blocks_counted,
+                if settings.program.mode == Mode::Wall { format!(" and {} on-CPU samples ({event}, {})", stats.samples - stats.idle - stats.not_target - stats.filtered, settings.rate) } else { String::new() },
+                stats.lost(),
+            );
+            if stats.blocks_outside > 0 {
+                let _ = writeln!(
+                    e,
+                    "bprof: {} blocks outside --min-block/--max-block ignored",
+                    stats.blocks_outside
+                );
+            }
+        }
+    }
+    if !settings.program.filter.is_empty() {
+        let _ = writeln!(e, "bprof: {} samples dropped by filter", stats.filtered);
+    }
     if stats.count_map_full > 0 {
         let _ = writeln!(
             e,

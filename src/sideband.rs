@@ -100,6 +100,29 @@ impl Sideband {
         })
     }
 
+    /// Records the executable mappings of processes that exist now (all,
+    /// or just `pids`), since the side band only sees mmaps from now on: a
+    /// process that exits during the profile is then still resolvable.
+    pub fn snapshot(&mut self, pids: Option<&[u32]>) {
+        let all: Vec<u32>;
+        let pids = match pids {
+            Some(p) => p,
+            None => {
+                all = std::fs::read_dir("/proc")
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect();
+                &all
+            }
+        };
+        for &pid in pids {
+            self.index
+                .without_build_id
+                .extend(crate::buildid::executable_mappings(pid));
+        }
+    }
+
     /// Reads every pending record from every ring.
     pub fn drain(&mut self) {
         for ring in &self.rings {

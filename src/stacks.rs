@@ -36,7 +36,9 @@ pub struct RawStack {
     pub kernel_lost: bool,
     /// The user stack was wanted but lost (map full or collision).
     pub user_lost: bool,
-    /// Number of samples.
+    /// Off-CPU time rather than an on-CPU sample.
+    pub off_cpu: bool,
+    /// Samples, or microseconds for off-CPU and `--wall` profiles.
     pub count: u64,
 }
 
@@ -61,6 +63,12 @@ pub struct Stats {
     pub user_stack_lost: u64,
     /// Samples with neither stack usable.
     pub no_stack: u64,
+    /// Off-CPU: switch-outs recorded.
+    pub switches_out: u64,
+    /// Off-CPU: blocks charged to a stack.
+    pub blocks_counted: u64,
+    /// Off-CPU: blocks outside --min-block/--max-block.
+    pub blocks_outside: u64,
 }
 
 impl Stats {

@@ -8,12 +8,12 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
-use std::path::{Path, PathBuf};
 
 use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::{MaybeDefault, Pid};
 
+use crate::buildid::FileFinder;
 use crate::sideband::MmapIndex;
 use crate::stacks::{RawStack, UserFrame, BUILD_ID_SIZE};
 use crate::target;
@@ -38,7 +38,9 @@ pub struct Stack {
     pub kernel_lost: bool,
     /// The user stack was lost (map full or collision).
     pub user_lost: bool,
-    /// Samples (or other units) in this stack.
+    /// Off-CPU time rather than on-CPU samples.
+    pub off_cpu: bool,
+    /// Samples, or microseconds for off-CPU and `--wall` profiles.
     pub count: u64,
 }
 
@@ -146,6 +148,7 @@ pub fn symbolize(raw: &[RawStack], index: &MmapIndex) -> (Vec<Stack>, SymbolStat
                 .collect(),
             kernel_lost: s.kernel_lost,
             user_lost: s.user_lost,
+            off_cpu: s.off_cpu,
             count: s.count,
         })
         .collect();
@@ -172,6 +175,48 @@ fn symbolize_kernel(
         .enumerate()
         .map(|(i, &a)| (a, res.get(i).map(|s| own(s.clone()))))
         .collect()
+}
+
+/// Names of kernel addresses (exact, not return addresses), `None` when
+/// kallsyms has no symbol.
+pub fn kernel_names(addrs: &[u64]) -> Vec<Option<String>> {
+    let symbolizer = Symbolizer::new();
+    symbolize_kernel(&symbolizer, addrs)
+        .into_iter()
+        .map(|(_, s)| s.and_then(|s| s.into_sym()).map(|s| s.name.into_owned()))
+        .collect()
+}
+
+/// The kernel's text section, `[_stext, _etext)`, from /proc/kallsyms.
+pub fn kernel_text_range() -> Option<(u64, u64)> {
+    let syms = fs::read_to_string("/proc/kallsyms").ok()?;
+    let find = |name: &str| {
+        syms.lines().find_map(|l| {
+            let mut w = l.split_whitespace();
+            let addr = w.next()?;
+            let _kind = w.next()?;
+            (w.next()? == name)
+                .then(|| u64::from_str_radix(addr, 16).ok())
+                .flatten()
+        })
+    };
+    let (lo, hi) = (find("_stext")?, find("_etext")?);
+    (lo != 0 && lo < hi).then_some((lo, hi))
+}
+
+/// Frames that belong to BPF or to the tracing machinery that called it:
+/// they start every stack taken inside a tracepoint's BPF program and must
+/// never reach an output.
+pub fn is_bpf_frame(name: &str) -> bool {
+    name.starts_with("bpf_prog_")
+        || name.starts_with("bpf_trace_run")
+        || name.starts_with("__bpf_trace_")
+        || name.starts_with("__traceiter_")
+        || name.starts_with("bpf_trampoline_")
+        || name.starts_with("__bpf_prog_enter")
+        || name.starts_with("__bpf_prog_exit")
+        || name.starts_with("bpf_get_stack")
+        || name.starts_with("__bpf_get_stack")
 }
 
 fn own(s: Symbolized<'_>) -> Symbolized<'static> {
@@ -206,110 +251,6 @@ impl Names {
             _ => {
                 self.stats.unknown_frames += 1;
                 vec![UNKNOWN.to_string()]
-            }
-        }
-    }
-}
-
-/// Finds the ELF file with a given build ID: first among the files the side
-/// band saw mapped, then in the live target processes' maps, then in the
-/// system's debug directory.
-struct FileFinder<'a> {
-    index: &'a MmapIndex,
-    pids: BTreeSet<u32>,
-    ids: HashMap<PathBuf, Option<[u8; BUILD_ID_SIZE]>>,
-    scanned: bool,
-    extra: HashMap<[u8; BUILD_ID_SIZE], PathBuf>,
-}
-
-impl<'a> FileFinder<'a> {
-    fn new(index: &'a MmapIndex, pids: BTreeSet<u32>) -> Self {
-        FileFinder {
-            index,
-            pids,
-            ids: HashMap::new(),
-            scanned: false,
-            extra: HashMap::new(),
-        }
-    }
-
-    fn build_id_of(&mut self, path: &Path) -> Option<[u8; BUILD_ID_SIZE]> {
-        *self.ids.entry(path.to_path_buf()).or_insert_with(|| {
-            let id = blazesym::helper::read_elf_build_id(path).ok()??;
-            let mut padded = [0u8; BUILD_ID_SIZE];
-            let n = id.len().min(BUILD_ID_SIZE);
-            padded[..n].copy_from_slice(&id[..n]);
-            Some(padded)
-        })
-    }
-
-    /// The path of `pid`'s file as bprof can open it: through the process's
-    /// root while it lives (containers), else as named.
-    fn candidates(pid: u32, path: &Path) -> [PathBuf; 2] {
-        let rel = path.strip_prefix("/").unwrap_or(path);
-        [
-            Path::new(&format!("/proc/{pid}/root")).join(rel),
-            path.to_path_buf(),
-        ]
-    }
-
-    fn find(&mut self, id: &[u8; BUILD_ID_SIZE]) -> Option<PathBuf> {
-        let mut tried = Vec::new();
-        if let Some(maps) = self.index.by_build_id.get(id) {
-            for m in maps {
-                tried.extend(Self::candidates(m.pid, &m.path));
-            }
-        }
-        for m in &self.index.without_build_id {
-            tried.extend(Self::candidates(m.pid, &m.path));
-        }
-        for p in tried {
-            if self.build_id_of(&p).as_ref() == Some(id) {
-                return Some(p);
-            }
-        }
-        if !self.scanned {
-            self.scan_live_processes();
-        }
-        if let Some(p) = self.extra.get(id) {
-            return Some(p.clone());
-        }
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect::<String>();
-        let hex = hex.trim_end_matches("00");
-        let debug = PathBuf::from(format!(
-            "/usr/lib/debug/.build-id/{}/{}.debug",
-            &hex[..2.min(hex.len())],
-            hex.get(2..).unwrap_or("")
-        ));
-        debug.exists().then_some(debug)
-    }
-
-    /// Files mapped executable by the profiled processes that are still alive.
-    fn scan_live_processes(&mut self) {
-        self.scanned = true;
-        let pids: Vec<u32> = self
-            .pids
-            .iter()
-            .copied()
-            .chain([std::process::id()])
-            .collect();
-        for pid in pids {
-            let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
-                continue;
-            };
-            let paths: BTreeSet<&str> = maps
-                .lines()
-                .filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.contains('x')))
-                .filter_map(|l| l.split_whitespace().nth(5))
-                .filter(|p| p.starts_with('/'))
-                .collect();
-            for p in paths {
-                for c in Self::candidates(pid, Path::new(p)) {
-                    if let Some(id) = self.build_id_of(&c) {
-                        self.extra.entry(id).or_insert(c);
-                        break;
-                    }
-                }
             }
         }
     }

@@ -299,9 +299,15 @@ impl ExitStatus {
     }
 }
 
-/// Whether process `pid` still exists (and is not a zombie we reaped).
+/// Whether process or thread `pid` still exists and has not exited (a
+/// zombie waiting for its parent counts as gone).
 pub fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    let r = unsafe { libc::kill(pid as i32, 0) };
-    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised comm, which may contain spaces.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
 }

@@ -407,3 +407,40 @@ fn default_report_lists_stacks_hottest_last() {
     let count: u64 = last.lines().last().unwrap().trim().parse().unwrap();
     assert!(count > 200);
 }
+
+#[test]
+fn tiny_maps_count_and_report_every_loss() {
+    let _g = exclusive();
+    let bin = fixture("recurse");
+    // Two map slots cannot hold the stacks of a whole system: losses must be
+    // counted in the kernel and reported, not silently dropped.
+    let mut w = Command::new(&bin).arg("3").spawn().unwrap();
+    let out = run(bprof().args(["-F", "999", "-f", "-I", "--stack-storage-size", "2", "1.5"]));
+    let _ = (w.kill(), w.wait());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("samples lost: the count map was full"),
+        "{stderr}"
+    );
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(lines.len() <= 2, "{lines:?}");
+}
+
+#[test]
+fn idle_is_skipped_unless_asked() {
+    let _g = exclusive();
+    // Idle is a system-wide matter: profile all CPUs of a mostly idle machine.
+    let out = run(bprof().args(["-F", "199", "-f", "-K", "1"]));
+    let no_idle = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        no_idle.iter().all(|l| !l.frames[0].starts_with("swapper")),
+        "{no_idle:?}"
+    );
+    let out = run(bprof().args(["-F", "199", "-f", "-K", "-I", "1"]));
+    let idle = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        idle.iter().any(|l| l.frames[0].starts_with("swapper")),
+        "{idle:?}"
+    );
+}

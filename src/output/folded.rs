@@ -17,7 +17,13 @@ pub struct FoldedOptions {
     pub kernel_stacks: bool,
     /// User stacks were requested.
     pub user_stacks: bool,
+    /// End off-CPU stacks with an `[off-cpu]` frame (`--wall`), so on- and
+    /// off-CPU time of the same code stay apart in the graph.
+    pub mark_off_cpu: bool,
 }
+
+/// The leaf frame that marks off-CPU time in `--wall` profiles.
+pub const OFF_CPU_FRAME: &str = "[off-cpu]";
 
 /// `;` separates frames and a newline ends a line, so neither may appear
 /// inside a name (Rust's `[u8; 8]`, C++ templates).
@@ -57,6 +63,9 @@ pub fn lines(stacks: &[Stack], opts: &FoldedOptions) -> Vec<(String, u64)> {
             } else {
                 push(&f);
             }
+        }
+        if opts.mark_off_cpu && s.off_cpu {
+            push(OFF_CPU_FRAME);
         }
         *merged.entry(line).or_default() += s.count;
     }

@@ -29,7 +29,8 @@ pub fn write(out: &mut dyn Write, stacks: &[Stack], limit: Option<usize>) -> io:
         for f in &s.user {
             writeln!(out, "    {f}")?;
         }
-        writeln!(out, "    -                {} ({})", s.comm, s.pid)?;
+        let what = if s.off_cpu { " [off-cpu us]" } else { "" };
+        writeln!(out, "    -                {} ({}){what}", s.comm, s.pid)?;
         writeln!(out, "        {}\n", s.count)?;
     }
     out.flush()

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * --filter evaluation, shared by every program that keeps or drops events:
+ * walks the entries user space compiled into the `filters` array, the way
+ * perf's sample_filter.bpf.c does, with a loop bound the verifier accepts.
+ * The including file defines `filters` and `cfg`.
+ */
+#ifndef BPROF_FILTER_BPF_H
+#define BPROF_FILTER_BPF_H
+
+/* What a test can look at; fields a program cannot know are 0 (user space
+ * rejects the terms that need them). */
+struct filter_sample {
+	__u64 id; /* bpf_get_current_pid_tgid() */
+	__u64 period;
+	__u64 ip;
+	const char *comm;
+};
+
+static __always_inline __u64 term_value(const struct filter_entry *e, const struct filter_sample *s)
+{
+	switch (e->term) {
+	case FILTER_TERM_TID:
+		return (__u32)s->id;
+	case FILTER_TERM_PID:
+		return s->id >> 32;
+	case FILTER_TERM_CPU:
+		return bpf_get_smp_processor_id();
+	case FILTER_TERM_PERIOD:
+		return s->period;
+	case FILTER_TERM_IP:
+		return s->ip;
+	case FILTER_TERM_UID:
+		return (__u32)bpf_get_current_uid_gid();
+	case FILTER_TERM_GID:
+		return bpf_get_current_uid_gid() >> 32;
+	case FILTER_TERM_CGROUP:
+		/* The ancestor at the filter's level: the cgroup or any below it. */
+		return bpf_get_current_ancestor_cgroup_id(e->level);
+	case FILTER_TERM_MODE:
+		/* Kernel addresses have the top bit set on x86_64 and arm64. */
+		return s->ip >> 63;
+	default:
+		return 0;
+	}
+}
+
+static __always_inline int comm_equal(const char *a, const char *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+
+	return x[0] == y[0] && x[1] == y[1];
+}
+
+static __always_inline int test_entry(const struct filter_entry *e, const struct filter_sample *s)
+{
+	__u64 v;
+
+	if (e->term == FILTER_TERM_COMM) {
+		int eq = comm_equal(s->comm, e->comm);
+
+		return e->op == FILTER_OP_EQ ? eq : !eq;
+	}
+	v = term_value(e, s);
+	switch (e->op) {
+	case FILTER_OP_EQ:
+		return v == e->value;
+	case FILTER_OP_NE:
+		return v != e->value;
+	case FILTER_OP_LT:
+		return v < e->value;
+	case FILTER_OP_LE:
+		return v <= e->value;
+	case FILTER_OP_GT:
+		return v > e->value;
+	case FILTER_OP_GE:
+		return v >= e->value;
+	case FILTER_OP_AND:
+		return (v & e->value) != 0;
+	default:
+		return 0;
+	}
+}
+
+/* 1 when the event passes every test: an AND of OR-groups. */
+static __always_inline int filter_pass(const struct filter_sample *s)
+{
+	int in_group = 0, group_ok = 0;
+
+	for (__u32 i = 0; i < BPROF_MAX_FILTERS; i++) {
+		const struct filter_entry *e;
+
+		if (i >= cfg.filter_len)
+			break;
+		e = bpf_map_lookup_elem(&filters, &i);
+		if (!e)
+			return 0;
+		if (e->op == FILTER_OP_GROUP_BEGIN) {
+			in_group = 1;
+			group_ok = 0;
+		} else if (e->op == FILTER_OP_GROUP_END) {
+			if (!group_ok)
+				return 0;
+			in_group = 0;
+		} else if (in_group) {
+			if (!group_ok)
+				group_ok = test_entry(e, s);
+		} else if (!test_entry(e, s)) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+#endif /* BPROF_FILTER_BPF_H */
