@@ -68,20 +68,7 @@ struct {
 	__type(value, struct profile_stats);
 } profile_stats SEC(".maps");
 
-/* Target processes (-p, the command and its descendants) and threads (-L). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, __u8);
-} target_tgids SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, __u8);
-} target_tids SEC(".maps");
+#include "targets.bpf.h"
 
 /* The compiled --filter, written by user space before attaching. */
 struct {
@@ -118,11 +105,7 @@ static __always_inline struct profile_stats *stats(void)
 
 static __always_inline int is_target(__u32 tgid, __u32 pid)
 {
-	if (cfg.match_tgid && !bpf_map_lookup_elem(&target_tgids, &tgid))
-		return 0;
-	if (cfg.match_tid && !bpf_map_lookup_elem(&target_tids, &pid))
-		return 0;
-	return 1;
+	return in_targets(cfg.match_tgid, cfg.match_tid, tgid, pid);
 }
 
 /* Adds `n` to the key's count; a new key may find the map full. */
@@ -289,13 +272,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(follow_fork, struct task_struct *parent, struct task_struct *child)
 {
-	__u32 ptgid = parent->tgid, ctgid = child->tgid;
-	__u8 one = 1;
-
-	if (!cfg.follow_children || ptgid == ctgid)
-		return 0;
-	if (bpf_map_lookup_elem(&target_tgids, &ptgid))
-		bpf_map_update_elem(&target_tgids, &ctgid, &one, 0);
+	if (cfg.follow_children)
+		follow_child(parent, child);
 	return 0;
 }
 

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{Args, Parser, Subcommand};
 
 /// bprof: a sampling profiler that counts stacks inside the kernel with BPF.
 ///
@@ -13,10 +13,94 @@ use clap::Parser;
 /// with their counts, hottest last.
 #[derive(Debug, Parser)]
 #[command(name = "bprof", version, about, long_about)]
+#[command(args_conflicts_with_subcommands = true)]
 #[command(
-    after_help = "Examples:\n  bprof -F 99 -p 1234 -f > out.folded     folded stacks of process 1234\n  bprof --svg flame.svg -- ./my-program   flame graph of a command and its children\n  bprof -a -d 10 -f                        10 s system-wide, annotated kernel frames"
+    after_help = "Examples:\n  bprof -F 99 -p 1234 -f > out.folded     folded stacks of process 1234\n  bprof --svg flame.svg -- ./my-program   flame graph of a command and its children\n  bprof -a -d -f 10                        10 s system-wide, annotated kernel frames\n  bprof --off-cpu --svg off.svg -p 1234   where process 1234 blocks\n  bprof stat -e cycles,instructions -a 5  counts, shared with other sessions"
 )]
 pub struct Cli {
+    /// A subcommand (`stat`); without one, bprof profiles.
+    #[command(subcommand)]
+    pub sub: Option<Sub>,
+
+    /// Profiling options.
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Sub {
+    /// Count events like `perf stat`, through per-CPU counters that every
+    /// concurrent bprof session shares via BPF (bperf-style): nothing
+    /// multiplexes however many sessions run.
+    Stat(StatArgs),
+}
+
+/// `bprof stat` options, mirroring perf stat.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  bprof stat -e cycles,instructions -a 5\n  bprof stat -e instructions:u -- ./my-program\n  bprof stat -e task-clock,context-switches -I 1000 -p 1234"
+)]
+pub struct StatArgs {
+    /// Count for this many seconds (default: until Ctrl-C or the target exits).
+    #[arg(value_name = "DURATION")]
+    pub duration: Option<String>,
+
+    /// Events, comma-separated (repeatable), with optional :u / :k
+    /// [default: task-clock,context-switches,cpu-migrations,page-faults,
+    /// cycles,instructions,branches,branch-misses].
+    #[arg(short = 'e', long = "event", value_name = "EVENT[,EVENT...]")]
+    pub event: Vec<String>,
+
+    /// Count every task on every CPU (the default without -p/-t/-C/COMMAND).
+    #[arg(short = 'a', long = "all-cpus")]
+    pub all_cpus: bool,
+
+    /// Count only on these CPUs (e.g. 0,2-3).
+    #[arg(short = 'C', long = "cpu", value_name = "CPUS")]
+    pub cpu: Option<String>,
+
+    /// Count these processes (comma-separated PIDs) and their new threads.
+    #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]")]
+    pub pid: Option<String>,
+
+    /// Count these threads (comma-separated TIDs).
+    #[arg(short = 't', long = "tid", value_name = "TID[,TID...]")]
+    pub tid: Option<String>,
+
+    /// Print counts every MS milliseconds (at least 10).
+    #[arg(short = 'I', long = "interval-print", value_name = "MS")]
+    pub interval: Option<String>,
+
+    /// CSV output with this separator: value,unit,event,run time,% running,metric,metric unit.
+    #[arg(short = 'x', long = "field-separator", value_name = "SEP")]
+    pub separator: Option<String>,
+
+    /// JSON output, one object per line.
+    #[arg(short = 'j', long = "json", conflicts_with = "separator")]
+    pub json: bool,
+
+    /// Count separately for each of these cgroups (v2 paths, hierarchical:
+    /// a cgroup's counts include its descendants).
+    #[arg(long = "for-each-cgroup", value_name = "CGROUP[,CGROUP...]")]
+    pub for_each_cgroup: Option<String>,
+
+    /// bpffs directory where the shared counters are pinned.
+    #[arg(long = "bpf-pin-dir", alias = "bpf-attr-map", value_name = "DIR", default_value = crate::shared::DEFAULT_PIN_DIR)]
+    pub pin_dir: PathBuf,
+
+    /// Extra detail (sharing state); twice (-vv) also libbpf's messages.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Command to run and count with its children, until it exits.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// Profiling options (the default mode).
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
     /// Profile for this many seconds (default: until Ctrl-C, or until the
     /// target exits).
     #[arg(value_name = "DURATION")]
@@ -129,9 +213,14 @@ pub struct Cli {
     #[arg(long = "stack-skip", value_name = "N")]
     pub stack_skip: Option<String>,
 
-    /// Show libbpf's messages and extra detail.
-    #[arg(short = 'v', long = "verbose")]
-    pub verbose: bool,
+    /// Do not print the target's cycles, instructions and IPC at the end.
+    #[arg(long = "no-counts")]
+    pub no_counts: bool,
+
+    /// Extra detail (stack skip, loss breakdown); twice (-vv) also
+    /// libbpf's messages.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    pub verbose: u8,
 
     /// Command to run and profile with its children, until it exits.
     #[arg(last = true, value_name = "COMMAND")]

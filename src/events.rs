@@ -130,13 +130,12 @@ pub fn sampling_attr(event: Event, rate: Rate) -> pb::perf_event_attr {
 }
 
 /// Opens `event` on every CPU in `cpus`. A hardware event that the machine
-/// cannot count (no PMU, e.g. in most VMs) is replaced by cpu-clock, and the
-/// returned event says which one is in use.
+/// cannot count (no PMU, e.g. in most VMs) is replaced by cpu-clock; the
+/// returned event says which one is in use (the caller tells the user).
 pub fn open_sampling(event: Event, rate: Rate, cpus: &[u32]) -> Result<(Event, Vec<OwnedFd>)> {
     match open_on_cpus(event, rate, cpus) {
         Ok(fds) => Ok((event, fds)),
         Err(e) if event.is_hardware() && no_pmu(&e) => {
-            eprintln!("bprof: no hardware PMU for {event} here; sampling cpu-clock instead");
             Ok((Event::CpuClock, open_on_cpus(Event::CpuClock, rate, cpus)?))
         }
         Err(e) => Err(e),

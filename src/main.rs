@@ -3,6 +3,7 @@
 mod buildid;
 mod cgroup;
 mod cli;
+mod counters;
 mod events;
 mod filter;
 mod maps;
@@ -10,9 +11,12 @@ mod output;
 mod preflight;
 mod programs;
 mod record;
+mod shared;
 mod sideband;
 mod signals;
 mod stacks;
+mod stat;
+mod stat_cmd;
 mod symbols;
 mod target;
 
@@ -21,6 +25,10 @@ mod skel {
     pub mod profile {
         #![allow(clippy::all, unused_imports)]
         include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
+    }
+    pub mod stat {
+        #![allow(clippy::all, unused_imports)]
+        include!(concat!(env!("OUT_DIR"), "/stat.skel.rs"));
     }
 }
 
@@ -44,16 +52,32 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    programs::init_libbpf_logging(cli.verbose);
+    if let Some(cli::Sub::Stat(args)) = cli.sub {
+        programs::init_libbpf_logging(args.verbose > 1);
+        return match stat_cmd::Settings::from_args(args) {
+            Ok(s) => finish(stat_cmd::run(s)),
+            Err(e) => usage_error(e),
+        };
+    }
+    let cli = cli.profile;
+    programs::init_libbpf_logging(cli.verbose > 1);
     let settings = match record::Settings::from_cli(cli) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("bprof: {e:#}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return usage_error(e),
     };
-    match record::run(settings) {
-        Ok(o) => ExitCode::from(o.exit_code.clamp(0, 255) as u8),
+    finish(record::run(settings).map(|o| o.exit_code))
+}
+
+/// Bad input: one line, exit status 2, before anything was loaded.
+fn usage_error(e: anyhow::Error) -> ExitCode {
+    eprintln!("bprof: {e:#}");
+    ExitCode::from(2)
+}
+
+/// Exits with the session's code, or reports its error in one line.
+fn finish(result: anyhow::Result<i32>) -> ExitCode {
+    match result {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
             eprintln!("bprof: {e:#}");
             ExitCode::FAILURE

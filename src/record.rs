@@ -4,21 +4,25 @@
 use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::mem::MaybeUninit;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::cli::Cli;
+use crate::cli::ProfileArgs;
+use crate::counters::EventSpec;
 use crate::events::{self, Event, Rate};
 use crate::filter::Term;
 use crate::maps;
+use crate::output::stat::thousands;
 use crate::output::{folded, report, svg};
 use crate::programs::{Mode, ProfileOptions, ProfileProgram};
+use crate::shared::{Shared, DEFAULT_PIN_DIR};
 use crate::sideband::Sideband;
 use crate::signals;
 use crate::stacks::Stats;
+use crate::stat::{Scope, StatProgram};
 use crate::symbols::{self, SymbolStats};
 use crate::target::{self, Child, Target};
 
@@ -50,6 +54,8 @@ pub struct Settings {
     pub svg: Option<PathBuf>,
     /// Extra detail on stderr.
     pub verbose: bool,
+    /// Count the target's cycles and instructions through the shared counters.
+    pub counts: bool,
 }
 
 fn term_name(t: Term) -> &'static str {
@@ -75,7 +81,7 @@ fn parse_u64(s: &str, what: &str) -> Result<u64> {
 
 impl Settings {
     /// Checks the command line; every error is one line for the user.
-    pub fn from_cli(cli: Cli) -> Result<Settings> {
+    pub fn from_cli(cli: ProfileArgs) -> Result<Settings> {
         let online = events::online_cpus().context("reading the online CPUs")?;
         let mut target = Target::default();
         if let Some(c) = &cli.cpu {
@@ -224,7 +230,8 @@ impl Settings {
             folded_stdout: cli.folded && cli.output.is_none(),
             folded_file: cli.output,
             svg: cli.svg,
-            verbose: cli.verbose,
+            verbose: cli.verbose > 0,
+            counts: !cli.no_counts,
         })
     }
 }
@@ -272,12 +279,32 @@ pub fn run(settings: Settings) -> Result<Outcome> {
 
     // Events, then attach.
     let mut sideband = Sideband::open(&cpus)?;
+    // Cycles and instructions of the same target, through the counters
+    // shared with every other bprof session.
+    let mut stat_obj = MaybeUninit::uninit();
+    let counter = if settings.counts {
+        start_counts(&mut stat_obj, &settings, child.as_ref().map(|c| c.pid))
+    } else {
+        None
+    };
+
     let mode = settings.program.mode;
     let (event, fds) = if mode.on_cpu() {
         events::open_sampling(settings.event, settings.rate, &cpus)?
     } else {
         (settings.event, Vec::new())
     };
+    // One line for everything the missing PMU changes.
+    let mut no_pmu = Vec::new();
+    if event != settings.event {
+        no_pmu.push(format!("sampling {event} instead of {}", settings.event));
+    }
+    if settings.counts && counter.is_none() {
+        no_pmu.push("cycles and instructions not counted".to_string());
+    }
+    if !no_pmu.is_empty() {
+        eprintln!("bprof: no hardware PMU here: {}", no_pmu.join("; "));
+    }
     prog.attach(fds, settings.program.follow_children)?;
     if mode.off_cpu() {
         let skip = prog.attach_offcpu(settings.stack_skip, settings.verbose)?;
@@ -354,6 +381,13 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         }
     }
     let elapsed = started.elapsed();
+    let counts = counter.and_then(|c| match c.sync().and_then(|_| c.read()) {
+        Ok(blocks) => blocks.into_iter().next(),
+        Err(e) => {
+            eprintln!("bprof: reading cycles and instructions failed: {e:#}");
+            None
+        }
+    });
     prog.detach();
     progress.finish_and_clear();
     sideband.drain();
@@ -412,6 +446,10 @@ pub fn run(settings: Settings) -> Result<Outcome> {
                 "us",
             ),
         };
+        let subtitle = match counts.as_ref().and_then(counts_text) {
+            Some(c) => format!("{subtitle}; {c}"),
+            None => subtitle,
+        };
         let opts = svg::SvgOptions {
             title: format!("bprof{kind}: {what}"),
             subtitle: Some(subtitle),
@@ -442,6 +480,9 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         elapsed,
         interrupted,
     );
+    if let Some(text) = counts.as_ref().and_then(counts_text) {
+        eprintln!("bprof: {text}");
+    }
     let exit_code = match exit_status {
         Some(st) => {
             eprintln!("bprof: command exited with {}", describe_exit(st));
@@ -450,6 +491,60 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         None => 0,
     };
     Ok(Outcome { exit_code })
+}
+
+/// Joins the shared counters for the profile's target; `None` (after saying
+/// why, unless it is just a missing PMU) when they cannot count here.
+fn start_counts<'obj>(
+    obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+    settings: &Settings,
+    child: Option<u32>,
+) -> Option<StatProgram<'obj>> {
+    try_start_counts(obj, settings, child).unwrap_or_else(|e| {
+        eprintln!("bprof: cycles and instructions not counted: {e:#}");
+        None
+    })
+}
+
+fn try_start_counts<'obj>(
+    obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+    settings: &Settings,
+    child: Option<u32>,
+) -> Result<Option<StatProgram<'obj>>> {
+    let specs = EventSpec::parse_list("cycles,instructions")?;
+    let online = events::online_cpus()?;
+    let scope = Scope {
+        cpus: settings.target.cpus.clone(),
+        pids: settings.target.pids.clone(),
+        tids: settings.target.tids.clone(),
+        follow_children: child.is_some(),
+        cgroups: Vec::new(),
+    };
+    let mut c = StatProgram::load(obj, Path::new(DEFAULT_PIN_DIR), &specs, &scope, &online)?;
+    if c.session.events.iter().all(|e| *e == Shared::NotSupported) {
+        return Ok(None);
+    }
+    if let Some(pid) = child {
+        c.add_tgid(pid)?;
+    }
+    c.attach(child.is_some())?;
+    Ok(Some(c))
+}
+
+/// "N cycles, M instructions, X insn per cycle" for what could be counted.
+fn counts_text(c: &crate::stat::Counts) -> Option<String> {
+    let (cycles, insns) = (c.first().copied().flatten()?, c.get(1).copied().flatten()?);
+    let (cy, ins) = (cycles.scaled(), insns.scaled());
+    let ipc = if cy > 0 {
+        format!(", {:.2} insn per cycle", ins as f64 / cy as f64)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "{} cycles, {} instructions{ipc}",
+        thousands(cy),
+        thousands(ins)
+    ))
 }
 
 fn describe_exit(st: target::ExitStatus) -> String {

@@ -2,4 +2,5 @@
 
 pub mod folded;
 pub mod report;
+pub mod stat;
 pub mod svg;

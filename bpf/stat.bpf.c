@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * bprof stat: bperf-style counting without fentry/fexit.
+ *
+ * The hardware (or software) counters are one set of per-CPU perf events per
+ * event attribute, held in one PERF_EVENT_ARRAY that is pinned in bpffs with
+ * BPF_F_PRESERVE_ELEMS and shared by every concurrent session (a pinned attr
+ * map says which slot holds which attribute): sessions never open counters
+ * of their own, so nothing multiplexes however many run.
+ *
+ * perf's followers are fexit programs on a shared leader; fexit cannot load
+ * here, so instead every session loads this small program of its own on
+ * raw_tp/sched_switch, reusing the pinned array. At each switch it reads
+ * the counters of its events on this CPU, keeps its own previous reading per
+ * CPU, and charges the difference to the task that was running (current, i.e.
+ * the task being switched out) if that task is one of the session's targets.
+ * The same program, run with BPF_PROG_TEST_RUN on each CPU, charges the
+ * running task's share before user space reads: counts are exact.
+ *
+ * Per-cgroup counts charge the same differences to every --for-each-cgroup
+ * cgroup the task is in (the cgroup or any below it, as perf's cgroup mode):
+ * a cgroup switch only happens at a task switch, so the counts between two
+ * task switches belong to one task and therefore one cgroup.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "stat.h"
+
+const volatile struct stat_config cfg = {};
+
+/* The shared counters: replaced before load by the pinned array (same
+ * name), whose entry slot * nr_cpus + cpu is the perf event of one event
+ * attribute on one CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+	__uint(max_entries, 1);
+} events SEC(".maps");
+
+/* This session's last reading of each event, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BPROF_STAT_MAX_EVENTS);
+	__type(key, __u32);
+	__type(value, struct stat_value);
+} prev SEC(".maps");
+
+/* Sums per CPU: slot event for the target, then one block of events per
+ * --for-each-cgroup entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, (BPROF_STAT_MAX_CGROUPS + 1) * BPROF_STAT_MAX_EVENTS);
+	__type(key, __u32);
+	__type(value, struct stat_value);
+} sums SEC(".maps");
+
+/* -C: CPUs whose counts belong to this session. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u8);
+} counted_cpus SEC(".maps");
+
+#include "targets.bpf.h"
+
+static __always_inline long read_event(__u32 i, struct bpf_perf_event_value *v)
+{
+	__u64 index = (__u64)cfg.event_slots[i] * cfg.nr_cpus + bpf_get_smp_processor_id();
+
+	return bpf_perf_event_read_value(&events, index & BPF_F_INDEX_MASK, v, sizeof(*v));
+}
+
+static __always_inline void add(__u32 slot, const struct stat_value *d)
+{
+	struct stat_value *s = bpf_map_lookup_elem(&sums, &slot);
+
+	if (s) {
+		s->counter += d->counter;
+		s->enabled += d->enabled;
+		s->running += d->running;
+	}
+}
+
+static __always_inline int cpu_counted(void)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u8 *on;
+
+	if (!cfg.match_cpu)
+		return 1;
+	on = bpf_map_lookup_elem(&counted_cpus, &cpu);
+	return on && *on;
+}
+
+static __always_inline int task_counted(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+
+	if (cfg.scope == STAT_SCOPE_ALL)
+		return 1;
+	/* Idle is never a target process. */
+	if ((__u32)id == 0)
+		return 0;
+	return in_targets(cfg.match_tgid, cfg.match_tid, id >> 32, (__u32)id);
+}
+
+/* One event: difference since this CPU's last reading, charged to the
+ * target and to each matching cgroup. */
+static __always_inline void charge_event(__u32 i, int on_cpu, int charge)
+{
+	struct bpf_perf_event_value v = {};
+	struct stat_value d, *p;
+
+	p = bpf_map_lookup_elem(&prev, &i);
+	if (!p || read_event(i, &v))
+		return;
+	if (!p->enabled) {
+		/* First reading on this CPU: only a baseline. */
+		p->counter = v.counter;
+		p->enabled = v.enabled;
+		p->running = v.running;
+		return;
+	}
+	d.counter = v.counter - p->counter;
+	d.enabled = v.enabled - p->enabled;
+	d.running = v.running - p->running;
+	p->counter = v.counter;
+	p->enabled = v.enabled;
+	p->running = v.running;
+	if (charge)
+		add(i, &d);
+	if (!on_cpu)
+		return;
+	/* No early exit: a loop with one exit is what the verifier bounds best. */
+	for (__u32 c = 0; c < BPROF_STAT_MAX_CGROUPS; c++) {
+		if (c < cfg.nr_cgroups &&
+		    bpf_get_current_ancestor_cgroup_id(cfg.cgroup_levels[c]) == cfg.cgroup_ids[c])
+			add((c + 1) * BPROF_STAT_MAX_EVENTS + i, &d);
+	}
+}
+
+/* Charges the counts since this CPU's last reading to the current task. */
+SEC("raw_tp/sched_switch")
+int stat_switch(void *ctx)
+{
+	int on_cpu = cpu_counted();
+	int charge = on_cpu && task_counted();
+
+#pragma unroll
+	for (__u32 i = 0; i < BPROF_STAT_MAX_EVENTS; i++) {
+		if (i < cfg.nr_events)
+			charge_event(i, on_cpu, charge);
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(stat_follow_fork, struct task_struct *parent, struct task_struct *child)
+{
+	if (cfg.follow_children)
+		follow_child(parent, child);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Types shared by stat.bpf.c and the Rust side (through the skeleton). */
+#ifndef BPROF_STAT_H
+#define BPROF_STAT_H
+
+/* Events one session counts. */
+#define BPROF_STAT_MAX_EVENTS 8
+/* Distinct event attributes all sessions together can share: the shared
+ * PERF_EVENT_ARRAY holds slot * nr_cpus + cpu. */
+#define BPROF_STAT_MAX_SLOTS 64
+/* --for-each-cgroup entries. */
+#define BPROF_STAT_MAX_CGROUPS 16
+
+/* A reading, as bpf_perf_event_read_value reports it. */
+struct stat_value {
+	__u64 counter;
+	__u64 enabled;
+	__u64 running;
+};
+
+enum stat_scope {
+	STAT_SCOPE_ALL,     /* -a: every task on the counted CPUs */
+	STAT_SCOPE_TARGETS, /* -p / -t / -- COMMAND: the target sets */
+};
+
+struct stat_config {
+	__u32 nr_events;
+	__u32 nr_cpus;        /* possible CPUs: the stride of a slot */
+	__u32 event_slots[BPROF_STAT_MAX_EVENTS];
+	__u32 nr_cgroups;
+	__u8 scope;           /* enum stat_scope */
+	__u8 match_tgid;
+	__u8 match_tid;
+	__u8 follow_children;
+	__u8 match_cpu;       /* -C: only CPUs set in counted_cpus */
+	__u8 pad[3];
+	/* cgroup v2 ids and their depth, for --for-each-cgroup. */
+	__u64 cgroup_ids[BPROF_STAT_MAX_CGROUPS];
+	__u32 cgroup_levels[BPROF_STAT_MAX_CGROUPS];
+};
+
+#endif /* BPROF_STAT_H */

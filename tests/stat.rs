@@ -1,0 +1,510 @@
+//! `bprof stat`: counting through shared per-CPU counters (run as root).
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+const PIN_DIR: &str = "/sys/fs/bpf/bprof-stat";
+
+/// Parses `-x ,` output: event name → (value, unit); `None` for <not supported>.
+fn csv(out: &Output) -> Vec<(String, Option<f64>)> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            assert!(f.len() >= 7, "short CSV line {l:?}");
+            (f[2].to_string(), f[0].parse().ok())
+        })
+        .collect()
+}
+
+fn value(rows: &[(String, Option<f64>)], event: &str) -> f64 {
+    rows.iter()
+        .find(|(e, _)| e == event)
+        .and_then(|(_, v)| *v)
+        .unwrap_or_else(|| panic!("no {event} in {rows:?}"))
+}
+
+fn stat(args: &[&str]) -> Output {
+    let out = run(bprof().arg("stat").args(args));
+    assert!(
+        out.status.success() || out.status.code() == Some(3),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn perf_csv(args: &[&str]) -> Vec<(String, Option<f64>)> {
+    let out = run(Command::new("perf").args(["stat", "-x", ","]).args(args));
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f.len() >= 3).then(|| (f[2].to_string(), f[0].parse().ok()))
+        })
+        .collect()
+}
+
+fn within(a: f64, b: f64, pct: f64) -> bool {
+    (a - b).abs() <= b.abs() * pct / 100.0
+}
+
+fn nothing_pinned() -> bool {
+    !Path::new(PIN_DIR).exists()
+}
+
+#[test]
+fn software_counts_agree_with_perf_stat() {
+    let _g = exclusive();
+    let bin = fixture("spinsleep");
+    let ev = "task-clock,context-switches,page-faults";
+    let ours = csv(&stat(&[
+        "-x",
+        ",",
+        "-e",
+        ev,
+        "--",
+        bin.to_str().unwrap(),
+        "1",
+    ]));
+    let perf = perf_csv(&["-e", ev, "--", bin.to_str().unwrap(), "1"]);
+    assert!(
+        within(value(&ours, "task-clock"), value(&perf, "task-clock"), 10.0),
+        "{ours:?} vs {perf:?}"
+    );
+    assert!(
+        within(
+            value(&ours, "page-faults"),
+            value(&perf, "page-faults"),
+            20.0
+        ),
+        "{ours:?} vs {perf:?}"
+    );
+    // ~100 sleeps: about 100 switches either way.
+    assert!(
+        within(
+            value(&ours, "context-switches"),
+            value(&perf, "context-switches"),
+            30.0
+        ),
+        "{ours:?} vs {perf:?}"
+    );
+    assert!(nothing_pinned());
+}
+
+#[test]
+fn instructions_of_a_known_loop() {
+    let _g = exclusive();
+    let bin = fixture("insns");
+    let out = stat(&[
+        "-x",
+        ",",
+        "-e",
+        "instructions:u",
+        "--",
+        bin.to_str().unwrap(),
+        "50000000",
+    ]);
+    let rows = csv(&out);
+    let perf = perf_csv(&[
+        "-e",
+        "instructions:u",
+        "--",
+        bin.to_str().unwrap(),
+        "50000000",
+    ]);
+    match perf
+        .iter()
+        .find(|(e, _)| e == "instructions:u")
+        .and_then(|(_, v)| *v)
+    {
+        Some(p) => {
+            let ours = value(&rows, "instructions:u");
+            assert!(ours >= 100_000_000.0, "{ours}");
+            assert!(within(ours, p, 0.5), "bprof {ours} vs perf {p}");
+        }
+        None => {
+            // No PMU on this machine: bprof must say so, not invent a count.
+            assert_eq!(rows[0], ("instructions:u".to_string(), None), "{rows:?}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("cannot count instructions:u (no hardware PMU here)"),
+                "{stderr}"
+            );
+            assert!(String::from_utf8_lossy(&out.stdout)
+                .starts_with("<not supported>,,instructions:u,"));
+        }
+    }
+}
+
+#[test]
+fn ten_sessions_share_one_set_of_counters_and_stay_exact() {
+    let _g = exclusive();
+    assert!(nothing_pinned());
+    let children: Vec<_> = (0..10)
+        .map(|_| {
+            bprof()
+                .args([
+                    "stat",
+                    "-v",
+                    "-x",
+                    ",",
+                    "-e",
+                    "task-clock,context-switches",
+                    "-a",
+                    "2",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    // One shared array of perf events, whatever the number of sessions, and
+    // no session holds a perf event fd of its own.
+    let maps = String::from_utf8_lossy(
+        &Command::new("bpftool")
+            .args(["map", "show"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .to_string();
+    assert_eq!(
+        maps.matches("perf_event_array  name events").count(),
+        1,
+        "{maps}"
+    );
+    let perf_fds = children
+        .iter()
+        .map(|c| {
+            std::fs::read_dir(format!("/proc/{}/fd", c.id()))
+                .unwrap()
+                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter(|l| l.to_string_lossy().contains("perf_event"))
+                .count()
+        })
+        .sum::<usize>();
+    assert_eq!(perf_fds, 0);
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let ncpus = online
+        .trim()
+        .split(',')
+        .map(|r| {
+            r.split_once('-').map_or(1, |(a, b)| {
+                b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1
+            })
+        })
+        .sum::<usize>();
+    let mut created = 0;
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.contains("(2 slots opened by this session, 0 reused)") {
+            created += 1;
+        }
+        // Every session sees all CPUs busy or idle for its 2 s: exact time.
+        let ms = value(&csv(&out), "task-clock");
+        assert!(
+            within(ms, 2000.0 * ncpus as f64, 3.0),
+            "{ms} ms over {ncpus} CPUs\n{stderr}"
+        );
+    }
+    assert_eq!(created, 1, "exactly one session opens the counters");
+    assert!(nothing_pinned(), "the last session must remove the pins");
+}
+
+#[test]
+fn counts_with_and_without_sharing_agree() {
+    let _g = exclusive();
+    let bin = fixture("work631");
+    let alone = value(
+        &csv(&stat(&[
+            "-x",
+            ",",
+            "-e",
+            "task-clock",
+            "--",
+            bin.to_str().unwrap(),
+            "1",
+        ])),
+        "task-clock",
+    );
+    let mut other = bprof()
+        .args(["stat", "-e", "task-clock", "-a", "5"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let shared = value(
+        &csv(&stat(&[
+            "-x",
+            ",",
+            "-e",
+            "task-clock",
+            "--",
+            bin.to_str().unwrap(),
+            "1",
+        ])),
+        "task-clock",
+    );
+    let _ = (
+        unsafe { libc::kill(other.id() as i32, libc::SIGINT) },
+        other.wait(),
+    );
+    assert!(
+        within(shared, alone, 5.0),
+        "alone {alone} ms, shared {shared} ms"
+    );
+    assert!(within(alone, 1000.0, 10.0), "{alone}");
+}
+
+#[test]
+fn pid_children_and_cpu_scopes() {
+    let _g = exclusive();
+    // -p: a live process that spins half of the time.
+    let mut s = Command::new(fixture("spinsleep")).arg("4").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let ms = value(
+        &csv(&stat(&[
+            "-x",
+            ",",
+            "-e",
+            "task-clock",
+            "-p",
+            &s.id().to_string(),
+            "1",
+        ])),
+        "task-clock",
+    );
+    let _ = (s.kill(), s.wait());
+    assert!(within(ms, 500.0, 20.0), "{ms}");
+
+    // --: the command's children count too, and its status is returned.
+    let forker = fixture("forker");
+    let ms = value(
+        &csv(&stat(&[
+            "-x",
+            ",",
+            "-e",
+            "task-clock",
+            "--",
+            forker.to_str().unwrap(),
+            "1",
+        ])),
+        "task-clock",
+    );
+    assert!(
+        within(ms, 1000.0, 15.0),
+        "child_work's second is missing: {ms}"
+    );
+    let out = run(bprof().args(["stat", "-e", "task-clock", "--", "sh", "-c", "exit 3"]));
+    assert_eq!(out.status.code(), Some(3));
+
+    // -C: a process pinned to CPU 1 has no time on CPU 0.
+    let mut w = Command::new("taskset")
+        .args(["-c", "1"])
+        .arg(fixture("work631"))
+        .arg("4")
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = w.id().to_string();
+    let on1 = value(
+        &csv(&stat(&[
+            "-x",
+            ",",
+            "-e",
+            "task-clock",
+            "-C",
+            "1",
+            "-p",
+            &pid,
+            "1",
+        ])),
+        "task-clock",
+    );
+    let on0 = value(
+        &csv(&stat(&[
+            "-x",
+            ",",
+            "-e",
+            "task-clock",
+            "-C",
+            "0",
+            "-p",
+            &pid,
+            "1",
+        ])),
+        "task-clock",
+    );
+    let _ = (w.kill(), w.wait());
+    assert!(within(on1, 1000.0, 10.0), "{on1}");
+    assert!(on0 < 20.0, "{on0}");
+}
+
+#[test]
+fn for_each_cgroup() {
+    let _g = exclusive();
+    let root = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            post.starts_with("cgroup2 ")
+                .then(|| pre.split_whitespace().nth(4).unwrap().to_string())
+        })
+        .expect("cgroup2 mounted");
+    let busy = format!("bprof-stat-busy-{}", std::process::id());
+    let idle = format!("bprof-stat-idle-{}", std::process::id());
+    let child = format!("{busy}/inner");
+    for d in [&busy, &idle, &child] {
+        std::fs::create_dir_all(Path::new(&root).join(d)).unwrap();
+    }
+    let mut w = Command::new(fixture("work631")).arg("4").spawn().unwrap();
+    std::fs::write(
+        Path::new(&root).join(&child).join("cgroup.procs"),
+        w.id().to_string(),
+    )
+    .unwrap();
+    let groups = format!("/{busy},/{idle}");
+    let out = stat(&[
+        "-x",
+        ",",
+        "-e",
+        "task-clock",
+        "--for-each-cgroup",
+        &groups,
+        "1",
+    ]);
+    let _ = (w.kill(), w.wait());
+    for d in [&child, &busy, &idle] {
+        let _ = std::fs::remove_dir(Path::new(&root).join(d));
+    }
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let ms_of = |cg: &str| -> f64 {
+        text.lines()
+            .find(|l| l.split(',').nth(3) == Some(cg))
+            .and_then(|l| l.split(',').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no line for {cg} in {text}"))
+    };
+    // Hierarchical: the process is in a child of the busy cgroup.
+    assert!(within(ms_of(&format!("/{busy}")), 1000.0, 10.0), "{text}");
+    assert!(ms_of(&format!("/{idle}")) < 5.0, "{text}");
+}
+
+#[test]
+fn interval_output_is_monotonic() {
+    let _g = exclusive();
+    let out = stat(&[
+        "-x",
+        ",",
+        "-I",
+        "200",
+        "-e",
+        "task-clock,context-switches",
+        "-a",
+        "1.1",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stamps: Vec<f64> = text
+        .lines()
+        .filter(|l| l.split(',').nth(3) == Some("task-clock"))
+        .map(|l| l.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(stamps.len() >= 5, "{text}");
+    assert!(stamps.windows(2).all(|w| w[1] > w[0]), "{stamps:?}");
+    // Each full interval holds ~200 ms per CPU of task-clock.
+    let first: f64 = text
+        .lines()
+        .next()
+        .unwrap()
+        .split(',')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(first > 100.0, "{text}");
+}
+
+#[test]
+fn human_and_json_output() {
+    let _g = exclusive();
+    let out = stat(&["-e", "task-clock,context-switches,cycles", "-a", "0.5"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Performance counter stats for 'system wide':"),
+        "{text}"
+    );
+    assert!(text.contains("msec task-clock"), "{text}");
+    assert!(text.contains("CPUs utilized"), "{text}");
+    assert!(text.contains("seconds time elapsed"), "{text}");
+    let out = stat(&["-j", "-e", "task-clock", "-a", "0.3"]);
+    let line = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(
+        line.starts_with("{\"counter-value\" : \"") && line.contains("\"event\" : \"task-clock\""),
+        "{line}"
+    );
+}
+
+#[test]
+fn stale_pins_of_a_crashed_session_are_replaced() {
+    let _g = exclusive();
+    let mut crashed = bprof()
+        .args(["stat", "-e", "task-clock", "-a", "30"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let _ = (crashed.kill(), crashed.wait());
+    assert!(
+        Path::new(PIN_DIR).exists(),
+        "a killed session cannot clean up"
+    );
+    let out = stat(&["-v", "-x", ",", "-e", "task-clock", "-a", "0.5"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("(1 slots opened by this session, 0 reused)")
+    );
+    assert!(within(value(&csv(&out), "task-clock"), 1000.0, 10.0));
+    assert!(nothing_pinned());
+}
+
+#[test]
+fn bad_stat_input() {
+    for (args, want) in [
+        (&["stat", "-e", "bogus", "1"][..], "unknown event 'bogus'"),
+        (&["stat", "-e", "", "1"][..], "empty event list"),
+        (
+            &["stat", "-e", "cycles,,instructions", "1"][..],
+            "empty event name",
+        ),
+        (&["stat", "-e", "cycles:x", "1"][..], "invalid modifier"),
+        (&["stat", "-C", "0-x", "1"][..], "invalid CPU list"),
+        (
+            &["stat", "-p", "4000000", "1"][..],
+            "no such process: 4000000",
+        ),
+        (&["stat", "-I", "5", "1"][..], "at least 10 ms"),
+        (&["stat", "-a", "-p", "1", "1"][..], "choose one of"),
+        (
+            &["stat", "--for-each-cgroup", "/no-such-bprof-cg", "1"][..],
+            "no such cgroup",
+        ),
+    ] {
+        let out = run(bprof().args(args));
+        let line = assert_one_line_error(&out);
+        assert!(line.contains(want), "{args:?}: {line}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+}
