@@ -32,20 +32,25 @@ pub struct FileFinder<'a> {
     table: Option<HashMap<BuildId, PathBuf>>,
 }
 
-/// How bprof can open `m.path`: through the process's root when it lives in
-/// another mount namespace (containers), else as named.
-fn openable(m: &Mapping) -> PathBuf {
-    let root = format!("/proc/{}/root", m.pid);
-    let same_root = match (fs::metadata(&root), fs::metadata("/")) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        // Gone: only the plain path is left to try.
-        _ => true,
-    };
-    if same_root {
-        m.path.clone()
-    } else {
-        Path::new(&root).join(m.path.strip_prefix("/").unwrap_or(&m.path))
+/// Paths under which bprof may open `m.path`: as named, and through the
+/// process's root (`/proc/PID/root/...`) while it lives, which reaches files
+/// of other mount namespaces (containers). `all` also keeps the root path
+/// when the plain one exists, for when the expected build ID is known.
+fn candidates(m: &Mapping, all: bool) -> Vec<PathBuf> {
+    let mut out = Vec::with_capacity(2);
+    let plain_exists = m.path.exists();
+    if plain_exists {
+        out.push(m.path.clone());
     }
+    let root = PathBuf::from(format!("/proc/{}/root", m.pid));
+    let other_root = match (fs::metadata(&root), fs::metadata("/")) {
+        (Ok(a), Ok(b)) => a.dev() != b.dev() || a.ino() != b.ino(),
+        _ => false,
+    };
+    if root.exists() && (all || !plain_exists || other_root) {
+        out.push(root.join(m.path.strip_prefix("/").unwrap_or(&m.path)));
+    }
+    out
 }
 
 /// Executable file mappings of a live process, from /proc/PID/maps.
@@ -94,7 +99,7 @@ impl<'a> FileFinder<'a> {
             .get(id)
             .into_iter()
             .flatten()
-            .map(openable)
+            .flat_map(|m| candidates(m, true))
             .collect();
         for p in direct {
             if self.build_id_of(&p).as_ref() == Some(id) {
@@ -128,7 +133,7 @@ impl<'a> FileFinder<'a> {
         for pid in live {
             mappings.extend(executable_mappings(pid));
         }
-        let paths: BTreeSet<PathBuf> = mappings.iter().map(openable).collect();
+        let paths: BTreeSet<PathBuf> = mappings.iter().flat_map(|m| candidates(m, false)).collect();
         let mut table = HashMap::new();
         for p in paths {
             if let Some(id) = self.build_id_of(&p) {

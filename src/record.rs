@@ -197,7 +197,11 @@ impl Settings {
                 );
             }
         }
-        let filter_entries = crate::programs::compile_filter(&filter)?;
+        let filter_entries = if filter.is_empty() {
+            Vec::new()
+        } else {
+            crate::programs::compile_filter(&filter)?
+        };
         let kernel_stacks = !cli.user_stacks_only;
         let user_stacks = !cli.kernel_stacks_only;
         Ok(Settings {
