@@ -1,37 +1,6 @@
 //! bprof: a sampling profiler that counts stacks inside the kernel with BPF.
 
-mod buildid;
-mod cgroup;
-mod cli;
-mod counters;
-mod events;
-mod filter;
-mod maps;
-mod output;
-mod preflight;
-mod programs;
-mod record;
-mod shared;
-mod sideband;
-mod signals;
-mod stacks;
-mod stat;
-mod stat_cmd;
-mod symbols;
-mod target;
-
-/// Generated BPF skeletons, one module per `bpf/*.bpf.c`.
-mod skel {
-    pub mod profile {
-        #![allow(clippy::all, unused_imports)]
-        include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
-    }
-    pub mod stat {
-        #![allow(clippy::all, unused_imports)]
-        include!(concat!(env!("OUT_DIR"), "/stat.skel.rs"));
-    }
-}
-
+use bprof::{cli, programs, record, stat_cmd};
 use std::process::ExitCode;
 
 use clap::Parser;

@@ -406,6 +406,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     }
 
     // Maps → stacks.
+    let t_end = Instant::now();
     let stats = maps::read_stats(&prog.skel.maps.profile_stats)?;
     let raw = maps::read_stacks(
         &prog.skel.maps.counts,
@@ -415,13 +416,25 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         settings.program.user_stacks,
     )?;
     drop(prog);
+    let t_maps = Instant::now();
 
     // Stacks → symbols → outputs.
     let (stacks, sym_stats) = symbols::symbolize(&raw, &sideband.index);
+    let t_sym = Instant::now();
     let lines = folded::lines(&stacks, &settings.folded);
     if settings.folded_stdout {
         folded::write(&mut io::stdout().lock(), &lines)
             .context("writing folded stacks to stdout")?;
+    }
+    if settings.verbose {
+        let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;
+        eprintln!(
+            "bprof: after recording: maps read in {:.1} ms, {} unique frames symbolized in {:.1} ms, first output at {:.1} ms",
+            ms(t_end, t_maps),
+            sym_stats.unique_frames,
+            ms(t_maps, t_sym),
+            ms(t_end, Instant::now())
+        );
     }
     if let Some(f) = folded_file.as_mut() {
         folded::write(f, &lines).context("writing folded stacks")?;
