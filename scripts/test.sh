@@ -8,4 +8,4 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 scripts/install-deps.sh
-cargo test --all-targets "$@"
+cargo test "$@"

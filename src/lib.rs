@@ -20,6 +20,7 @@ pub mod output;
 pub mod preflight;
 pub mod programs;
 pub mod record;
+pub mod settings;
 pub mod shared;
 pub mod sideband;
 pub mod signals;

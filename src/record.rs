@@ -7,238 +7,25 @@ use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::cli::ProfileArgs;
 use crate::counters::EventSpec;
-use crate::events::{self, Event, Rate};
-use crate::filter::Term;
+use crate::events::{self, Event};
 use crate::maps;
 use crate::output::stat::thousands;
 use crate::output::{folded, report, svg};
-use crate::programs::{Mode, ProfileOptions, ProfileProgram};
+use crate::programs::{Mode, ProfileProgram};
+pub use crate::settings::Settings;
 use crate::shared::{Shared, DEFAULT_PIN_DIR};
 use crate::sideband::Sideband;
 use crate::signals;
 use crate::stacks::Stats;
 use crate::stat::{Scope, StatProgram};
 use crate::symbols::{self, SymbolStats};
-use crate::target::{self, Child, Target};
+use crate::target::{self, Child};
 
-const DEFAULT_HZ: u64 = 49;
 const TICK: Duration = Duration::from_millis(100);
-
-/// A validated profiling request.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// What to profile.
-    pub target: Target,
-    /// The event asked for (may fall back to cpu-clock).
-    pub event: Event,
-    /// Frequency or period.
-    pub rate: Rate,
-    /// How long; `None` until Ctrl-C or the target exits.
-    pub duration: Option<Duration>,
-    /// Program configuration.
-    pub program: ProfileOptions,
-    /// `--stack-skip`: overrides the measured off-CPU skip count.
-    pub stack_skip: Option<u32>,
-    /// Folded output options.
-    pub folded: folded::FoldedOptions,
-    /// Print folded stacks to stdout.
-    pub folded_stdout: bool,
-    /// Write folded stacks here.
-    pub folded_file: Option<PathBuf>,
-    /// Write the flame graph here.
-    pub svg: Option<PathBuf>,
-    /// Extra detail on stderr.
-    pub verbose: bool,
-    /// Count the target's cycles and instructions through the shared counters.
-    pub counts: bool,
-}
-
-fn term_name(t: Term) -> &'static str {
-    match t {
-        Term::Ip => "ip",
-        Term::Period => "period",
-        Term::Mode => "mode",
-        Term::Tid => "tid",
-        Term::Pid => "pid",
-        Term::Cpu => "cpu",
-        Term::Uid => "uid",
-        Term::Gid => "gid",
-        Term::Cgroup => "cgroup",
-        Term::Comm => "comm",
-    }
-}
-
-fn parse_u64(s: &str, what: &str) -> Result<u64> {
-    s.trim()
-        .parse::<u64>()
-        .map_err(|_| anyhow!("invalid {what} '{s}': expected a positive whole number"))
-}
-
-impl Settings {
-    /// Checks the command line; every error is one line for the user.
-    pub fn from_cli(cli: ProfileArgs) -> Result<Settings> {
-        let online = events::online_cpus().context("reading the online CPUs")?;
-        let mut target = Target::default();
-        if let Some(c) = &cli.cpu {
-            target.cpus = target::parse_cpu_list(c)?;
-        }
-        if let Some(p) = &cli.pid {
-            target.pids = target::parse_id_list(p, "PID")?;
-        }
-        if let Some(t) = &cli.tid {
-            target.tids = target::parse_id_list(t, "TID")?;
-        }
-        target.command = cli.command.clone();
-        if !target.command.is_empty() && (!target.pids.is_empty() || !target.tids.is_empty()) {
-            bail!("a COMMAND cannot be combined with -p or -L");
-        }
-        target.validate(&online)?;
-
-        let rate = match (&cli.frequency, &cli.count) {
-            (_, Some(c)) => {
-                let n = parse_u64(c, "period")?;
-                if n == 0 {
-                    bail!("invalid period '0': must be at least 1");
-                }
-                Rate::Period(n)
-            }
-            (Some(f), None) => {
-                let hz = parse_u64(f, "frequency")?;
-                let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok())
-                    .unwrap_or(100_000);
-                if hz == 0 || hz > max {
-                    bail!("invalid frequency '{f}': must be between 1 and {max} Hz (perf_event_max_sample_rate)");
-                }
-                Rate::Frequency(hz)
-            }
-            (None, None) => Rate::Frequency(DEFAULT_HZ),
-        };
-        let mode = match (cli.off_cpu, cli.wall) {
-            (true, _) => Mode::OffCpu,
-            (_, true) => Mode::Wall,
-            _ => Mode::OnCpu,
-        };
-        let event = match (&cli.event, mode) {
-            (Some(e), Mode::Wall) => match Event::parse(e)? {
-                ev @ (Event::CpuClock | Event::TaskClock) => ev,
-                other => {
-                    bail!("--wall counts time, so it samples cpu-clock or task-clock, not {other}")
-                }
-            },
-            (None, Mode::Wall) => Event::CpuClock,
-            (Some(e), _) => Event::parse(e)?,
-            (None, _) => Event::Cycles,
-        };
-        if mode == Mode::Wall && matches!(rate, Rate::Period(_)) {
-            bail!("--wall needs a frequency (-F), not a period (-c)");
-        }
-        let micros = |s: &Option<String>, what: &str| -> Result<u64> {
-            s.as_deref().map_or(Ok(0), |v| {
-                parse_u64(v, what).map(|us| us.saturating_mul(1000))
-            })
-        };
-        let min_block_ns = micros(&cli.min_block, "--min-block")?;
-        let max_block_ns = micros(&cli.max_block, "--max-block")?;
-        if max_block_ns != 0 && max_block_ns < min_block_ns {
-            bail!("--max-block must not be below --min-block");
-        }
-        if !mode.off_cpu()
-            && (cli.min_block.is_some()
-                || cli.max_block.is_some()
-                || cli.kernel_threads
-                || cli.stack_skip.is_some())
-        {
-            bail!("--min-block, --max-block, --kernel-threads and --stack-skip need --off-cpu or --wall");
-        }
-        let stack_skip = match &cli.stack_skip {
-            Some(v) => {
-                let n = parse_u64(v, "--stack-skip")?;
-                if n > 255 {
-                    bail!("invalid --stack-skip '{v}': at most 255");
-                }
-                Some(n as u32)
-            }
-            None => None,
-        };
-        let duration = match &cli.duration {
-            Some(d) => {
-                let secs: f64 = d
-                    .parse()
-                    .ok()
-                    .filter(|s: &f64| s.is_finite() && *s > 0.0)
-                    .ok_or_else(|| {
-                        anyhow!("invalid duration '{d}': expected seconds greater than 0")
-                    })?;
-                Some(Duration::from_secs_f64(secs))
-            }
-            None => None,
-        };
-        let stack_storage_size = parse_u64(&cli.stack_storage_size, "--stack-storage-size")?;
-        if !(1..=1 << 24).contains(&stack_storage_size) {
-            bail!("invalid --stack-storage-size '{stack_storage_size}': must be between 1 and 16777216");
-        }
-        let filter = crate::filter::parse_all(&cli.filter)?;
-        if mode.off_cpu() {
-            // Off-CPU time has no sampled ip or period.
-            if let Some(t) = filter
-                .terms()
-                .find(|t| matches!(t, Term::Ip | Term::Period | Term::Mode))
-            {
-                bail!(
-                    "filter term '{}' does not apply to off-CPU time (--off-cpu, --wall)",
-                    term_name(t)
-                );
-            }
-        }
-        let filter_entries = if filter.is_empty() {
-            Vec::new()
-        } else {
-            crate::programs::compile_filter(&filter)?
-        };
-        let kernel_stacks = !cli.user_stacks_only;
-        let user_stacks = !cli.kernel_stacks_only;
-        Ok(Settings {
-            program: ProfileOptions {
-                kernel_stacks,
-                user_stacks,
-                include_idle: cli.include_idle,
-                stack_storage_size: stack_storage_size as u32,
-                tgids: target.pids.clone(),
-                tids: target.tids.clone(),
-                follow_children: !target.command.is_empty(),
-                filter: filter_entries,
-                mode,
-                kernel_threads: cli.kernel_threads,
-                min_block_ns,
-                max_block_ns,
-            },
-            stack_skip,
-            target,
-            event,
-            rate,
-            duration,
-            folded: folded::FoldedOptions {
-                delimiter: cli.delimited,
-                annotate_kernel: cli.annotations,
-                kernel_stacks,
-                user_stacks,
-                mark_off_cpu: mode == Mode::Wall,
-            },
-            folded_stdout: cli.folded && cli.output.is_none(),
-            folded_file: cli.output,
-            svg: cli.svg,
-            verbose: cli.verbose > 0,
-            counts: !cli.no_counts,
-        })
-    }
-}
 
 /// Opens an output file up front, so an unwritable path fails before the
 /// profile rather than after it.
@@ -548,22 +335,6 @@ fn try_start_counts<'obj>(
     Ok(Some(c))
 }
 
-/// "N cycles, M instructions, X insn per cycle" for what could be counted.
-fn counts_text(c: &crate::stat::Counts) -> Option<String> {
-    let (cycles, insns) = (c.first().copied().flatten()?, c.get(1).copied().flatten()?);
-    let (cy, ins) = (cycles.scaled(), insns.scaled());
-    let ipc = if cy > 0 {
-        format!(", {:.2} insn per cycle", ins as f64 / cy as f64)
-    } else {
-        String::new()
-    };
-    Some(format!(
-        "{} cycles, {} instructions{ipc}",
-        thousands(cy),
-        thousands(ins)
-    ))
-}
-
 fn describe_exit(st: target::ExitStatus) -> String {
     match st {
         target::ExitStatus::Code(c) => format!("status {c}"),
@@ -595,6 +366,22 @@ fn progress_bar(duration: Option<Duration>) -> ProgressBar {
             pb
         }
     }
+}
+
+/// "N cycles, M instructions, X insn per cycle" for what could be counted.
+fn counts_text(c: &crate::stat::Counts) -> Option<String> {
+    let (cycles, insns) = (c.first().copied().flatten()?, c.get(1).copied().flatten()?);
+    let (cy, ins) = (cycles.scaled(), insns.scaled());
+    let ipc = if cy > 0 {
+        format!(", {:.2} insn per cycle", ins as f64 / cy as f64)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "{} cycles, {} instructions{ipc}",
+        thousands(cy),
+        thousands(ins)
+    ))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -630,7 +417,7 @@ fn summary(
                 e,
                 "bprof: {} off-CPU blocks{} of {what} over {secs:.2} s{interrupted}, {} lost, {unique} unique stacks, {unknown_pct:.1}% of frames unknown",
                 stats.blocks_counted,
-                if settings.program.mode == Mode::Wall { format!(" and {} on-CPU samples ({event}, {})", stats.samples - stats.idle - stats.not_target - stats.filtered, settings.rate) } else { String::new() },
+                if settings.program.mode == Mode::Wall { format!(" and {} on-CPU samples ({event}, {})", stats.counted.saturating_sub(stats.blocks_counted), settings.rate) } else { String::new() },
                 stats.lost(),
             );
             if stats.blocks_outside > 0 {
