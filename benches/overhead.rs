@@ -88,6 +88,7 @@ fn fixture(name: &str) -> PathBuf {
 fn bench_cost(work: &Path) {
     let tmp = std::env::temp_dir().join("bprof-bench-perf.data");
     let (mut base, mut ours, mut perf, mut perf_nog) = (vec![], vec![], vec![], vec![]);
+    let mut small = vec![];
     let mut first_output = vec![];
     for _ in 0..RUNS {
         base.push(measure(Command::new(work).args(["0", ROUNDS])).cpu);
@@ -113,6 +114,24 @@ fn bench_cost(work: &Path) {
             measure(
                 bprof()
                     .args(["--no-counts", "-F", "4999", "-f", "--"])
+                    .arg(work)
+                    .args(["0", ROUNDS]),
+            )
+            .cpu,
+        );
+        // Smaller stack maps: less kernel memory to zero at start-up.
+        small.push(
+            measure(
+                bprof()
+                    .args([
+                        "--no-counts",
+                        "--stack-storage-size",
+                        "2048",
+                        "-F",
+                        "4999",
+                        "-f",
+                        "--",
+                    ])
                     .arg(work)
                     .args(["0", ROUNDS]),
             )
@@ -147,6 +166,11 @@ fn bench_cost(work: &Path) {
     println!("| tool | extra CPU s | vs perf |");
     println!("|---|---:|---:|");
     println!("| bprof -F 4999 -f | {o:.3} | {:.2}x |", o / p);
+    let sm = median(small) - b;
+    println!(
+        "| bprof -F 4999 -f --stack-storage-size 2048 | {sm:.3} | {:.2}x |",
+        sm / p
+    );
     println!("| perf record -g -F 4999 + perf script | {p:.3} | 1.00x |");
     println!(
         "| perf record -F 4999 (no stacks, no script): kernel sampling alone | {n:.3} | {:.2}x |",
@@ -310,7 +334,7 @@ fn bench_filter_and_stat(work: &Path, pingpong: &Path) {
     println!("\n## 5b. Counting overhead on a context-switch-heavy workload (pingpong on one CPU, median of {RUNS})\n");
     // Both processes on one CPU: every round is two local context switches,
     // not cross-CPU wake-ups whose cost depends on what the other CPU does.
-    let rounds = "50000";
+    let rounds = "300000";
     let pin = |c: &mut Command| {
         c.args(["-c", "0"]).arg(pingpong).arg(rounds);
     };

@@ -34,10 +34,10 @@ fn main() {
     let exe = std::env::var_os("BPROF_BENCH_ELF")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/bprof")
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/bprof")
         });
     let bytes = std::fs::read(&exe)
-        .unwrap_or_else(|e| panic!("{}: {e} (build with cargo build --release)", exe.display()));
+        .unwrap_or_else(|e| panic!("{}: {e} (run cargo build first)", exe.display()));
     let id = buildid::read(&exe).expect("the binary has a build ID");
     let (off, size) = text_segment(&bytes);
     let step = (size / FRAMES as u64).max(1);

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cargo build --release --quiet
+cargo build --quiet # the symbolization benchmark reads the debug build's DWARF
 {
     cargo bench --quiet --bench overhead -- "$@"
     echo '## Symbolization (100,000 unique frames)'
