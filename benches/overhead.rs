@@ -396,6 +396,7 @@ fn bench_filter_and_stat(work: &Path, pingpong: &Path) {
 }
 
 fn main() {
+    // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("overhead benchmark: run as root");
         std::process::exit(1);

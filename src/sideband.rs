@@ -139,9 +139,10 @@ impl Drop for Ring {
 }
 
 fn drain_ring(ring: &Ring, page: usize, index: &mut MmapIndex) {
-    // SAFETY: the first page of the mapping is a perf_event_mmap_page; the
-    // head/tail fields are shared with the kernel, hence the atomics.
+    // The first page of the mapping is a perf_event_mmap_page; its head and
+    // tail are shared with the kernel, hence the atomics.
     let meta = ring.base.cast::<pb::perf_event_mmap_page>();
+    // SAFETY: meta points to the mapped, aligned control page, alive as long as ring.
     let (head, tail) = unsafe {
         let head = &*(std::ptr::addr_of_mut!((*meta).data_head) as *const AtomicU64);
         let tail = &*(std::ptr::addr_of_mut!((*meta).data_tail) as *const AtomicU64);

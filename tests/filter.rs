@@ -170,15 +170,7 @@ fn ip_below_kernel_keeps_no_kernel_leaf() {
 #[test]
 fn cgroup_filter_keeps_that_cgroup() {
     let _g = exclusive();
-    let root = std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            post.starts_with("cgroup2 ")
-                .then(|| pre.split_whitespace().nth(4).unwrap().to_string())
-        })
-        .expect("cgroup2 mounted");
+    let root = cgroup2_root();
     let name = format!("bprof-test-{}", std::process::id());
     let dir = std::path::Path::new(&root).join(&name);
     std::fs::create_dir_all(&dir).unwrap();

@@ -368,8 +368,7 @@ fn sigint_still_writes_every_output_and_leaves_nothing() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    // SAFETY: sending SIGINT to our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    interrupt(child.id());
     let out = child.wait_with_output().unwrap();
     let _ = (w.kill(), w.wait());
     let stderr = String::from_utf8_lossy(&out.stderr);

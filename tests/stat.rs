@@ -54,6 +54,13 @@ fn within(a: f64, b: f64, pct: f64) -> bool {
     (a - b).abs() <= b.abs() * pct / 100.0
 }
 
+/// task-clock (ms) that `bprof stat` counts for one run of `bin ARGS`.
+fn task_clock_of(bin: &Path, args: &[&str]) -> f64 {
+    let mut a = vec!["-x", ",", "-e", "task-clock", "--", bin.to_str().unwrap()];
+    a.extend(args);
+    value(&csv(&stat(&a)), "task-clock")
+}
+
 fn nothing_pinned() -> bool {
     !Path::new(PIN_DIR).exists()
 }
@@ -225,40 +232,16 @@ fn ten_sessions_share_one_set_of_counters_and_stay_exact() {
 fn counts_with_and_without_sharing_agree() {
     let _g = exclusive();
     let bin = fixture("work631");
-    let alone = value(
-        &csv(&stat(&[
-            "-x",
-            ",",
-            "-e",
-            "task-clock",
-            "--",
-            bin.to_str().unwrap(),
-            "1",
-        ])),
-        "task-clock",
-    );
+    let alone = task_clock_of(&bin, &["1"]);
     let mut other = bprof()
         .args(["stat", "-e", "task-clock", "-a", "5"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let shared = value(
-        &csv(&stat(&[
-            "-x",
-            ",",
-            "-e",
-            "task-clock",
-            "--",
-            bin.to_str().unwrap(),
-            "1",
-        ])),
-        "task-clock",
-    );
-    let _ = (
-        unsafe { libc::kill(other.id() as i32, libc::SIGINT) },
-        other.wait(),
-    );
+    let shared = task_clock_of(&bin, &["1"]);
+    interrupt(other.id());
+    let _ = other.wait();
     assert!(
         within(shared, alone, 5.0),
         "alone {alone} ms, shared {shared} ms"
@@ -353,15 +336,7 @@ fn pid_children_and_cpu_scopes() {
 #[test]
 fn for_each_cgroup() {
     let _g = exclusive();
-    let root = std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            post.starts_with("cgroup2 ")
-                .then(|| pre.split_whitespace().nth(4).unwrap().to_string())
-        })
-        .expect("cgroup2 mounted");
+    let root = cgroup2_root();
     let busy = format!("bprof-stat-busy-{}", std::process::id());
     let idle = format!("bprof-stat-idle-{}", std::process::id());
     let child = format!("{busy}/inner");

@@ -199,3 +199,23 @@ pub fn perf_shares(bin: &Path, secs: &str, dir: &Path) -> BTreeMap<String, f64> 
     }
     shares
 }
+
+/// Where the cgroup v2 hierarchy is mounted (hybrid systems have it below
+/// /sys/fs/cgroup/unified).
+pub fn cgroup2_root() -> PathBuf {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("read mountinfo")
+        .lines()
+        .find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let mount = pre.split_whitespace().nth(4)?;
+            post.starts_with("cgroup2 ").then(|| PathBuf::from(mount))
+        })
+        .expect("cgroup2 mounted")
+}
+
+/// Sends SIGINT, as Ctrl-C would.
+pub fn interrupt(pid: u32) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+}
