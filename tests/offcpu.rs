@@ -120,18 +120,28 @@ fn wall_adds_up_to_wall_time() {
         .filter(|l| l.frames[0] == "fx_spinsleep" && l.frames.last().unwrap() == "[off-cpu]")
         .map(|l| l.count)
         .sum();
+    // Half the time sleeps; --wall also counts waiting to run as off-CPU,
+    // which grows when the machine is busy, so only the floor is fixed.
     assert!(
-        pct(off, total) > 40.0 && pct(off, total) < 60.0,
+        pct(off, total) > 40.0 && pct(off, total) < 90.0,
         "off {off} of {total}"
     );
     assert!(
-        with_frame(&lines, "fx_spinsleep", "spin_phase") > 800_000,
+        with_frame(&lines, "fx_spinsleep", "spin_phase") > 500_000,
         "{lines:?}"
     );
+    // Off-CPU stacks are taken inside bprof's tracepoint program: none may
+    // show it. An on-CPU sample may land in some other tool's BPF program
+    // (real CPU time, as perf shows it too), never in bprof's own.
     for l in &lines {
+        let off = l.frames.last().is_some_and(|f| f == "[off-cpu]");
         assert!(
-            !l.frames.iter().any(|f| is_bpf_frame(f)),
-            "BPF frame in {l:?}"
+            !l.frames.iter().any(|f| if off {
+                is_bpf_frame(f)
+            } else {
+                f.contains("do_sample") || f.contains("offcpu_switch")
+            }),
+            "bprof's BPF frame in {l:?}"
         );
     }
     let out = run(bprof().args(["--wall", "-e", "cycles", "1"]));
