@@ -17,10 +17,10 @@
  * The same program, run with BPF_PROG_TEST_RUN on each CPU, charges the
  * running task's share before user space reads: counts are exact.
  *
- * Per-cgroup counts charge the same differences to every --for-each-cgroup
- * cgroup the task is in (the cgroup or any below it, as perf's cgroup mode):
- * a cgroup switch only happens at a task switch, so the counts between two
- * task switches belong to one task and therefore one cgroup.
+ * Per-cgroup counts, as perf's bperf cgroup mode: a perf_event program on
+ * the cgroup-switches software event (one per CPU) charges the counts since
+ * the last cgroup switch to every --for-each-cgroup cgroup the outgoing task
+ * is in (the cgroup or any below it). The sync run closes the open interval.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -47,6 +47,14 @@ struct {
 	__type(value, struct stat_value);
 } prev SEC(".maps");
 
+/* This session's last reading of each event at a cgroup switch, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BPROF_STAT_MAX_EVENTS);
+	__type(key, __u32);
+	__type(value, struct stat_value);
+} cg_prev SEC(".maps");
+
 /* Sums per CPU: slot event for the target, then one block of events per
  * --for-each-cgroup entry. */
 struct {
@@ -68,7 +76,10 @@ struct {
 
 static __always_inline long read_event(__u32 i, struct bpf_perf_event_value *v)
 {
-	__u64 index = (__u64)cfg.event_slots[i] * cfg.nr_cpus + bpf_get_smp_processor_id();
+	/* The mask keeps the index provably in bounds even when the compiler
+	 * reloads i from the stack (the verifier then sees an unknown value). */
+	__u64 index = (__u64)cfg.event_slots[i & (BPROF_STAT_MAX_EVENTS - 1)] * cfg.nr_cpus +
+		      bpf_get_smp_processor_id();
 
 	return bpf_perf_event_read_value(&events, index & BPF_F_INDEX_MASK, v, sizeof(*v));
 }
@@ -107,32 +118,43 @@ static __always_inline int task_counted(void)
 	return in_targets(cfg.match_tgid, cfg.match_tid, id >> 32, (__u32)id);
 }
 
-/* One event: difference since this CPU's last reading, charged to the
- * target and to each matching cgroup. */
-static __always_inline void charge_event(__u32 i, int on_cpu, int charge)
+/* This CPU's counts of event i since `last` was taken, and a new `last`;
+ * false on the first reading (a baseline only). */
+static __always_inline int delta(__u32 i, struct stat_value *last, struct stat_value *d)
 {
 	struct bpf_perf_event_value v = {};
-	struct stat_value d, *p;
 
-	p = bpf_map_lookup_elem(&prev, &i);
-	if (!p || read_event(i, &v))
-		return;
-	if (!p->enabled) {
-		/* First reading on this CPU: only a baseline. */
-		p->counter = v.counter;
-		p->enabled = v.enabled;
-		p->running = v.running;
-		return;
-	}
-	d.counter = v.counter - p->counter;
-	d.enabled = v.enabled - p->enabled;
-	d.running = v.running - p->running;
-	p->counter = v.counter;
-	p->enabled = v.enabled;
-	p->running = v.running;
-	if (charge)
+	if (read_event(i, &v))
+		return 0;
+	d->counter = v.counter - last->counter;
+	d->enabled = v.enabled - last->enabled;
+	d->running = v.running - last->running;
+	if (!last->enabled)
+		d->counter = d->enabled = d->running = 0;
+	last->counter = v.counter;
+	last->enabled = v.enabled;
+	last->running = v.running;
+	return 1;
+}
+
+/* Target counts: the difference since this CPU's last task switch goes to
+ * the task that ran, if it is a target (`charge`). The reading is taken at
+ * every switch either way, so no other task's counts leak into the next. */
+static __always_inline void charge_target(__u32 i, int charge)
+{
+	struct stat_value d, *last = bpf_map_lookup_elem(&prev, &i);
+
+	if (last && delta(i, last, &d) && charge)
 		add(i, &d);
-	if (!on_cpu)
+}
+
+/* Per-cgroup counts: the difference since this CPU's last cgroup switch
+ * goes to every listed cgroup the running task is in (or below). */
+static __always_inline void charge_cgroups(__u32 i)
+{
+	struct stat_value d, *last = bpf_map_lookup_elem(&cg_prev, &i);
+
+	if (!last || !delta(i, last, &d))
 		return;
 	/* No early exit: a loop with one exit is what the verifier bounds best. */
 	for (__u32 c = 0; c < BPROF_STAT_MAX_CGROUPS; c++) {
@@ -142,18 +164,48 @@ static __always_inline void charge_event(__u32 i, int on_cpu, int charge)
 	}
 }
 
-/* Charges the counts since this CPU's last reading to the current task. */
+/* At every task switch (and at every sync, run by user space on each CPU
+ * with BPF_PROG_TEST_RUN and args[0] == BPROF_STAT_SYNC): charges the
+ * counts since this CPU's last reading to the task being switched out. */
 SEC("raw_tp/sched_switch")
-int stat_switch(void *ctx)
+int stat_switch(__u64 *args)
 {
-	int on_cpu = cpu_counted();
-	int charge = on_cpu && task_counted();
+	int sync = args[0] == BPROF_STAT_SYNC;
+	int charge;
 
+	if (!cpu_counted())
+		return 0;
+	charge = task_counted();
 #pragma unroll
 	for (__u32 i = 0; i < BPROF_STAT_MAX_EVENTS; i++) {
 		if (i < cfg.nr_events)
-			charge_event(i, on_cpu, charge);
+			charge_target(i, charge);
 	}
+	/* A sync also closes the running cgroup's open interval. */
+	if (sync && cfg.nr_cgroups) {
+#pragma unroll
+		for (__u32 i = 0; i < BPROF_STAT_MAX_EVENTS; i++) {
+			if (i < cfg.nr_events)
+				charge_cgroups(i);
+		}
+	}
+	return 0;
+}
+
+/* --for-each-cgroup: runs on the cgroup-switches software event, which
+ * fires only when the next task is in another cgroup, while the outgoing
+ * task (and cgroup) is still current. */
+SEC("perf_event")
+int stat_cgroup_switch(struct bpf_perf_event_data *ctx)
+{
+	if (!cpu_counted())
+		return 0;
+#pragma unroll
+	for (__u32 i = 0; i < BPROF_STAT_MAX_EVENTS; i++) {
+		if (i < cfg.nr_events)
+			charge_cgroups(i);
+	}
+	/* 0: nothing goes to the event's ring buffer. */
 	return 0;
 }
 

@@ -11,6 +11,9 @@
 /* --for-each-cgroup entries. */
 #define BPROF_STAT_MAX_CGROUPS 16
 
+/* args[0] of a BPF_PROG_TEST_RUN sync (sched_switch's is a bool). */
+#define BPROF_STAT_SYNC 0x62707266ULL
+
 /* A reading, as bpf_perf_event_read_value reports it. */
 struct stat_value {
 	__u64 counter;

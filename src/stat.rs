@@ -14,6 +14,9 @@ use crate::counters::EventSpec;
 use crate::shared::{Session, Shared};
 use crate::skel::stat::{StatSkel, StatSkelBuilder};
 
+/// BPROF_STAT_SYNC in bpf/stat.h.
+const SYNC: u64 = 0x6270_7266;
+
 /// Events one session can count (one BPF map slot each).
 pub const MAX_EVENTS: usize = 8;
 /// `--for-each-cgroup` entries.
@@ -155,6 +158,9 @@ impl<'obj> StatProgram<'obj> {
         if !scope.follow_children {
             open.progs.stat_follow_fork.set_autoload(false);
         }
+        if scope.cgroups.is_empty() {
+            open.progs.stat_cgroup_switch.set_autoload(false);
+        }
         let skel = open.load().context("loading the stat BPF program")?;
         let prog = StatProgram {
             skel,
@@ -193,6 +199,26 @@ impl<'obj> StatProgram<'obj> {
 
     /// Attaches, then takes a baseline reading on every CPU.
     pub fn attach(&mut self, follow_children: bool) -> Result<()> {
+        if self.nr_cgroups > 0 {
+            // perf's way: charge cgroups only when the cgroup changes.
+            for &cpu in &self.cpus {
+                let mut attr = crate::events::base_attr(
+                    perf_event_open_sys::bindings::PERF_TYPE_SOFTWARE,
+                    perf_event_open_sys::bindings::PERF_COUNT_SW_CGROUP_SWITCHES as u64,
+                );
+                attr.__bindgen_anon_1.sample_period = 1;
+                let fd = crate::events::open(&mut attr, -1, cpu as i32)
+                    .with_context(|| format!("opening the cgroup-switches event on CPU {cpu}"))?;
+                use std::os::fd::IntoRawFd;
+                let link = self
+                    .skel
+                    .progs
+                    .stat_cgroup_switch
+                    .attach_perf_event(fd.into_raw_fd())
+                    .context("attaching to cgroup-switches")?;
+                self.links.push(link);
+            }
+        }
         if follow_children {
             self.links.push(
                 self.skel
@@ -217,7 +243,9 @@ impl<'obj> StatProgram<'obj> {
     /// sums are exact up to this moment.
     pub fn sync(&self) -> Result<()> {
         for &cpu in &self.cpus {
+            // args[0] marks a sync; the real tracepoint's is a bool.
             let mut ctx = [0u8; 32];
+            ctx[..8].copy_from_slice(&SYNC.to_ne_bytes());
             let input = ProgramInput {
                 context_in: Some(&mut ctx),
                 cpu,

@@ -111,8 +111,10 @@ fn wall_adds_up_to_wall_time() {
         "2",
     ]);
     let total = total_for(&lines, "fx_spinsleep");
+    // Within 20%: on-CPU time is samples x period, and a vCPU the host
+    // preempts (steal time) takes no samples while its wall time runs on.
     assert!(
-        (1_800_000..=2_200_000).contains(&total),
+        (1_600_000..=2_200_000).contains(&total),
         "wall total {total} us for 2 s\n{stderr}"
     );
     let off: u64 = lines
