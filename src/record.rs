@@ -227,6 +227,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         folded::write(f, &lines).context("writing folded stacks")?;
     }
     let what = settings.target.describe();
+    let mut no_svg = None;
     if let Some(f) = svg_file.as_mut() {
         let total: u64 = lines.iter().map(|(_, c)| c).sum();
         let (kind, subtitle, unit) = match mode {
@@ -260,15 +261,11 @@ pub fn run(settings: Settings) -> Result<Outcome> {
             count_name: unit.into(),
         };
         if lines.is_empty() {
-            bail!(
-                "no samples were recorded, so {} has no flame graph",
-                settings
-                    .svg
-                    .as_ref()
-                    .map_or(String::new(), |p| p.display().to_string())
-            );
+            // Told after the summary, which says where the samples went.
+            no_svg = settings.svg.clone();
+        } else {
+            svg::write(f, &lines, &opts)?;
         }
-        svg::write(f, &lines, &opts)?;
     }
     if !settings.folded_stdout && settings.folded_file.is_none() && settings.svg.is_none() {
         report::write(&mut io::stdout().lock(), &stacks, None).context("writing the report")?;
@@ -294,6 +291,14 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         }
         None => 0,
     };
+    if let Some(path) = no_svg {
+        drop(svg_file);
+        let _ = std::fs::remove_file(&path);
+        bail!(
+            "no samples were recorded, so no flame graph was written to {}",
+            path.display()
+        );
+    }
     Ok(Outcome { exit_code })
 }
 

@@ -127,6 +127,24 @@ fn period_beyond_any_sample_keeps_nothing_and_says_so() {
     );
     assert!(dropped(&stderr) > 300, "{stderr}");
     assert!(stderr.contains("bprof: 0 samples"), "{stderr}");
+    // A flame graph of nothing is not written, and the summary says why.
+    let svg = scratch("period-svg").join("empty.svg");
+    let out = run(bprof()
+        .args(["-F", "499", "--filter", "period > 0xffffffffffff", "--svg"])
+        .arg(&svg)
+        .arg("--")
+        .arg(&bin)
+        .arg("0.5"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("samples dropped by filter"), "{stderr}");
+    assert!(
+        stderr
+            .trim_end()
+            .ends_with(&format!("no flame graph was written to {}", svg.display())),
+        "{stderr}"
+    );
+    assert!(!svg.exists());
 }
 
 #[test]
