@@ -469,3 +469,21 @@ fn binary_of_another_mount_namespace_resolves_through_proc_root() {
     let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
     assert!(with_frame(&lines, "fx_hidden", "heavy") > 100, "{lines:?}");
 }
+
+#[test]
+fn progress_bar_only_on_a_terminal() {
+    let _g = exclusive();
+    // script(1) gives bprof a pseudo-terminal for stderr.
+    let cmd = format!("{} -F 99 -f 1.5 > /dev/null", env!("CARGO_BIN_EXE_bprof"));
+    let tty = run(Command::new("script").args(["-qec", &cmd, "/dev/null"]));
+    assert!(
+        String::from_utf8_lossy(&tty.stdout).contains("recording"),
+        "no progress bar on a terminal"
+    );
+    let piped = run(bprof().args(["-F", "99", "-f", "1"]));
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(
+        !stderr.contains("recording"),
+        "decoration on a pipe: {stderr}"
+    );
+}
