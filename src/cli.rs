@@ -13,7 +13,11 @@ use clap::{Args, Parser, Subcommand};
 /// with their counts, hottest last.
 #[derive(Debug, Parser)]
 #[command(name = "bprof", version, about, long_about)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_value_name = "SUBCOMMAND",
+    subcommand_help_heading = "Subcommands"
+)]
 #[command(
     after_help = "Examples:\n  bprof -F 99 -p 1234 -f > out.folded     folded stacks of process 1234\n  bprof --svg flame.svg -- ./my-program   flame graph of a command and its children\n  bprof -a -d -f 10                        10 s system-wide, annotated kernel frames\n  bprof --off-cpu --svg off.svg -p 1234   where process 1234 blocks\n  bprof stat -e cycles,instructions -a 5  counts, shared with other sessions"
 )]
