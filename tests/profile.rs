@@ -35,18 +35,22 @@ fn shares_631_match_the_workload_and_perf() {
             "{name}: {got:.1}% (want {want}%)\n{lines:?}"
         );
     }
-    // Every sample of the workers is under main: the whole stack was walked.
-    for f in ["heavy", "medium", "light"] {
-        for line in lines
+    // The workers' samples are under main: the whole stack was walked. A
+    // sample in a function's first instruction, before it pushes its frame
+    // pointer, skips its caller (as with perf), so allow a handful.
+    let workers = |under_main: bool| -> u64 {
+        lines
             .iter()
-            .filter(|l| l.frames.last().is_some_and(|x| x == f))
-        {
-            assert!(
-                line.frames.iter().any(|x| x == "main"),
-                "no main above {f}: {line:?}"
-            );
-        }
-    }
+            .filter(|l| {
+                l.frames
+                    .last()
+                    .is_some_and(|x| ["heavy", "medium", "light"].contains(&x.as_str()))
+            })
+            .filter(|l| l.frames.iter().any(|x| x == "main") == under_main)
+            .map(|l| l.count)
+            .sum()
+    };
+    assert!(workers(false) * 100 <= workers(true), "{lines:?}");
 
     let dir = scratch("shares_perf");
     let perf = perf_shares(&bin, "3", &dir);
