@@ -154,7 +154,9 @@ fn wall_adds_up_to_wall_time() {
 fn block_thresholds_and_filters_apply() {
     let _g = exclusive();
     let bin = fixture("spinsleep");
-    // 10 ms sleeps are all below a 20 ms minimum and above a 5 ms maximum.
+    // 10 ms sleeps are below a 20 ms minimum and above a 5 ms maximum. Half a
+    // second of them is blocked in 1 s; a few may be split by an early
+    // wake-up or stretched by a busy host, so allow under 20% of that.
     let (lines, stderr) = folded(&[
         "--off-cpu",
         "--min-block",
@@ -164,7 +166,7 @@ fn block_thresholds_and_filters_apply() {
         bin.to_str().unwrap(),
         "1",
     ]);
-    assert_eq!(total_for(&lines, "fx_spinsleep"), 0, "{lines:?}");
+    assert!(total_for(&lines, "fx_spinsleep") < 100_000, "{lines:?}");
     assert!(
         stderr.contains("blocks outside --min-block/--max-block ignored"),
         "{stderr}"
@@ -178,7 +180,7 @@ fn block_thresholds_and_filters_apply() {
         bin.to_str().unwrap(),
         "1",
     ]);
-    assert_eq!(total_for(&lines, "fx_spinsleep"), 0, "{lines:?}");
+    assert!(total_for(&lines, "fx_spinsleep") < 100_000, "{lines:?}");
 
     let mut a = Command::new(&bin).arg("3").spawn().unwrap();
     let mut b = Command::new(&bin).arg("3").spawn().unwrap();
