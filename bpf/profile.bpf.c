@@ -226,7 +226,9 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		return 0;
 
 	/* prev is current here: its stacks are the ones it blocked in. */
-	if (pid != 0 && (cfg.all_states || (prev_state & (TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE))) &&
+	/* A task preempted after setting a sleeping state (before it called
+	 * schedule() itself) is still runnable: that is not a block. */
+	if (pid != 0 && (cfg.all_states || (!preempt && (prev_state & (TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE)))) &&
 	    (cfg.kernel_threads || !(prev->flags & PF_KTHREAD)) && is_target(tgid, pid)) {
 		struct filter_sample fs = { .id = ((__u64)tgid << 32) | pid };
 		char comm[BPROF_COMM_LEN] = {};

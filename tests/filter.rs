@@ -53,19 +53,19 @@ fn tid_eq_and_ne_split_the_two_threads() {
     let (mut child, tids) = threads("10");
     let (a, b) = (&tids["alpha"], &tids["beta"]);
     let (eq, stderr) = profile(&["--filter", &format!("tid == {a}"), "1"]);
-    assert!(with_frame(&eq, "alpha", "alpha_spin") > 150, "{eq:?}");
+    assert!(with_frame(&eq, "alpha", "alpha_spin") > 80, "{eq:?}");
     assert!(eq.iter().all(|l| l.frames[0] == "alpha"), "{eq:?}");
     assert!(dropped(&stderr) > 0);
 
     let pid = child.id().to_string();
     let (ne, _) = profile(&["-p", &pid, "--filter", &format!("tid!={a}"), "1"]);
-    assert!(with_frame(&ne, "beta", "beta_spin") > 150, "{ne:?}");
+    assert!(with_frame(&ne, "beta", "beta_spin") > 80, "{ne:?}");
     assert_eq!(total_for(&ne, "alpha"), 0, "{ne:?}");
 
     // An OR group keeps both; a second --filter ANDs with it.
     let (or, _) = profile(&["--filter", &format!("tid == {a} || tid == {b}"), "1"]);
     assert!(
-        total_for(&or, "alpha") > 150 && total_for(&or, "beta") > 150,
+        total_for(&or, "alpha") > 80 && total_for(&or, "beta") > 80,
         "{or:?}"
     );
     assert!(or
@@ -78,7 +78,7 @@ fn tid_eq_and_ne_split_the_two_threads() {
         &format!("tid != {b}"),
         "1",
     ]);
-    assert!(total_for(&and, "alpha") > 100, "{and:?}");
+    assert!(total_for(&and, "alpha") > 60, "{and:?}");
     assert_eq!(total_for(&and, "beta"), 0);
     let _ = (child.kill(), child.wait());
 }
@@ -99,7 +99,7 @@ fn cpu_filter_keeps_only_that_cpu() {
     std::thread::sleep(Duration::from_millis(200));
     let (lines, _) = profile(&["--filter", "cpu == 1", "1"]);
     let _ = (on0.kill(), on1.kill(), on0.wait(), on1.wait());
-    assert!(total_for(&lines, "fx_rust_work") > 300, "{lines:?}");
+    assert!(total_for(&lines, "fx_rust_work") > 150, "{lines:?}");
     assert_eq!(total_for(&lines, "fx_work631"), 0, "{lines:?}");
 }
 
@@ -125,7 +125,7 @@ fn period_beyond_any_sample_keeps_nothing_and_says_so() {
         "samples kept: {}",
         String::from_utf8_lossy(&out.stdout)
     );
-    assert!(dropped(&stderr) > 300, "{stderr}");
+    assert!(dropped(&stderr) > 150, "{stderr}");
     assert!(stderr.contains("bprof: 0 samples"), "{stderr}");
     // A flame graph of nothing is not written, and the summary says why.
     let svg = scratch("period-svg").join("empty.svg");
@@ -200,13 +200,13 @@ fn cgroup_filter_keeps_that_cgroup() {
     let (rest, _) = profile(&["--filter", &format!("cgroup != /{name}"), "1"]);
     let _ = (inside.kill(), outside.kill(), inside.wait(), outside.wait());
     let _ = std::fs::remove_dir(&dir);
-    assert!(total_for(&lines, "fx_rust_work") > 200, "{lines:?}");
+    assert!(total_for(&lines, "fx_rust_work") > 100, "{lines:?}");
     assert!(
         lines.iter().all(|l| l.frames[0] == "fx_rust_work"),
         "{lines:?}"
     );
     assert_eq!(total_for(&rest, "fx_rust_work"), 0);
-    assert!(total_for(&rest, "fx_work631") > 200);
+    assert!(total_for(&rest, "fx_work631") > 100);
 }
 
 #[test]
@@ -218,12 +218,12 @@ fn comm_filter() {
     let (lines, _) = profile(&["--filter", "comm == fx_rust_work", "1"]);
     let (quoted, _) = profile(&["--filter", "comm==\"fx_work631\" && pid > 0", "1"]);
     let _ = (a.kill(), b.kill(), a.wait(), b.wait());
-    assert!(total_for(&lines, "fx_rust_work") > 200, "{lines:?}");
+    assert!(total_for(&lines, "fx_rust_work") > 100, "{lines:?}");
     assert!(
         lines.iter().all(|l| l.frames[0] == "fx_rust_work"),
         "{lines:?}"
     );
-    assert!(total_for(&quoted, "fx_work631") > 200, "{quoted:?}");
+    assert!(total_for(&quoted, "fx_work631") > 100, "{quoted:?}");
     assert!(
         quoted.iter().all(|l| l.frames[0] == "fx_work631"),
         "{quoted:?}"
