@@ -338,6 +338,7 @@ fn bench_filter_and_stat(work: &Path, pingpong: &Path) {
     let pin = |c: &mut Command| {
         c.args(["-c", "0"]).arg(pingpong).arg(rounds);
     };
+    const EVENTS: &str = "task-clock,context-switches,page-faults";
     let (mut alone, mut ours, mut perf) = (vec![], vec![], vec![]);
     for _ in 0..RUNS {
         let pp = || {
@@ -346,33 +347,24 @@ fn bench_filter_and_stat(work: &Path, pingpong: &Path) {
             c
         };
         alone.push(measure(&mut pp()).wall);
-        let b = bprof()
-            .args([
-                "stat",
-                "-a",
-                "-e",
-                "task-clock,context-switches,page-faults",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(500));
-        ours.push(measure(&mut pp()).wall);
-        stop(b);
-        let p = Command::new("perf")
-            .args([
-                "stat",
-                "-a",
-                "-e",
-                "task-clock,context-switches,page-faults",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(500));
-        perf.push(measure(&mut pp()).wall);
-        stop(p);
+        // The ping-pong's wall time while a counter runs system-wide.
+        let under = |mut counter: Command| {
+            let c = counter
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+            let wall = measure(&mut pp()).wall;
+            stop(c);
+            wall
+        };
+        let mut ours_cmd = bprof();
+        ours_cmd.args(["stat", "-a", "-e", EVENTS]);
+        ours.push(under(ours_cmd));
+        let mut perf_cmd = Command::new("perf");
+        perf_cmd.args(["stat", "-a", "-e", EVENTS]);
+        perf.push(under(perf_cmd));
     }
     let a = median(alone);
     println!("| counter | pingpong wall s | overhead |");

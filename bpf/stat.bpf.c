@@ -164,6 +164,16 @@ static __always_inline void charge_cgroups(__u32 i)
 	}
 }
 
+/* Charges every event's counts since the last cgroup switch. */
+static __always_inline void charge_all_cgroups(void)
+{
+#pragma unroll
+	for (__u32 i = 0; i < BPROF_STAT_MAX_EVENTS; i++) {
+		if (i < cfg.nr_events)
+			charge_cgroups(i);
+	}
+}
+
 /* At every task switch (and at every sync, run by user space on each CPU
  * with BPF_PROG_TEST_RUN and args[0] == BPROF_STAT_SYNC): charges the
  * counts since this CPU's last reading to the task being switched out. */
@@ -182,13 +192,8 @@ int stat_switch(__u64 *args)
 			charge_target(i, charge);
 	}
 	/* A sync also closes the running cgroup's open interval. */
-	if (sync && cfg.nr_cgroups) {
-#pragma unroll
-		for (__u32 i = 0; i < BPROF_STAT_MAX_EVENTS; i++) {
-			if (i < cfg.nr_events)
-				charge_cgroups(i);
-		}
-	}
+	if (sync && cfg.nr_cgroups)
+		charge_all_cgroups();
 	return 0;
 }
 
@@ -198,13 +203,8 @@ int stat_switch(__u64 *args)
 SEC("perf_event")
 int stat_cgroup_switch(struct bpf_perf_event_data *ctx)
 {
-	if (!cpu_counted())
-		return 0;
-#pragma unroll
-	for (__u32 i = 0; i < BPROF_STAT_MAX_EVENTS; i++) {
-		if (i < cfg.nr_events)
-			charge_cgroups(i);
-	}
+	if (cpu_counted())
+		charge_all_cgroups();
 	/* 0: nothing goes to the event's ring buffer. */
 	return 0;
 }

@@ -150,14 +150,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
                 break;
             }
         }
-        if !settings.target.pids.is_empty()
-            && !settings.target.pids.iter().any(|&p| target::alive(p))
-        {
-            break;
-        }
-        if !settings.target.tids.is_empty()
-            && !settings.target.tids.iter().any(|&t| target::alive(t))
-        {
+        if settings.target.exited() {
             break;
         }
         if settings.duration.is_some_and(|d| started.elapsed() >= d) {

@@ -233,10 +233,7 @@ pub fn run(s: Settings) -> Result<i32> {
                 done = true;
             }
         }
-        if !s.target.pids.is_empty() && !s.target.pids.iter().any(|&p| target::alive(p)) {
-            done = true;
-        }
-        if !s.target.tids.is_empty() && !s.target.tids.iter().any(|&t| target::alive(t)) {
+        if s.target.exited() {
             done = true;
         }
         if let (Some(interval), Some(due)) = (s.interval, next_print) {

@@ -43,6 +43,13 @@ impl Target {
         parts.join(", ")
     }
 
+    /// Whether every process (`-p`) or every thread (`-L`/`-t`) named has
+    /// exited, which ends a session; false when none was named.
+    pub fn exited(&self) -> bool {
+        let all_gone = |ids: &[u32]| !ids.is_empty() && !ids.iter().any(|&id| alive(id));
+        all_gone(&self.pids) || all_gone(&self.tids)
+    }
+
     /// Checks that every named process, thread and CPU exists now, before
     /// anything is loaded.
     pub fn validate(&self, online: &[u32]) -> Result<()> {
