@@ -12,6 +12,8 @@
  *   (see calib_stack).
  * - follow_fork (tp_btf/sched_process_fork): children of targets become
  *   targets.
+ * - arm_command (tp_btf/task_rename): -- COMMAND becomes a target at its
+ *   exec, as perf record's enable_on_exec.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -276,6 +278,14 @@ int BPF_PROG(follow_fork, struct task_struct *parent, struct task_struct *child)
 {
 	if (cfg.follow_children)
 		follow_child(parent, child);
+	return 0;
+}
+
+/* -- COMMAND is sampled from its exec on (see arm_at_exec). */
+SEC("tp_btf/task_rename")
+int BPF_PROG(arm_command, struct task_struct *task, const char *comm)
+{
+	arm_at_exec(task);
 	return 0;
 }
 

@@ -217,4 +217,20 @@ int BPF_PROG(stat_follow_fork, struct task_struct *parent, struct task_struct *c
 	return 0;
 }
 
+/* -- COMMAND is counted from its exec on, where perf stat's enable_on_exec
+ * starts counting: this CPU's reading is retaken without charging anyone,
+ * so the forked child's pre-exec work is not the command's. */
+SEC("tp_btf/task_rename")
+int BPF_PROG(stat_arm_command, struct task_struct *task, const char *comm)
+{
+	if (!arm_at_exec(task) || !cpu_counted())
+		return 0;
+#pragma unroll
+	for (__u32 i = 0; i < BPROF_STAT_MAX_EVENTS; i++) {
+		if (i < cfg.nr_events)
+			charge_target(i, 0);
+	}
+	return 0;
+}
+
 char LICENSE[] SEC("license") = "GPL";

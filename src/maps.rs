@@ -28,6 +28,27 @@ pub fn plain_bytes<T: Plain>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
 }
 
+/// When a process in `target_tgids` (shared by the profile and stat
+/// objects) starts to count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetFrom {
+    /// Now (`-p`).
+    Now,
+    /// Its next exec (`-- COMMAND`, forked and held before exec), as perf's
+    /// enable_on_exec: the fork's own pre-exec work is not the command's.
+    Exec,
+}
+
+/// Adds a process to a `target_tgids` map.
+pub fn add_target_tgid(map: &dyn MapCore, tgid: u32, from: TargetFrom) -> Result<()> {
+    let state = match from {
+        TargetFrom::Now => types::target_state::TARGET_ACTIVE,
+        TargetFrom::Exec => types::target_state::TARGET_AT_EXEC,
+    };
+    map.update(&tgid.to_ne_bytes(), &state.0.to_ne_bytes(), MapFlags::ANY)
+        .context("adding a target process")
+}
+
 /// Sums the per-CPU `profile_stats` counters.
 pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
     let per_cpu = map

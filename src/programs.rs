@@ -9,7 +9,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use crate::cgroup;
 use crate::filter::{self, Filter, Op, Term, Value};
-use crate::maps::plain_bytes;
+use crate::maps::{self, plain_bytes, TargetFrom};
 use crate::skel::profile::types::{filter_entry, filter_op, filter_term};
 use crate::skel::profile::{ProfileSkel, ProfileSkelBuilder};
 
@@ -175,6 +175,7 @@ impl<'obj> ProfileProgram<'obj> {
         open.maps.counts.set_max_entries(n)?;
         if !opts.follow_children {
             open.progs.follow_fork.set_autoload(false);
+            open.progs.arm_command.set_autoload(false);
         }
         if !opts.mode.off_cpu() {
             open.progs.offcpu_switch.set_autoload(false);
@@ -185,7 +186,7 @@ impl<'obj> ProfileProgram<'obj> {
             links: Vec::new(),
         };
         for &tgid in &opts.tgids {
-            prog.add_tgid(tgid)?;
+            prog.add_tgid(tgid, TargetFrom::Now)?;
         }
         for (i, e) in opts.filter.iter().enumerate() {
             prog.skel
@@ -204,13 +205,9 @@ impl<'obj> ProfileProgram<'obj> {
         Ok(prog)
     }
 
-    /// Adds a process to the target set.
-    pub fn add_tgid(&self, tgid: u32) -> Result<()> {
-        self.skel
-            .maps
-            .target_tgids
-            .update(&tgid.to_ne_bytes(), &[1], MapFlags::ANY)
-            .context("adding a target process")
+    /// Adds a process to the targets, counted from `from` on.
+    pub fn add_tgid(&self, tgid: u32, from: TargetFrom) -> Result<()> {
+        maps::add_target_tgid(&self.skel.maps.target_tgids, tgid, from)
     }
 
     /// Attaches the sampling program to each perf event (taking ownership of
@@ -224,6 +221,13 @@ impl<'obj> ProfileProgram<'obj> {
                 .follow_fork
                 .attach()
                 .context("attaching tp_btf/sched_process_fork")?;
+            self.links.push(link);
+            let link = self
+                .skel
+                .progs
+                .arm_command
+                .attach()
+                .context("attaching tp_btf/task_rename")?;
             self.links.push(link);
         }
         for fd in events {

@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::counters::EventSpec;
 use crate::events::{self, Event};
-use crate::maps;
+use crate::maps::{self, TargetFrom};
 use crate::output::stat::thousands;
 use crate::output::{folded, report, svg};
 use crate::programs::{Mode, ProfileProgram};
@@ -58,12 +58,13 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     let mut prog = ProfileProgram::load(&mut obj, &settings.program)?;
 
     // The command is forked first but held before exec, so its PID is a
-    // target before it runs a single instruction.
+    // target before it runs a single instruction; it counts from its exec
+    // on (perf's enable_on_exec), not during bprof's own pre-exec code.
     let mut child = match settings.target.command.as_slice() {
         [] => None,
         argv => {
             let c = Child::spawn(argv)?;
-            prog.add_tgid(c.pid)?;
+            prog.add_tgid(c.pid, TargetFrom::Exec)?;
             Some(c)
         }
     };
@@ -327,7 +328,7 @@ fn try_start_counts<'obj>(
         return Ok(None);
     }
     if let Some(pid) = child {
-        c.add_tgid(pid)?;
+        c.add_tgid(pid, TargetFrom::Exec)?;
     }
     c.attach(child.is_some())?;
     Ok(Some(c))

@@ -11,6 +11,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, ProgramInput};
 
 use crate::cgroup::CgroupId;
 use crate::counters::EventSpec;
+use crate::maps::{self, TargetFrom};
 use crate::shared::{Session, Shared};
 use crate::skel::stat::{StatSkel, StatSkelBuilder};
 
@@ -157,6 +158,7 @@ impl<'obj> StatProgram<'obj> {
         }
         if !scope.follow_children {
             open.progs.stat_follow_fork.set_autoload(false);
+            open.progs.stat_arm_command.set_autoload(false);
         }
         if scope.cgroups.is_empty() {
             open.progs.stat_cgroup_switch.set_autoload(false);
@@ -177,7 +179,7 @@ impl<'obj> StatProgram<'obj> {
                 .update(&cpu.to_ne_bytes(), &[1], MapFlags::ANY)?;
         }
         for &pid in &scope.pids {
-            prog.add_tgid(pid)?;
+            prog.add_tgid(pid, TargetFrom::Now)?;
         }
         for &tid in &scope.tids {
             prog.skel
@@ -188,13 +190,9 @@ impl<'obj> StatProgram<'obj> {
         Ok(prog)
     }
 
-    /// Adds a process to the targets.
-    pub fn add_tgid(&self, pid: u32) -> Result<()> {
-        self.skel
-            .maps
-            .target_tgids
-            .update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
-            .context("adding a target process")
+    /// Adds a process to the targets, counted from `from` on.
+    pub fn add_tgid(&self, tgid: u32, from: TargetFrom) -> Result<()> {
+        maps::add_target_tgid(&self.skel.maps.target_tgids, tgid, from)
     }
 
     /// Attaches, then takes a baseline reading on every CPU.
@@ -226,6 +224,13 @@ impl<'obj> StatProgram<'obj> {
                     .stat_follow_fork
                     .attach()
                     .context("attaching the fork follower")?,
+            );
+            self.links.push(
+                self.skel
+                    .progs
+                    .stat_arm_command
+                    .attach()
+                    .context("attaching tp_btf/task_rename")?,
             );
         }
         self.links.push(

@@ -13,6 +13,7 @@ use crate::cgroup;
 use crate::cli::StatArgs;
 use crate::counters::{EventSpec, DEFAULT_EVENTS};
 use crate::events;
+use crate::maps::TargetFrom;
 use crate::output::stat::{write_lines, Format, Line};
 use crate::shared::Shared;
 use crate::signals;
@@ -204,7 +205,7 @@ pub fn run(s: Settings) -> Result<i32> {
         [] => None,
         argv => {
             let c = Child::spawn(argv)?;
-            prog.add_tgid(c.pid)?;
+            prog.add_tgid(c.pid, TargetFrom::Exec)?;
             Some(c)
         }
     };
