@@ -210,6 +210,10 @@ pub fn run(s: Settings) -> Result<i32> {
         }
     };
     prog.attach(s.scope.follow_children)?;
+    // Counting starts at attach's sync: whatever the programs charged while
+    // they were being attached (the cgroup program runs first) is not in
+    // the window. Before the command starts, so none of it is missed.
+    let base = prog.read()?;
     signals::install();
     let start = Instant::now();
     if let Some(c) = child.as_mut() {
@@ -221,7 +225,7 @@ pub fn run(s: Settings) -> Result<i32> {
         i.min(Duration::from_millis(50))
     });
     let ticker = crossbeam_channel::tick(tick);
-    let mut last = prog.read()?;
+    let mut last = base.clone();
     let mut next_print = s.interval.map(|i| start + i);
     let mut exit_status = None;
     loop {
@@ -258,7 +262,12 @@ pub fn run(s: Settings) -> Result<i32> {
         }
     }
     prog.sync()?;
-    let totals = prog.read()?;
+    let totals: Vec<Counts> = prog
+        .read()?
+        .iter()
+        .zip(&base)
+        .map(|(n, b)| diff(n, b))
+        .collect();
     let elapsed = start.elapsed();
     if let Some(c) = &child {
         if exit_status.is_none() {
