@@ -63,6 +63,28 @@ struct {
 	__uint(value_size, BPROF_MAX_STACK_DEPTH * sizeof(struct bpf_stack_build_id));
 } user_stacks SEC(".maps");
 
+/*
+ * Turning IPs into (build ID, offset) records costs the kernel a VMA lookup
+ * and an ELF note read per frame: most of a sample's cost. A raw frame-pointer
+ * walk is cheap, so each sample walks raw first and looks the result up here;
+ * only a stack not seen before in this exact address-space layout takes the
+ * build-ID walk. LRU: a full cache only costs speed.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384); /* resized from --stack-storage-size */
+	__type(key, struct ustack_key);
+	__type(value, __s32);
+} user_stack_cache SEC(".maps");
+
+/* Per-CPU scratch for one raw user stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__uint(value_size, BPROF_MAX_STACK_DEPTH * sizeof(__u64));
+} raw_user_stack SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -136,6 +158,54 @@ static __always_inline void count(struct profile_stats *st, struct sample_key *k
 		st->counted++;
 }
 
+/* The current task's user stack as a user_stacks id: from the cache when
+ * this raw stack was seen in this address-space layout, else by the kernel's
+ * build-ID walk (then cached). */
+static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct mm_struct *mm = task->mm;
+	struct ustack_key k = {};
+	__u32 zero = 0;
+	__u64 *ips, h = 0xcbf29ce484222325ULL;
+	__s32 *cached, id;
+	long n;
+
+	if (!mm)
+		return -EFAULT; /* a kernel thread has no user stack */
+	ips = bpf_map_lookup_elem(&raw_user_stack, &zero);
+	if (!ips)
+		return bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+	n = bpf_get_stack(ctx, ips, BPROF_MAX_STACK_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
+	if (n <= 0)
+		return bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+	for (__u32 i = 0; i < BPROF_MAX_STACK_DEPTH; i++) {
+		if (i * sizeof(__u64) >= n)
+			break;
+		/* FNV-1a over whole IPs, each premixed so that its high bits
+		 * reach the low ones: 64 bits make a collision within one
+		 * address space vanishingly unlikely. */
+		__u64 x = ips[i] * 0x9e3779b97f4a7c15ULL;
+
+		h = (h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
+	}
+	k.mm = (__u64)mm;
+	k.hash = h;
+	k.tgid = task->tgid;
+	k.mm_seq = mm->mm_lock_seq.sequence;
+	k.exec_id = task->self_exec_id;
+	k.depth = n;
+	cached = bpf_map_lookup_elem(&user_stack_cache, &k);
+	if (cached) {
+		st->user_stack_cached++;
+		return *cached;
+	}
+	id = bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+	if (id >= 0)
+		bpf_map_update_elem(&user_stack_cache, &k, &id, BPF_ANY);
+	return id;
+}
+
 /* Takes the wanted stacks; -EFAULT just means "no stack in that mode". */
 static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u32 tgid, __u64 kflags,
 					__s32 *kid, __s32 *uid)
@@ -148,7 +218,7 @@ static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u
 			st->kern_stack_lost++;
 	}
 	if (cfg.user_stacks && tgid != 0) {
-		*uid = bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+		*uid = user_stack_id(ctx, st);
 		if (*uid < 0 && *uid != -EFAULT)
 			st->user_stack_lost++;
 	}

@@ -43,6 +43,7 @@ struct profile_stats {
 	__u64 kern_stack_lost; /* kernel stack map full or hash collision */
 	__u64 user_stack_lost; /* user stack map full or hash collision */
 	__u64 no_stack;        /* neither stack usable: counted as [unknown] */
+	__u64 user_stack_cached; /* user stack id found in user_stack_cache */
 	__u64 switches_out;    /* off-CPU: blocks recorded at switch-out */
 	__u64 blocks_counted;  /* off-CPU: blocks charged at switch-in */
 	__u64 blocks_outside;  /* off-CPU: outside --min-block/--max-block */
@@ -104,6 +105,20 @@ struct profile_config {
 	__u32 filter_len;     /* entries used in filters[] */
 	__u64 min_block_ns;   /* off-CPU blocks shorter than this are ignored */
 	__u64 max_block_ns;   /* ... and longer than this */
+};
+
+/*
+ * user_stack_cache key: one raw user stack of one address space, as it was
+ * laid out then. The same raw stack in the same layout has the same build-ID
+ * stack, so the costly build-ID walk runs once per key, not per sample.
+ */
+struct ustack_key {
+	__u64 mm;     /* struct mm_struct *: the address space */
+	__u64 hash;   /* of the raw user IPs */
+	__u32 tgid;
+	__u32 mm_seq; /* mm->mm_lock_seq: moves with every mmap, munmap, mprotect */
+	__u32 exec_id; /* task->self_exec_id: moves with every exec */
+	__u32 depth;  /* bytes of IPs */
 };
 
 /* Off-CPU: when and where a thread was switched out. */

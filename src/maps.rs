@@ -69,6 +69,7 @@ pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
         s.kern_stack_lost += c.kern_stack_lost;
         s.user_stack_lost += c.user_stack_lost;
         s.no_stack += c.no_stack;
+        s.user_stack_cached += c.user_stack_cached;
         s.switches_out += c.switches_out;
         s.blocks_counted += c.blocks_counted;
         s.blocks_outside += c.blocks_outside;

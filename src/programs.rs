@@ -172,6 +172,7 @@ impl<'obj> ProfileProgram<'obj> {
         let n = opts.stack_storage_size;
         open.maps.kern_stacks.set_max_entries(n)?;
         open.maps.user_stacks.set_max_entries(n)?;
+        open.maps.user_stack_cache.set_max_entries(n)?;
         open.maps.counts.set_max_entries(n)?;
         if !opts.follow_children {
             open.progs.follow_fork.set_autoload(false);

@@ -457,8 +457,8 @@ fn summary(
     if settings.verbose {
         let _ = writeln!(
             e,
-            "bprof: program runs {}, idle skipped {}, other processes {}, filtered {}",
-            stats.samples, stats.idle, stats.not_target, stats.filtered
+            "bprof: program runs {}, idle skipped {}, other processes {}, filtered {}, user stacks from the cache {}",
+            stats.samples, stats.idle, stats.not_target, stats.filtered, stats.user_stack_cached
         );
     }
 }

@@ -63,6 +63,8 @@ pub struct Stats {
     pub user_stack_lost: u64,
     /// Samples with neither stack usable.
     pub no_stack: u64,
+    /// User stacks found in the cache, without a build-ID walk.
+    pub user_stack_cached: u64,
     /// Off-CPU: switch-outs recorded.
     pub switches_out: u64,
     /// Off-CPU: blocks charged to a stack.

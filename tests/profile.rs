@@ -219,6 +219,66 @@ fn short_lived_process_is_named_after_it_exited() {
     assert!(pct(named, total) > 80.0, "{named} of {total} samples named");
 }
 
+/// User stacks are cached by raw addresses (see user_stack_id in
+/// profile.bpf.c); when a library is swapped for another at the same
+/// addresses, the same raw stack must not keep the old library's names.
+#[test]
+fn a_library_swapped_in_at_the_same_address_keeps_no_old_names() {
+    let _g = exclusive();
+    let dir = scratch("dlswap");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/dlswap_lib.c");
+    let libs: Vec<String> = ["alpha", "beta"]
+        .iter()
+        .map(|n| {
+            let lib = dir.join(format!("libdl_{n}.so"));
+            let ok = Command::new("gcc")
+                .args(["-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC"])
+                .arg(format!("-DSPIN={n}_spin"))
+                .arg("-o")
+                .arg(&lib)
+                .arg(&src)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "building {n}");
+            lib.to_string_lossy().into_owned()
+        })
+        .collect();
+    let bin = fixture("dlswap");
+    let (lines, stderr, status) = folded_of(
+        &["-F", "499"],
+        &[bin.to_str().unwrap(), "0.2", "4", &libs[0], &libs[1]],
+    );
+    assert!(status.success(), "{stderr}");
+    // The premise: both libraries were loaded at one address.
+    let bases: std::collections::BTreeSet<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with(dir.to_str().unwrap()))
+        .filter_map(|l| l.split(' ').nth(1))
+        .collect();
+    assert_eq!(
+        bases.len(),
+        1,
+        "libraries loaded at several addresses: {stderr}"
+    );
+    let total = total_for(&lines, "fx_dlswap");
+    let alpha = with_frame(&lines, "fx_dlswap", "alpha_spin");
+    let beta = with_frame(&lines, "fx_dlswap", "beta_spin");
+    assert!(total > 200, "{total} samples\n{stderr}");
+    // Each library spins half the time. The kernel's build-ID stack map
+    // buckets stacks by raw addresses, so beta's stack may collide with
+    // alpha's there: it is then lost, and must be reported as lost.
+    let missed = with_frame(&lines, "fx_dlswap", "[Missed User Stack]");
+    let counts = format!("alpha {alpha}, beta {beta}, missed {missed} of {total}");
+    assert!(pct(alpha, total) > 35.0, "{counts}");
+    assert!(pct(alpha, total) < 65.0, "beta named alpha: {counts}");
+    assert!(pct(beta + missed, total) > 35.0, "{counts}");
+    assert!(
+        missed == 0 || stderr.contains("user stacks lost"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn command_is_followed_into_children_and_its_status_returned() {
     let _g = exclusive();
