@@ -83,7 +83,7 @@ fn main() {
             let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
         }
         let t = Instant::now();
-        let (stacks, stats) = symbols::symbolize(&raw, &index);
+        let (stacks, stats) = symbols::symbolize(&symbols::symbolizer(), &raw, &index);
         let secs = t.elapsed().as_secs_f64();
         assert_eq!(stacks.len(), raw.len());
         println!(

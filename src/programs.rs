@@ -4,6 +4,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{IntoRawFd, OwnedFd};
 
 use anyhow::{Context, Result};
+use blazesym::symbolize::Symbolizer;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
@@ -248,7 +249,12 @@ impl<'obj> ProfileProgram<'obj> {
     /// (skip 0), whose first named frame outside BPF/tracing is where real
     /// stacks begin (JIT frames without a kallsyms name count as BPF). `forced` (`--stack-skip`) overrides the measurement. Off-CPU
     /// accounting starts only once the skip is set. Returns the skip used.
-    pub fn attach_offcpu(&mut self, forced: Option<u32>, verbose: bool) -> Result<u32> {
+    pub fn attach_offcpu(
+        &mut self,
+        forced: Option<u32>,
+        symbolizer: &Symbolizer,
+        verbose: bool,
+    ) -> Result<u32> {
         let link = self
             .skel
             .progs
@@ -258,7 +264,7 @@ impl<'obj> ProfileProgram<'obj> {
         self.links.push(link);
         let skip = match forced {
             Some(n) => n,
-            None => self.measure_skip(verbose)?,
+            None => self.measure_skip(symbolizer, verbose)?,
         };
         let bss = self
             .skel
@@ -272,7 +278,7 @@ impl<'obj> ProfileProgram<'obj> {
         Ok(skip)
     }
 
-    fn measure_skip(&mut self, verbose: bool) -> Result<u32> {
+    fn measure_skip(&mut self, symbolizer: &Symbolizer, verbose: bool) -> Result<u32> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         loop {
             let bss = self
@@ -303,7 +309,7 @@ impl<'obj> ProfileProgram<'obj> {
             .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
             .take_while(|&ip| ip != 0)
             .collect();
-        let names = crate::symbols::kernel_names(&ips);
+        let names = crate::symbols::kernel_names(symbolizer, &ips);
         // BPF JIT images live outside the kernel text and kallsyms may not
         // name them (or name them after a nearby data symbol): a real frame
         // is in the text and not a BPF or tracing frame.

@@ -98,8 +98,9 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         eprintln!("bprof: no hardware PMU here: {}", no_pmu.join("; "));
     }
     prog.attach(fds, settings.program.follow_children)?;
+    let symbolizer = symbols::symbolizer();
     if mode.off_cpu() {
-        let skip = prog.attach_offcpu(settings.stack_skip, settings.verbose)?;
+        let skip = prog.attach_offcpu(settings.stack_skip, &symbolizer, settings.verbose)?;
         if settings.verbose {
             let how = if settings.stack_skip.is_some() {
                 "--stack-skip"
@@ -200,7 +201,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     let t_maps = Instant::now();
 
     // Stacks → symbols → outputs.
-    let (stacks, sym_stats) = symbols::symbolize(&raw, &sideband.index);
+    let (stacks, sym_stats) = symbols::symbolize(&symbolizer, &raw, &sideband.index);
     let t_sym = Instant::now();
     let lines = folded::lines(&stacks, &settings.folded);
     if settings.folded_stdout {

@@ -86,13 +86,24 @@ fn kernel_keys(s: &RawStack) -> impl Iterator<Item = u64> + '_ {
     s.kernel.iter().enumerate().map(|(i, &a)| caller(a, i == 0))
 }
 
+/// The symbolizer for one profile. Reuse it for every stage (off-CPU
+/// calibration, then the stacks): it parses /proc/kallsyms once and caches
+/// every file it opens.
+pub fn symbolizer() -> Symbolizer {
+    // Function names only: source lines are not part of any output.
+    Symbolizer::builder().enable_code_info(false).build()
+}
+
 /// Symbolizes every stack. `index` names the files behind build IDs.
-pub fn symbolize(raw: &[RawStack], index: &MmapIndex) -> (Vec<Stack>, SymbolStats) {
-    let symbolizer = Symbolizer::builder().enable_code_info(false).build();
+pub fn symbolize(
+    symbolizer: &Symbolizer,
+    raw: &[RawStack],
+    index: &MmapIndex,
+) -> (Vec<Stack>, SymbolStats) {
     let mut names = Names::default();
 
     let kaddrs: BTreeSet<u64> = raw.iter().flat_map(kernel_keys).collect();
-    let kernel_names = symbolize_kernel(&symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
+    let kernel_names = symbolize_kernel(symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
 
     let ukeys: BTreeSet<UserKey> = raw.iter().flat_map(user_keys).collect();
     let mut by_file: HashMap<[u8; BUILD_ID_SIZE], Vec<u64>> = HashMap::new();
@@ -179,9 +190,8 @@ fn symbolize_kernel(
 
 /// Names of kernel addresses (exact, not return addresses), `None` when
 /// kallsyms has no symbol.
-pub fn kernel_names(addrs: &[u64]) -> Vec<Option<String>> {
-    let symbolizer = Symbolizer::new();
-    symbolize_kernel(&symbolizer, addrs)
+pub fn kernel_names(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Option<String>> {
+    symbolize_kernel(symbolizer, addrs)
         .into_iter()
         .map(|(_, s)| s.and_then(|s| s.into_sym()).map(|s| s.name.into_owned()))
         .collect()
