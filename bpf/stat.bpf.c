@@ -10,12 +10,13 @@
  *
  * perf's followers are fexit programs on a shared leader; fexit cannot load
  * here, so instead every session loads this small program of its own on
- * raw_tp/sched_switch, reusing the pinned array. At each switch it reads
- * the counters of its events on this CPU, keeps its own previous reading per
- * CPU, and charges the difference to the task that was running (current, i.e.
- * the task being switched out) if that task is one of the session's targets.
- * The same program, run with BPF_PROG_TEST_RUN on each CPU, charges the
- * running task's share before user space reads: counts are exact.
+ * raw_tp/sched_switch, reusing the pinned array. At a switch into or out of
+ * one of the session's targets it reads the counters of its events on this
+ * CPU, keeps its own previous reading per CPU, and charges the difference to
+ * the task being switched out if that is a target. The same program, run
+ * with BPF_PROG_TEST_RUN on each CPU, charges the running task's share
+ * before user space reads: counts are exact. A system-wide session needs
+ * no switches at all: its syncs alone read the CPUs' counters.
  *
  * Per-cgroup counts, as perf's bperf cgroup mode: a perf_event program on
  * the cgroup-switches software event (one per CPU) charges the counts since
@@ -25,6 +26,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "stat.h"
 
 const volatile struct stat_config cfg = {};
@@ -174,23 +176,45 @@ static __always_inline void charge_all_cgroups(void)
 	}
 }
 
-/* At every task switch (and at every sync, run by user space on each CPU
- * with BPF_PROG_TEST_RUN and args[0] == BPROF_STAT_SYNC): charges the
- * counts since this CPU's last reading to the task being switched out. */
-SEC("raw_tp/sched_switch")
-int stat_switch(__u64 *args)
+static __always_inline void charge_all_targets(int charge)
 {
-	int sync = args[0] == BPROF_STAT_SYNC;
-	int charge;
-
-	if (!cpu_counted())
-		return 0;
-	charge = task_counted();
 #pragma unroll
 	for (__u32 i = 0; i < BPROF_STAT_MAX_EVENTS; i++) {
 		if (i < cfg.nr_events)
 			charge_target(i, charge);
 	}
+}
+
+/*
+ * At a task switch prev -> next (and at every sync, run by user space on
+ * each CPU with BPF_PROG_TEST_RUN and args[0] == BPROF_STAT_SYNC).
+ *
+ * Targets only: a target's counts are the difference between the readings
+ * at its switch-in and its switch-out, so the counters are read only when
+ * prev or next is a target; a switch between two other tasks costs two
+ * lookups, not a read per event. System-wide (-a) counts are every
+ * CPU's counters in full: user space does not attach this program then,
+ * and the syncs alone read them.
+ */
+SEC("raw_tp/sched_switch")
+int stat_switch(__u64 *args)
+{
+	int sync = args[0] == BPROF_STAT_SYNC;
+	int prev_counted, next_counted = 0;
+
+	if (!cpu_counted())
+		return 0;
+	/* current is prev (or, in a sync, whatever runs here). */
+	prev_counted = task_counted();
+	if (!sync && cfg.scope != STAT_SCOPE_ALL) {
+		struct task_struct *next = (struct task_struct *)args[2];
+		__u32 tgid = BPF_CORE_READ(next, tgid), pid = BPF_CORE_READ(next, pid);
+
+		next_counted = pid != 0 && in_targets(cfg.match_tgid, cfg.match_tid, tgid, pid);
+	}
+	/* A reading now charges prev, or starts next's interval, or both. */
+	if (sync || prev_counted || next_counted)
+		charge_all_targets(prev_counted);
 	/* A sync also closes the running cgroup's open interval. */
 	if (sync && cfg.nr_cgroups)
 		charge_all_cgroups();
@@ -223,13 +247,8 @@ int BPF_PROG(stat_follow_fork, struct task_struct *parent, struct task_struct *c
 SEC("tp_btf/task_rename")
 int BPF_PROG(stat_arm_command, struct task_struct *task, const char *comm)
 {
-	if (!arm_at_exec(task) || !cpu_counted())
-		return 0;
-#pragma unroll
-	for (__u32 i = 0; i < BPROF_STAT_MAX_EVENTS; i++) {
-		if (i < cfg.nr_events)
-			charge_target(i, 0);
-	}
+	if (arm_at_exec(task) && cpu_counted())
+		charge_all_targets(0);
 	return 0;
 }
 

@@ -86,6 +86,8 @@ pub struct StatProgram<'obj> {
     slots: Vec<Option<u32>>,
     cpus: Vec<u32>,
     nr_cgroups: usize,
+    /// -a: counts are whole CPUs', read at syncs; no switch program.
+    system_wide: bool,
     /// Shared-array membership; dropping it may free the counters.
     pub session: Session,
 }
@@ -170,6 +172,7 @@ impl<'obj> StatProgram<'obj> {
             slots,
             cpus: online.to_vec(),
             nr_cgroups: scope.cgroups.len(),
+            system_wide: scope.system_wide(),
             session,
         };
         for &cpu in &scope.cpus {
@@ -233,13 +236,15 @@ impl<'obj> StatProgram<'obj> {
                     .context("attaching tp_btf/task_rename")?,
             );
         }
-        self.links.push(
-            self.skel
-                .progs
-                .stat_switch
-                .attach()
-                .context("attaching raw_tp/sched_switch")?,
-        );
+        if !self.system_wide {
+            self.links.push(
+                self.skel
+                    .progs
+                    .stat_switch
+                    .attach()
+                    .context("attaching raw_tp/sched_switch")?,
+            );
+        }
         self.sync()
     }
 
