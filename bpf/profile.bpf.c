@@ -24,6 +24,7 @@
 /* errno values and task flags are #defines, which BTF does not carry. */
 #define EEXIST 17
 #define EFAULT 14
+#define ENOMEM 12
 #define PF_KTHREAD 0x00200000
 #define TASK_INTERRUPTIBLE 0x1
 #define TASK_UNINTERRUPTIBLE 0x2
@@ -52,16 +53,22 @@ struct {
 } kern_stacks SEC(".maps");
 
 /*
- * User stacks are stored as (build ID, file offset) records so that a process
- * that exits before the profile ends can still be symbolized from its files.
+ * User stacks by id. Not a stack-trace map: those are preallocated (16384 x
+ * 4 KiB the kernel zeroes at start-up) and bucket build-ID stacks by their
+ * raw addresses, so a library swapped in where another was collides with
+ * it forever. Entries here are allocated as stacks appear, each under its
+ * own id; identical stacks are shared through user_stack_cache.
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 16384);
-	__uint(map_flags, BPF_F_STACK_BUILD_ID);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, BPROF_MAX_STACK_DEPTH * sizeof(struct bpf_stack_build_id));
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384); /* resized from --stack-storage-size */
+	__type(key, __u32);
+	__type(value, struct user_stack);
 } user_stacks SEC(".maps");
+
+/* The next user_stacks id. */
+__u32 next_user_stack_id = 0;
 
 /*
  * Turning IPs into (build ID, offset) records costs the kernel a VMA lookup
@@ -77,13 +84,20 @@ struct {
 	__type(value, __s32);
 } user_stack_cache SEC(".maps");
 
-/* Per-CPU scratch for one raw user stack. */
+/* Per-CPU scratch: one raw user stack, and one build-ID stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__uint(value_size, BPROF_MAX_STACK_DEPTH * sizeof(__u64));
 } raw_user_stack SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct user_stack);
+} user_stack_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -158,9 +172,30 @@ static __always_inline void count(struct profile_stats *st, struct sample_key *k
 		st->counted++;
 }
 
+/* Stores the current task's user stack as build-ID records under a new id.
+ * Returns the id, or a negative error (-E2BIG: user_stacks is full). */
+static __always_inline __s32 store_user_stack(void *ctx)
+{
+	struct user_stack *us;
+	__u32 zero = 0;
+	__s32 id;
+	long n;
+
+	us = bpf_map_lookup_elem(&user_stack_scratch, &zero);
+	if (!us)
+		return -ENOMEM;
+	n = bpf_get_stack(ctx, us->frames, sizeof(us->frames), BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
+	if (n <= 0)
+		return n ? n : -EFAULT;
+	us->nr = n / sizeof(us->frames[0]);
+	id = __sync_fetch_and_add(&next_user_stack_id, 1);
+	n = bpf_map_update_elem(&user_stacks, &id, us, BPF_NOEXIST);
+	return n ? n : id;
+}
+
 /* The current task's user stack as a user_stacks id: from the cache when
- * this raw stack was seen in this address-space layout, else by the kernel's
- * build-ID walk (then cached). */
+ * this raw stack was seen in this address-space layout, else stored anew
+ * (and cached). */
 static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -175,10 +210,10 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st)
 		return -EFAULT; /* a kernel thread has no user stack */
 	ips = bpf_map_lookup_elem(&raw_user_stack, &zero);
 	if (!ips)
-		return bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+		return -ENOMEM;
 	n = bpf_get_stack(ctx, ips, BPROF_MAX_STACK_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
 	if (n <= 0)
-		return bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+		return n ? n : -EFAULT;
 	for (__u32 i = 0; i < BPROF_MAX_STACK_DEPTH; i++) {
 		if (i * sizeof(__u64) >= n)
 			break;
@@ -200,7 +235,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st)
 		st->user_stack_cached++;
 		return *cached;
 	}
-	id = bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+	id = store_user_stack(ctx);
 	if (id >= 0)
 		bpf_map_update_elem(&user_stack_cache, &k, &id, BPF_ANY);
 	return id;

@@ -108,6 +108,17 @@ struct profile_config {
 };
 
 /*
+ * One user stack as (build ID, file offset) records, so that a process that
+ * exits before the profile ends can still be symbolized from its files.
+ * Only the first nr records are meaningful.
+ */
+struct user_stack {
+	__u32 nr;
+	__u32 pad;
+	struct bpf_stack_build_id frames[BPROF_MAX_STACK_DEPTH];
+};
+
+/*
  * user_stack_cache key: one raw user stack of one address space, as it was
  * laid out then. The same raw stack in the same layout has the same build-ID
  * stack, so the costly build-ID walk runs once per key, not per sample.

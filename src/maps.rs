@@ -159,11 +159,15 @@ fn read_kernel_stack(map: &dyn MapCore, id: i32) -> Result<Vec<u64>> {
         .collect())
 }
 
-/// Layout of the kernel's `struct bpf_stack_build_id` (uapi/linux/bpf.h).
-const BUILD_ID_RECORD: usize = 32;
+// The record layout read_user_stack parses.
+const _: () = assert!(std::mem::size_of::<types::bpf_stack_build_id>() == 32);
+
+/// `struct bpf_stack_build_id` statuses (uapi/linux/bpf.h).
 const BPF_STACK_BUILD_ID_VALID: i32 = 1;
 const BPF_STACK_BUILD_ID_IP: i32 = 2;
 
+/// Reads `struct user_stack` (profile.h) `id`: `nr` records of
+/// `struct bpf_stack_build_id` {status: i32, build_id: [u8; 20], offset or ip: u64}.
 fn read_user_stack(map: &dyn MapCore, id: i32) -> Result<Vec<UserFrame>> {
     let Some(bytes) = map
         .lookup(&id.to_ne_bytes(), MapFlags::ANY)
@@ -171,8 +175,18 @@ fn read_user_stack(map: &dyn MapCore, id: i32) -> Result<Vec<UserFrame>> {
     else {
         return Ok(Vec::new());
     };
-    let mut frames = Vec::new();
-    for rec in bytes.chunks_exact(BUILD_ID_RECORD) {
+    let record = std::mem::size_of::<types::bpf_stack_build_id>();
+    let start = std::mem::offset_of!(types::user_stack, frames);
+    let nr = bytes.get(..4).map_or(0, |b| {
+        u32::from_ne_bytes(b.try_into().unwrap_or_default()) as usize
+    });
+    let mut frames = Vec::with_capacity(nr);
+    for rec in bytes
+        .get(start..)
+        .unwrap_or_default()
+        .chunks_exact(record)
+        .take(nr)
+    {
         let status = i32::from_ne_bytes(rec[0..4].try_into().unwrap_or_default());
         let value = u64::from_ne_bytes(rec[24..32].try_into().unwrap_or_default());
         match status {
