@@ -222,20 +222,25 @@ fn bench_slowdown(work: &Path) {
     println!(
         "## 2. Workload slowdown under a system-wide bprof (median of {RUNS} alternating runs)\n"
     );
-    println!("| rate | workload alone s | under bprof s | slowdown | lost samples |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("The floor is the same profile with every sample dropped by `--filter 'tid == 1'` before any stack is taken: the timer interrupts alone.\n");
+    println!("| rate | workload alone s | under bprof s | slowdown | floor | lost samples |");
+    println!("|---|---:|---:|---:|---:|---:|");
     for hz in ["99", "999", "4999"] {
-        let (mut alone, mut under, mut lost) = (vec![], vec![], 0);
+        let (mut alone, mut under, mut floor, mut lost) = (vec![], vec![], vec![], 0);
         for _ in 0..RUNS {
             alone.push(measure(Command::new(work).args(["0", ROUNDS])).wall);
             let b = background_bprof(&["--no-counts", "-F", hz, "-f"]);
             under.push(measure(Command::new(work).args(["0", ROUNDS])).wall);
             lost += lost_of(&stop(b));
+            let b = background_bprof(&["--no-counts", "--filter", "tid == 1", "-F", hz, "-f"]);
+            floor.push(measure(Command::new(work).args(["0", ROUNDS])).wall);
+            stop(b);
         }
-        let (a, u) = (median(alone), median(under));
+        let (a, u, f) = (median(alone), median(under), median(floor));
         println!(
-            "| {hz} Hz | {a:.3} | {u:.3} | {:+.2}% | {lost} |",
-            100.0 * (u - a) / a
+            "| {hz} Hz | {a:.3} | {u:.3} | {:+.2}% | {:+.2}% | {lost} |",
+            100.0 * (u - a) / a,
+            100.0 * (f - a) / a
         );
     }
     println!();
