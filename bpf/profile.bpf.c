@@ -208,6 +208,10 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st)
 
 	if (!mm)
 		return -EFAULT; /* a kernel thread has no user stack */
+	/* Without a layout generation (kernels without per-VMA locks) nothing
+	 * says when a cached stack went stale: always take the build-ID walk. */
+	if (!bpf_core_field_exists(mm->mm_lock_seq.sequence))
+		return store_user_stack(ctx);
 	ips = bpf_map_lookup_elem(&raw_user_stack, &zero);
 	if (!ips)
 		return -ENOMEM;

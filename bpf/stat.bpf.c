@@ -18,10 +18,10 @@
  * before user space reads: counts are exact. A system-wide session needs
  * no switches at all: its syncs alone read the CPUs' counters.
  *
- * Per-cgroup counts, as perf's bperf cgroup mode: a perf_event program on
- * the cgroup-switches software event (one per CPU) charges the counts since
- * the last cgroup switch to every --for-each-cgroup cgroup the outgoing task
- * is in (the cgroup or any below it). The sync run closes the open interval.
+ * Per-cgroup counts, as perf's bperf cgroup mode: at every switch between
+ * cgroups the counts since the last one are charged to every
+ * --for-each-cgroup cgroup the outgoing task is in (the cgroup or any below
+ * it). The sync run closes the open interval.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -189,47 +189,50 @@ static __always_inline void charge_all_targets(int charge)
  * At a task switch prev -> next (and at every sync, run by user space on
  * each CPU with BPF_PROG_TEST_RUN and args[0] == BPROF_STAT_SYNC).
  *
- * Targets only: a target's counts are the difference between the readings
- * at its switch-in and its switch-out, so the counters are read only when
- * prev or next is a target; a switch between two other tasks costs two
- * lookups, not a read per event. System-wide (-a) counts are every
- * CPU's counters in full: user space does not attach this program then,
- * and the syncs alone read them.
+ * Targets: a target's counts are the difference between the readings at
+ * its switch-in and its switch-out, so the counters are read only when prev
+ * or next is a target; a switch between two other tasks costs two lookups,
+ * not a read per event. System-wide (-a) counts are every CPU's counters in
+ * full: the syncs alone read them.
+ *
+ * --for-each-cgroup: at a switch between tasks of different cgroup v2
+ * cgroups (the cgroup-switches software event's condition), the counts
+ * since the last one go to every listed cgroup prev is in. Not on the
+ * cgroup-switches event itself: a perf_event BPF program is skipped when
+ * the CPU's bpf_prog_active is held, which a task preempted inside a BPF
+ * map syscall leaves held, and one missed switch would charge a cgroup
+ * with everything since the previous one. Raw tracepoints have no such
+ * gap.
  */
 SEC("raw_tp/sched_switch")
 int stat_switch(__u64 *args)
 {
-	int sync = args[0] == BPROF_STAT_SYNC;
-	int prev_counted, next_counted = 0;
+	struct task_struct *prev = (struct task_struct *)args[1];
+	struct task_struct *next = (struct task_struct *)args[2];
+	int prev_counted, next_counted;
 
 	if (!cpu_counted())
 		return 0;
-	/* current is prev (or, in a sync, whatever runs here). */
-	prev_counted = task_counted();
-	if (!sync && cfg.scope != STAT_SCOPE_ALL) {
-		struct task_struct *next = (struct task_struct *)args[2];
-		__u32 tgid = BPF_CORE_READ(next, tgid), pid = BPF_CORE_READ(next, pid);
-
-		next_counted = pid != 0 && in_targets(cfg.match_tgid, cfg.match_tid, tgid, pid);
+	if (args[0] == BPROF_STAT_SYNC) {
+		/* current is whatever runs here: close its open intervals. */
+		charge_all_targets(task_counted());
+		if (cfg.nr_cgroups)
+			charge_all_cgroups();
+		return 0;
 	}
+	/* current is prev. */
+	if (cfg.nr_cgroups &&
+	    BPF_CORE_READ(prev, cgroups, dfl_cgrp) != BPF_CORE_READ(next, cgroups, dfl_cgrp))
+		charge_all_cgroups();
+	if (cfg.scope == STAT_SCOPE_ALL)
+		return 0;
+	prev_counted = task_counted();
+	next_counted = BPF_CORE_READ(next, pid) != 0 &&
+		       in_targets(cfg.match_tgid, cfg.match_tid, BPF_CORE_READ(next, tgid),
+				  BPF_CORE_READ(next, pid));
 	/* A reading now charges prev, or starts next's interval, or both. */
-	if (sync || prev_counted || next_counted)
+	if (prev_counted || next_counted)
 		charge_all_targets(prev_counted);
-	/* A sync also closes the running cgroup's open interval. */
-	if (sync && cfg.nr_cgroups)
-		charge_all_cgroups();
-	return 0;
-}
-
-/* --for-each-cgroup: runs on the cgroup-switches software event, which
- * fires only when the next task is in another cgroup, while the outgoing
- * task (and cgroup) is still current. */
-SEC("perf_event")
-int stat_cgroup_switch(struct bpf_perf_event_data *ctx)
-{
-	if (cpu_counted())
-		charge_all_cgroups();
-	/* 0: nothing goes to the event's ring buffer. */
 	return 0;
 }
 

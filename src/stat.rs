@@ -86,7 +86,7 @@ pub struct StatProgram<'obj> {
     slots: Vec<Option<u32>>,
     cpus: Vec<u32>,
     nr_cgroups: usize,
-    /// -a: counts are whole CPUs', read at syncs; no switch program.
+    /// -a: counts are whole CPUs', read at syncs.
     system_wide: bool,
     /// Shared-array membership; dropping it may free the counters.
     pub session: Session,
@@ -162,9 +162,6 @@ impl<'obj> StatProgram<'obj> {
             open.progs.stat_follow_fork.set_autoload(false);
             open.progs.stat_arm_command.set_autoload(false);
         }
-        if scope.cgroups.is_empty() {
-            open.progs.stat_cgroup_switch.set_autoload(false);
-        }
         let skel = open.load().context("loading the stat BPF program")?;
         let prog = StatProgram {
             skel,
@@ -200,26 +197,6 @@ impl<'obj> StatProgram<'obj> {
 
     /// Attaches, then takes a baseline reading on every CPU.
     pub fn attach(&mut self, follow_children: bool) -> Result<()> {
-        if self.nr_cgroups > 0 {
-            // perf's way: charge cgroups only when the cgroup changes.
-            for &cpu in &self.cpus {
-                let mut attr = crate::events::base_attr(
-                    perf_event_open_sys::bindings::PERF_TYPE_SOFTWARE,
-                    perf_event_open_sys::bindings::PERF_COUNT_SW_CGROUP_SWITCHES as u64,
-                );
-                attr.__bindgen_anon_1.sample_period = 1;
-                let fd = crate::events::open(&mut attr, -1, cpu as i32)
-                    .with_context(|| format!("opening the cgroup-switches event on CPU {cpu}"))?;
-                use std::os::fd::IntoRawFd;
-                let link = self
-                    .skel
-                    .progs
-                    .stat_cgroup_switch
-                    .attach_perf_event(fd.into_raw_fd())
-                    .context("attaching to cgroup-switches")?;
-                self.links.push(link);
-            }
-        }
         if follow_children {
             self.links.push(
                 self.skel
@@ -236,7 +213,8 @@ impl<'obj> StatProgram<'obj> {
                     .context("attaching tp_btf/task_rename")?,
             );
         }
-        if !self.system_wide {
+        // A system-wide count without cgroups is read at syncs alone.
+        if !self.system_wide || self.nr_cgroups > 0 {
             self.links.push(
                 self.skel
                     .progs
