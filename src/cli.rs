@@ -56,11 +56,13 @@ pub struct StatArgs {
     #[arg(short = 'e', long = "event", value_name = "EVENT[,EVENT...]")]
     pub event: Vec<String>,
 
-    /// Count every task on every CPU (the default without -p/-t/-C/COMMAND).
+    /// Count every task on every CPU (the default without -p/-t/-C/COMMAND);
+    /// with a COMMAND, for as long as it runs.
     #[arg(short = 'a', long = "all-cpus")]
     pub all_cpus: bool,
 
-    /// Count only on these CPUs (e.g. 0,2-3).
+    /// Count only on these CPUs (e.g. 0,2-3): every task there, or with
+    /// -p/-t only those.
     #[arg(short = 'C', long = "cpu", value_name = "CPUS")]
     pub cpu: Option<String>,
 
@@ -97,7 +99,8 @@ pub struct StatArgs {
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
 
-    /// Command to run and count with its children, until it exits.
+    /// Command to run and count with its children, until it exits (with -a
+    /// or -C: count those CPUs while it runs, as perf stat -a -- COMMAND).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }

@@ -71,14 +71,11 @@ impl Settings {
         if let Some(t) = &a.tid {
             target.tids = target::parse_id_list(t, "TID")?;
         }
-        let picked = [
-            a.all_cpus,
-            !target.pids.is_empty(),
-            !target.tids.is_empty(),
-            !target.command.is_empty(),
-        ];
-        if picked.iter().filter(|&&b| b).count() > 1 {
-            bail!("choose one of -a, -p, -t or a COMMAND");
+        let picked = [a.all_cpus, !target.pids.is_empty(), !target.tids.is_empty()];
+        if picked.iter().filter(|&&b| b).count() > 1
+            || (!target.command.is_empty() && (picked[1] || picked[2]))
+        {
+            bail!("choose one of -a, -p, -t or a COMMAND (-a and -C may time a COMMAND)");
         }
         target.validate(&online)?;
         let cgroups = match &a.for_each_cgroup {
@@ -129,11 +126,15 @@ impl Settings {
             (None, true) => Format::Json,
             (None, false) => Format::Human,
         };
+        // As perf stat: -a or -C count whole CPUs, also while a COMMAND
+        // runs (the command then only says how long).
+        let system_wide = a.all_cpus
+            || (!target.cpus.is_empty() && target.pids.is_empty() && target.tids.is_empty());
         let scope = Scope {
             cpus: target.cpus.clone(),
             pids: target.pids.clone(),
             tids: target.tids.clone(),
-            follow_children: !target.command.is_empty(),
+            follow_children: !target.command.is_empty() && !system_wide,
             cgroups,
         };
         Ok(Settings {
@@ -150,7 +151,7 @@ impl Settings {
 
     fn header(&self) -> String {
         let t = &self.target;
-        if !t.command.is_empty() {
+        if !t.command.is_empty() && self.scope.follow_children {
             format!("'{}'", t.command.join(" "))
         } else if !t.pids.is_empty() {
             format!("process id '{}'", join(&t.pids))
@@ -205,7 +206,9 @@ pub fn run(s: Settings) -> Result<i32> {
         [] => None,
         argv => {
             let c = Child::spawn(argv)?;
-            prog.add_tgid(c.pid, TargetFrom::Exec)?;
+            if s.scope.follow_children {
+                prog.add_tgid(c.pid, TargetFrom::Exec)?;
+            }
             Some(c)
         }
     };

@@ -368,6 +368,27 @@ fn pid_children_and_cpu_scopes() {
     assert!(on0 < 20.0, "{on0}");
 }
 
+/// `-a -- COMMAND` counts every CPU for as long as the command runs (what
+/// `perf stat -a -- sleep N` users expect), and says so in the header.
+#[test]
+fn system_wide_while_a_command_runs() {
+    let _g = exclusive();
+    let out = stat(&["-x", ",", "-e", "task-clock", "-a", "--", "sleep", "0.5"]);
+    let line = String::from_utf8_lossy(&out.stdout).to_string();
+    let f: Vec<&str> = line.trim().split(',').collect();
+    let cpus = std::thread::available_parallelism().unwrap().get() as f64;
+    let utilized: f64 = f[5].parse().unwrap();
+    assert!((utilized - cpus).abs() < 0.1 * cpus, "{line}");
+    let ms: f64 = f[0].parse().unwrap();
+    assert!((500.0 * cpus..700.0 * cpus).contains(&ms), "{line}");
+    let human = stat(&["-e", "task-clock", "-a", "--", "true"]);
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.contains("stats for 'system wide'"), "{text}");
+    let bad = run(bprof().args(["stat", "-p", "1", "--", "true"]));
+    assert_one_line_error(&bad);
+    assert_eq!(bad.status.code(), Some(2));
+}
+
 #[test]
 fn for_each_cgroup() {
     let _g = exclusive();
