@@ -84,17 +84,23 @@ struct {
 	__type(value, __s32);
 } user_stack_cache SEC(".maps");
 
-/* Per-CPU scratch: one raw user stack, and one build-ID stack. */
+/*
+ * Per-CPU scratch: one raw user stack, and one build-ID stack. One slot per
+ * program: an NMI (hardware-cycles sample) can interrupt offcpu_switch on
+ * its CPU while it uses its slot.
+ */
+enum scratch_slot { SCRATCH_ON_CPU, SCRATCH_OFF_CPU, SCRATCH_SLOTS };
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, SCRATCH_SLOTS);
 	__type(key, __u32);
 	__uint(value_size, BPROF_MAX_STACK_DEPTH * sizeof(__u64));
 } raw_user_stack SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, SCRATCH_SLOTS);
 	__type(key, __u32);
 	__type(value, struct user_stack);
 } user_stack_scratch SEC(".maps");
@@ -174,14 +180,13 @@ static __always_inline void count(struct profile_stats *st, struct sample_key *k
 
 /* Stores the current task's user stack as build-ID records under a new id.
  * Returns the id, or a negative error (-E2BIG: user_stacks is full). */
-static __always_inline __s32 store_user_stack(void *ctx)
+static __always_inline __s32 store_user_stack(void *ctx, __u32 slot)
 {
 	struct user_stack *us;
-	__u32 zero = 0;
 	__s32 id;
 	long n;
 
-	us = bpf_map_lookup_elem(&user_stack_scratch, &zero);
+	us = bpf_map_lookup_elem(&user_stack_scratch, &slot);
 	if (!us)
 		return -ENOMEM;
 	n = bpf_get_stack(ctx, us->frames, sizeof(us->frames), BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
@@ -196,12 +201,11 @@ static __always_inline __s32 store_user_stack(void *ctx)
 /* The current task's user stack as a user_stacks id: from the cache when
  * this raw stack was seen in this address-space layout, else stored anew
  * (and cached). */
-static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st)
+static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, __u32 slot)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct mm_struct *mm = task->mm;
 	struct ustack_key k = {};
-	__u32 zero = 0;
 	__u64 *ips, h = 0xcbf29ce484222325ULL;
 	__s32 *cached, id;
 	long n;
@@ -211,8 +215,8 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st)
 	/* Without a layout generation (kernels without per-VMA locks) nothing
 	 * says when a cached stack went stale: always take the build-ID walk. */
 	if (!bpf_core_field_exists(mm->mm_lock_seq.sequence))
-		return store_user_stack(ctx);
-	ips = bpf_map_lookup_elem(&raw_user_stack, &zero);
+		return store_user_stack(ctx, slot);
+	ips = bpf_map_lookup_elem(&raw_user_stack, &slot);
 	if (!ips)
 		return -ENOMEM;
 	n = bpf_get_stack(ctx, ips, BPROF_MAX_STACK_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
@@ -239,7 +243,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st)
 		st->user_stack_cached++;
 		return *cached;
 	}
-	id = store_user_stack(ctx);
+	id = store_user_stack(ctx, slot);
 	if (id >= 0)
 		bpf_map_update_elem(&user_stack_cache, &k, &id, BPF_ANY);
 	return id;
@@ -247,7 +251,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st)
 
 /* Takes the wanted stacks; -EFAULT just means "no stack in that mode". */
 static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u32 tgid, __u64 kflags,
-					__s32 *kid, __s32 *uid)
+					__u32 slot, __s32 *kid, __s32 *uid)
 {
 	*kid = -1;
 	*uid = -1;
@@ -257,7 +261,7 @@ static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u
 			st->kern_stack_lost++;
 	}
 	if (cfg.user_stacks && tgid != 0) {
-		*uid = user_stack_id(ctx, st);
+		*uid = user_stack_id(ctx, st, slot);
 		if (*uid < 0 && *uid != -EFAULT)
 			st->user_stack_lost++;
 	}
@@ -301,7 +305,7 @@ int do_sample(struct bpf_perf_event_data *ctx)
 	key.tgid = tgid;
 	key.pid = pid;
 	key.kind = SAMPLE_ON_CPU;
-	take_stacks(ctx, st, tgid, 0, &key.kern_stack_id, &key.user_stack_id);
+	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, &key.kern_stack_id, &key.user_stack_id);
 	/* --wall counts time: a cpu-clock sample's period is its nanoseconds. */
 	count(st, &key, cfg.period_as_us ? ctx->sample_period / 1000 : 1);
 	/* 0: the sample is not also written to the perf ring buffer. */
@@ -352,7 +356,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 			start = bpf_task_storage_get(&offcpu_start, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 			if (start) {
 				start->ts = bpf_ktime_get_ns();
-				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK,
+				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK, SCRATCH_OFF_CPU,
 					    &start->kern_stack_id, &start->user_stack_id);
 				st->switches_out++;
 			}
