@@ -15,6 +15,7 @@ pub mod cli;
 pub mod counters;
 pub mod events;
 pub mod filter;
+pub mod fsafe;
 pub mod maps;
 pub mod output;
 pub mod preflight;

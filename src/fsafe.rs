@@ -1,0 +1,145 @@
+//! Opening files that someone other than root may control.
+//!
+//! bprof runs as root and reads files on a profiled user's behalf (perf
+//! maps, jitdumps, mapped binaries, debug files). Each is opened once,
+//! without following a final symlink, without blocking on a FIFO, checked
+//! with `fstat` (a regular file, its owner, its size), and then handed on by
+//! descriptor (`/proc/self/fd/N`) so that what was checked is what is read.
+
+use std::fs::{File, Metadata, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Who may own a file for bprof to trust its contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// Anyone (the file was reached through a process's own mapping).
+    Any,
+    /// Root or this user (the profiled process's).
+    RootOr(u32),
+    /// Exactly this user (a perf map must be its process's own).
+    Exactly(u32),
+}
+
+impl Owner {
+    fn allows(self, uid: u32) -> bool {
+        match self {
+            Owner::Any => true,
+            Owner::RootOr(u) => uid == 0 || uid == u,
+            Owner::Exactly(u) => uid == u,
+        }
+    }
+}
+
+/// Why an untrusted file was not used.
+#[derive(Debug)]
+pub enum Refused {
+    /// open(2) or fstat(2) failed (ENOENT, ELOOP for a symlink, ...).
+    Io(io::Error),
+    /// Not a regular file (a FIFO, a device, a directory).
+    NotRegular,
+    /// Owned by a user bprof does not trust for this file.
+    Owner(u32),
+    /// Larger than the cap.
+    TooLarge(u64),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Io(e) => write!(f, "{e}"),
+            Refused::NotRegular => write!(f, "not a regular file"),
+            Refused::Owner(uid) => write!(f, "owned by uid {uid}, not trusted for this file"),
+            Refused::TooLarge(n) => write!(f, "{n} bytes, over the size limit"),
+        }
+    }
+}
+
+/// A checked, open, regular file.
+#[derive(Debug)]
+pub struct Checked {
+    /// The open file; read it, or hand [`Checked::fd_path`] to a library.
+    pub file: File,
+    /// Its `fstat`.
+    pub meta: Metadata,
+}
+
+impl Checked {
+    /// `/proc/self/fd/N`: a path that reaches exactly this open file, for
+    /// libraries that take paths. Valid while `self` lives.
+    pub fn fd_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+}
+
+/// Opens `path` for reading as untrusted input: no final symlink followed
+/// (`O_NOFOLLOW`), no blocking open of a FIFO (`O_NONBLOCK`), a regular file
+/// only, owned as `owner` allows, at most `max_size` bytes.
+pub fn open_untrusted(path: &Path, owner: Owner, max_size: u64) -> Result<Checked, Refused> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .map_err(Refused::Io)?;
+    let meta = file.metadata().map_err(Refused::Io)?;
+    if !meta.file_type().is_file() {
+        return Err(Refused::NotRegular);
+    }
+    if !owner.allows(meta.uid()) {
+        return Err(Refused::Owner(meta.uid()));
+    }
+    if meta.len() > max_size {
+        return Err(Refused::TooLarge(meta.len()));
+    }
+    Ok(Checked { file, meta })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("bprof-fsafe-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn refuses_symlink_fifo_and_large_files() {
+        let d = scratch("refuse");
+        let f = d.join("real");
+        std::fs::write(&f, b"0123456789").unwrap();
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        let fifo = d.join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: c is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+
+        assert!(open_untrusted(&f, Owner::Any, 10).is_ok());
+        assert!(matches!(
+            open_untrusted(&f, Owner::Any, 9),
+            Err(Refused::TooLarge(10))
+        ));
+        assert!(matches!(
+            open_untrusted(&link, Owner::Any, 100),
+            Err(Refused::Io(_))
+        ));
+        // Returns at once instead of waiting for a writer.
+        assert!(matches!(
+            open_untrusted(&fifo, Owner::Any, 100),
+            Err(Refused::NotRegular)
+        ));
+        let me = open_untrusted(&f, Owner::Any, 10).unwrap().meta.uid();
+        assert!(matches!(
+            open_untrusted(&f, Owner::Exactly(me + 1), 10),
+            Err(Refused::Owner(_))
+        ));
+        let checked = open_untrusted(&f, Owner::RootOr(me), 10).unwrap();
+        assert_eq!(std::fs::read(checked.fd_path()).unwrap(), b"0123456789");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
