@@ -220,6 +220,15 @@ pub struct ProfileArgs {
     #[arg(long = "stack-skip", value_name = "N")]
     pub stack_skip: Option<String>,
 
+    /// Largest perf map (/tmp/perf-PID.map) or jitdump read for JIT frame
+    /// names; larger ones are skipped (said at -v).
+    #[arg(
+        long = "max-perf-map-size",
+        value_name = "BYTES",
+        default_value = "67108864"
+    )]
+    pub max_perf_map_size: String,
+
     /// Do not print the target's cycles, instructions and IPC at the end.
     #[arg(long = "no-counts")]
     pub no_counts: bool,

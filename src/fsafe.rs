@@ -83,6 +83,54 @@ pub fn open_untrusted(path: &Path, owner: Owner, max_size: u64) -> Result<Checke
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
         .open(path)
         .map_err(Refused::Io)?;
+    check(file, owner, max_size)
+}
+
+/// [`open_untrusted`] for `rel` inside another process's root directory
+/// (`/proc/PID/root`, a container's): every component, `..` and symlink is
+/// resolved inside that root (`openat2` with `RESOLVE_IN_ROOT`), so a
+/// symlink planted in the container cannot lead to a file of the host.
+pub fn open_untrusted_in_root(
+    root: &Path,
+    rel: &Path,
+    owner: Owner,
+    max_size: u64,
+) -> Result<Checked, Refused> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let dir = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(root)
+        .map_err(Refused::Io)?;
+    let rel = std::ffi::CString::new(rel.as_os_str().as_encoded_bytes())
+        .map_err(|e| Refused::Io(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
+    // SAFETY: open_how is plain data; all-zero is its documented default.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags =
+        (libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+            as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: dir is an open descriptor, rel a NUL-terminated string and how
+    // a valid open_how of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            rel.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(Refused::Io(io::Error::last_os_error()));
+    }
+    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+    let file = File::from(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+    check(file, owner, max_size)
+}
+
+/// The checks of an opened untrusted file: regular, owner, size.
+fn check(file: File, owner: Owner, max_size: u64) -> Result<Checked, Refused> {
     let meta = file.metadata().map_err(Refused::Io)?;
     if !meta.file_type().is_file() {
         return Err(Refused::NotRegular);
@@ -140,6 +188,31 @@ mod tests {
         ));
         let checked = open_untrusted(&f, Owner::RootOr(me), 10).unwrap();
         assert_eq!(std::fs::read(checked.fd_path()).unwrap(), b"0123456789");
+
+        // Inside a root: a symlink (even to a path inside it) is refused, a
+        // file is found relative to the root.
+        let rel = |p: &Path| p.strip_prefix(&d).unwrap().to_path_buf();
+        assert!(open_untrusted_in_root(&d, &rel(&f), Owner::Any, 10).is_ok());
+        assert!(matches!(
+            open_untrusted_in_root(&d, &rel(&link), Owner::Any, 10),
+            Err(Refused::Io(_))
+        ));
+        assert!(matches!(
+            open_untrusted_in_root(&d, &rel(&fifo), Owner::Any, 10),
+            Err(Refused::NotRegular)
+        ));
+        // "..", and absolute symlinks in directories, stay inside the root.
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        std::os::unix::fs::symlink("/", d.join("sub/up")).unwrap();
+        let inside = Path::new("sub/up").join(rel(&f));
+        assert!(open_untrusted_in_root(&d, &inside, Owner::Any, 10).is_ok());
+        let host = Path::new("sub/up").join(f.strip_prefix("/").unwrap());
+        assert!(open_untrusted_in_root(&d, &host, Owner::Any, 10).is_err());
+        let escape = Path::new("../..").join(f.strip_prefix("/").unwrap());
+        assert!(matches!(
+            open_untrusted_in_root(&d, &escape, Owner::Any, 10),
+            Err(Refused::Io(_))
+        ));
         let _ = std::fs::remove_dir_all(&d);
     }
 }

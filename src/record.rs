@@ -71,6 +71,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
 
     // Events, then attach.
     let mut sideband = Sideband::open(&cpus)?;
+    sideband.index.jit.max_size = settings.max_perf_map_size;
     // Cycles and instructions of the same target, through the counters
     // shared with every other bprof session.
     let mut stat_obj = MaybeUninit::uninit();
@@ -128,6 +129,10 @@ pub fn run(settings: Settings) -> Result<Outcome> {
             None
         };
     sideband.snapshot(scope.as_deref());
+    if let Some(c) = &child {
+        // Its user and perf map, should it be short-lived.
+        sideband.index.jit.note_process(c.pid, true);
+    }
     signals::install();
     let started = Instant::now();
     if let Some(c) = child.as_mut() {
@@ -201,6 +206,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     let t_maps = Instant::now();
 
     // Stacks → symbols → outputs.
+    sideband.index.jit.prepare(&raw);
     let (stacks, sym_stats) = symbols::symbolize(&symbolizer, &raw, &sideband.index);
     let t_sym = Instant::now();
     let lines = folded::lines(&stacks, &settings.folded);
@@ -266,6 +272,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         report::write(&mut io::stdout().lock(), &stacks, None).context("writing the report")?;
     }
 
+    sideband.index.jit.report(settings.verbose);
     summary(
         &stats,
         &sym_stats,

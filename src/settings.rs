@@ -44,6 +44,8 @@ pub struct Settings {
     pub verbose: bool,
     /// Count the target's cycles and instructions through the shared counters.
     pub counts: bool,
+    /// Cap on a perf map or jitdump read (`--max-perf-map-size`).
+    pub max_perf_map_size: u64,
 }
 
 fn parse_u64(s: &str, what: &str) -> Result<u64> {
@@ -175,6 +177,7 @@ impl Settings {
         } else {
             crate::programs::compile_filter(&filter)?
         };
+        let max_perf_map_size = parse_u64(&cli.max_perf_map_size, "--max-perf-map-size")?;
         let kernel_stacks = !cli.user_stacks_only;
         let user_stacks = !cli.kernel_stacks_only;
         Ok(Settings {
@@ -209,6 +212,7 @@ impl Settings {
             svg: cli.svg,
             verbose: cli.verbose > 0,
             counts: !cli.no_counts,
+            max_perf_map_size,
         })
     }
 }

@@ -4,7 +4,9 @@
 //! One software "dummy" perf event per CPU with `mmap2` and `build_id` set
 //! makes the kernel write a PERF_RECORD_MMAP2 for every executable mmap
 //! system-wide (what `perf record` does too). Only these small records go
-//! through the ring buffers; samples never do.
+//! through the ring buffers; samples never do. With `task` set it also
+//! reports process exits, when a JIT process's perf map must be opened
+//! before it is gone (see [`crate::jit`]).
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -16,6 +18,7 @@ use anyhow::{Context, Result};
 use perf_event_open_sys::bindings as pb;
 
 use crate::events;
+use crate::jit::{self, JitFiles};
 use crate::stacks::BUILD_ID_SIZE;
 
 /// Data pages per CPU (a power of two): 256 KiB holds thousands of records.
@@ -40,6 +43,8 @@ pub struct MmapIndex {
     pub without_build_id: HashSet<Mapping>,
     /// Records the kernel dropped because a ring buffer was full.
     pub lost: u64,
+    /// JIT symbol files (perf maps, jitdumps) of the processes seen.
+    pub jit: JitFiles,
 }
 
 struct Ring {
@@ -69,6 +74,8 @@ impl Sideband {
             attr.set_mmap(1);
             attr.set_mmap2(1);
             attr.set_build_id(1);
+            // PERF_RECORD_EXIT (and FORK): a JIT's files are opened at its exit.
+            attr.set_task(1);
             attr.set_exclude_kernel(1);
             let fd = events::open(&mut attr, -1, cpu as i32)
                 .with_context(|| format!("opening the mmap side-band event on CPU {cpu}"))?;
@@ -105,6 +112,7 @@ impl Sideband {
     /// process that exits during the profile is then still resolvable.
     pub fn snapshot(&mut self, pids: Option<&[u32]>) {
         let all: Vec<u32>;
+        let watch = pids.is_some();
         let pids = match pids {
             Some(p) => p,
             None => {
@@ -120,6 +128,9 @@ impl Sideband {
             self.index
                 .without_build_id
                 .extend(crate::buildid::executable_mappings(pid));
+            // Its user, should it exit during the profile; -p targets are
+            // also watched for a perf map from the start.
+            self.index.jit.note_process(pid, watch);
         }
     }
 
@@ -128,6 +139,7 @@ impl Sideband {
         for ring in &self.rings {
             drain_ring(ring, self.page, &mut self.index);
         }
+        self.index.jit.poll();
     }
 }
 
@@ -182,12 +194,25 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex) {
             .map_or(0, |s| u64::from_ne_bytes(s.try_into().unwrap_or_default()));
         return;
     }
+    if kind == pb::PERF_RECORD_EXIT {
+        // {pid, ppid, tid, ptid, time}: the process is gone when its main
+        // thread is.
+        let (pid, tid) = (u32_at(rec, 8), u32_at(rec, 16));
+        if pid == tid && rec.len() >= 24 {
+            index.jit.on_exit(pid);
+        }
+        return;
+    }
     if kind != pb::PERF_RECORD_MMAP2 || rec.len() < 73 {
         return;
     }
     let pid = u32_at(rec, 8);
     let name = &rec[72..];
     let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+    // Anonymous executable memory (or a memfd) is where JITs put code.
+    if name.starts_with(b"//anon") || name.starts_with(b"[anon") || name.starts_with(b"/memfd:") {
+        index.jit.note_jit(pid);
+    }
     // Anonymous and special mappings ([vdso], //anon) carry no file.
     if !name.starts_with(b"/") {
         return;
@@ -196,6 +221,12 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex) {
         pid,
         path: PathBuf::from(std::ffi::OsStr::from_bytes(name)),
     };
+    // A jitdump is mapped (executable) only so that profilers find it; it
+    // is not an ELF file.
+    if jit::is_jitdump_name(&mapping.path) {
+        index.jit.note_jitdump(pid, mapping.path);
+        return;
+    }
     if misc & MISC_MMAP_BUILD_ID != 0 {
         let n = (rec[40] as usize).min(BUILD_ID_SIZE);
         let mut id = [0u8; BUILD_ID_SIZE];

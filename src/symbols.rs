@@ -4,7 +4,8 @@
 //! User frames are symbolized from the files themselves, found through their
 //! build IDs, so a process that exited during the profile keeps its names.
 //! Only frames the kernel could not tie to a file (JIT code, a busy mm lock)
-//! need the live process (`/proc/PID/maps`, perf-PID.map).
+//! need the live process (`/proc/PID/maps`), or its perf map or jitdump
+//! ([`crate::jit`]), which bprof reads itself, live or exited.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
@@ -129,15 +130,27 @@ pub fn symbolize(
         }
     }
     for (pid, ips) in by_pid {
+        // JIT code: from the perf map / jitdump bprof opened safely, for
+        // live and exited processes alike (see crate::jit).
+        let jit = index.jit.names(pid, &ips);
         let resolved = target::alive(pid).then(|| {
-            let src = Source::Process(Process::new(Pid::from(pid)));
+            // Files only: blazesym would open /tmp/perf-PID.map as root
+            // with none of bprof's checks.
+            let src = Source::Process(Process {
+                perf_map: false,
+                ..Process::new(Pid::from(pid))
+            });
             symbolizer
                 .symbolize(&src, Input::AbsAddr(&ips))
                 .unwrap_or_default()
         });
         for (i, &ip) in ips.iter().enumerate() {
             let sym = resolved.as_ref().and_then(|r| r.get(i));
-            user_names.insert(UserKey::Ip(pid, ip), names.of(sym));
+            let frame = match (sym, jit.get(&ip)) {
+                (Some(Symbolized::Sym(_)), _) | (_, None) => names.of(sym),
+                (_, Some(name)) => names.named(name),
+            };
+            user_names.insert(UserKey::Ip(pid, ip), frame);
         }
     }
     let kernel_names: HashMap<u64, Vec<String>> = kernel_names
@@ -244,6 +257,11 @@ struct Names {
 }
 
 impl Names {
+    fn named(&mut self, name: &str) -> Vec<String> {
+        self.stats.unique_frames += 1;
+        vec![name.to_string()]
+    }
+
     fn of(&mut self, sym: Option<&Symbolized<'_>>) -> Vec<String> {
         self.stats.unique_frames += 1;
         match sym {
