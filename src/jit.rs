@@ -35,8 +35,28 @@ struct ProcInfo {
     uid: u32,
     /// Its pid in its own pid namespace (the name of its perf map there).
     nspid: u32,
-    /// Same root directory as bprof's (no container).
-    own_root: bool,
+    /// Same mount namespace and root directory as bprof's (no container);
+    /// `None` when it could not be told (a zombie has neither).
+    own_root: Option<bool>,
+}
+
+impl ProcInfo {
+    /// Whether its paths mean what they mean to bprof; unknown counts as
+    /// yes only in bprof's own pid namespace.
+    fn shares_root(&self, pid: u32) -> bool {
+        self.own_root.unwrap_or(self.nspid == pid)
+    }
+}
+
+/// The newest reading of a process, keeping what a zombie no longer tells.
+fn refresh(pid: u32, old: Option<ProcInfo>) -> Option<ProcInfo> {
+    match (proc_info(pid), old) {
+        (Some(new), Some(old)) => Some(ProcInfo {
+            own_root: new.own_root.or(old.own_root),
+            ..new
+        }),
+        (new, old) => new.or(old),
+    }
 }
 
 /// Reads a process's user and namespace pid from /proc (also works for a
@@ -53,12 +73,17 @@ fn proc_info(pid: u32) -> Option<ProcInfo> {
     let nspid = field("NStgid:")
         .and_then(|v| v.last()?.parse().ok())
         .unwrap_or(pid);
-    let root = fs::metadata(format!("/proc/{pid}/root"));
-    let own_root = match (root, fs::metadata("/")) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        // A zombie has no root any more: assume ours unless it is in
-        // another pid namespace.
-        _ => nspid == pid,
+    // A copy of our mount namespace has the same root inode but may mount
+    // its own /tmp: compare the namespaces too.
+    let ns = |p: &str| fs::read_link(format!("{p}/ns/mnt")).ok();
+    let root = |p: &str| fs::metadata(format!("{p}/root")).ok();
+    let me = "/proc/self";
+    let it = format!("/proc/{pid}");
+    let own_root = match (ns(&it), ns(me), root(&it), root(me)) {
+        (Some(a), Some(b), Some(c), Some(d)) => {
+            Some(a == b && c.dev() == d.dev() && c.ino() == d.ino())
+        }
+        _ => None,
     };
     Some(ProcInfo {
         uid,
@@ -138,7 +163,7 @@ impl JitFiles {
     /// With `watch`, its files are also looked for during the recording.
     pub fn note_process(&mut self, pid: u32, watch: bool) {
         let p = self.procs.entry(pid).or_default();
-        p.info = proc_info(pid).or(p.info);
+        p.info = refresh(pid, p.info);
         p.jit |= watch;
     }
 
@@ -148,7 +173,7 @@ impl JitFiles {
         let p = self.procs.entry(pid).or_default();
         if !p.exited && !p.jit {
             p.jit = true;
-            p.info = proc_info(pid).or(p.info);
+            p.info = refresh(pid, p.info);
         }
     }
 
@@ -178,7 +203,7 @@ impl JitFiles {
         if p.exited {
             return;
         }
-        p.info = proc_info(pid).or(p.info);
+        p.info = refresh(pid, p.info);
         self.open(pid, true);
         if let Some(p) = self.procs.get_mut(&pid) {
             p.exited = true;
@@ -203,7 +228,7 @@ impl JitFiles {
                 break;
             }
             if let Some(p) = self.procs.get_mut(&pid) {
-                p.info = proc_info(pid).or(p.info);
+                p.info = refresh(pid, p.info);
             }
             self.open(pid, false);
         }
@@ -219,7 +244,7 @@ impl JitFiles {
             .collect();
         for pid in pids {
             let p = self.procs.entry(pid).or_default();
-            p.info = proc_info(pid).or(p.info);
+            p.info = refresh(pid, p.info);
             if p.info.is_none() {
                 // Exited before bprof learned its user: its files (if any)
                 // cannot be trusted.
@@ -301,18 +326,23 @@ impl JitFiles {
         name: &Path,
     ) -> (String, Result<Checked, Refused>) {
         let owner = Owner::Exactly(info.uid);
-        if info.own_root {
-            return (
-                name.display().to_string(),
-                fsafe::open_untrusted(name, owner, self.max_size),
-            );
-        }
+        let shared = info.shares_root(pid);
         let root = PathBuf::from(format!("/proc/{pid}/root"));
         let rel = name.strip_prefix("/").unwrap_or(name);
-        (
-            root.join(rel).display().to_string(),
-            fsafe::open_untrusted_in_root(&root, rel, owner, self.max_size),
-        )
+        let shown = if shared {
+            name.display().to_string()
+        } else {
+            root.join(rel).display().to_string()
+        };
+        // Inside its root while it has one (a container's /tmp); by the
+        // plain path only when that means the same file.
+        let opened = match fsafe::open_untrusted_in_root(&root, rel, owner, self.max_size) {
+            Err(Refused::Io(e)) if shared && e.kind() == std::io::ErrorKind::NotFound => {
+                fsafe::open_untrusted(name, owner, self.max_size)
+            }
+            other => other,
+        };
+        (shown, opened)
     }
 
     fn skip(&mut self, path: String, why: String) {
@@ -400,7 +430,7 @@ mod tests {
         let info = proc_info(me).unwrap();
         // SAFETY: geteuid has no preconditions.
         assert_eq!(info.uid, unsafe { libc::geteuid() });
-        assert!(info.own_root);
+        assert_eq!(info.own_root, Some(true));
         assert_eq!(proc_info(u32::MAX), None);
     }
 
