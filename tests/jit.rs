@@ -59,6 +59,8 @@ impl Run {
 fn held(name: &str, args: &[&str], secs: &str, flags: &str, plant: impl FnOnce(u32, u64)) -> Run {
     let dir = scratch(name);
     let folded = dir.join("out.folded");
+    // Waited for with wait4 below, for its rusage.
+    #[allow(clippy::zombie_processes)]
     let mut child = Command::new("timeout")
         .args(["-s", "KILL", "60"])
         .arg(env!("CARGO_BIN_EXE_bprof"))
