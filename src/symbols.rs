@@ -4,8 +4,7 @@
 //! User frames are symbolized from the files themselves, found through their
 //! build IDs, so a process that exited during the profile keeps its names.
 //! Only frames the kernel could not tie to a file (JIT code, a busy mm lock)
-//! need the live process (`/proc/PID/maps`), or its perf map or jitdump
-//! ([`crate::jit`]), which bprof reads itself, live or exited.
+//! need the live process (`/proc/PID/maps`, perf-PID.map).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs;

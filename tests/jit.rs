@@ -297,6 +297,7 @@ fn an_oversize_map_is_skipped_and_memory_stays_small() {
         r.stderr
     );
     assert!(!r.text().contains("huge_map_entry"));
+    eprintln!("peak RSS, 200 MB map skipped: {} KiB", r.max_rss_kib);
     assert!(r.max_rss_kib < 100 << 10, "peak RSS {} KiB", r.max_rss_kib);
 
     // Allowed, it is streamed: named, and memory still small.
@@ -309,6 +310,7 @@ fn an_oversize_map_is_skipped_and_memory_stays_small() {
     );
     let _ = std::fs::remove_file(map_path(r.pid));
     assert!(r.share("huge_map_entry") > 80.0, "{}", r.text());
+    eprintln!("peak RSS, 200 MB map read: {} KiB", r.max_rss_kib);
     assert!(
         r.stderr.contains("1 malformed perf map lines"),
         "the NUL tail is one overlong line: {}",
