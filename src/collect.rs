@@ -122,6 +122,8 @@ pub struct Collector {
     user_deleted: u64,
     /// The count map in the slot now.
     current: Option<MapHandle>,
+    /// Aggregate the threads of a process together.
+    merge_threads: bool,
     /// What the drains did.
     pub stats: DrainStats,
 }
@@ -165,6 +167,7 @@ impl Collector {
             kern_deleted: 0,
             user_deleted: 0,
             current: None,
+            merge_threads: false,
             stats: DrainStats::default(),
         };
         let mut c = c;
@@ -181,6 +184,13 @@ impl Collector {
             .update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
             .context("installing a fresh count map")?;
         Ok(self.current.replace(fresh))
+    }
+
+    /// Aggregates the threads of each process together (their stacks stay
+    /// apart by thread name): for outputs that do not show thread ids, so
+    /// that user memory grows with distinct stacks, not with threads.
+    pub fn merge_threads(&mut self, yes: bool) {
+        self.merge_threads = yes;
     }
 
     /// Drains if the count map or a stack map is half full, or on the
@@ -235,7 +245,11 @@ impl Collector {
             };
             let k = AggKey {
                 tgid: key.tgid,
-                pid: key.pid,
+                pid: if self.merge_threads {
+                    key.tgid
+                } else {
+                    key.pid
+                },
                 comm: key.comm,
                 off_cpu: key.kind == SAMPLE_OFF_CPU,
                 kernel: if self.want_kernel {

@@ -56,6 +56,10 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     // BPF programs.
     let mut obj = MaybeUninit::uninit();
     let mut prog = ProfileProgram::load(&mut obj, &settings.program)?;
+    // Folded stacks and flame graphs show no thread ids.
+    prog.collector.merge_threads(
+        settings.folded_stdout || settings.folded_file.is_some() || settings.svg.is_some(),
+    );
 
     // The command is forked first but held before exec, so its PID is a
     // target before it runs a single instruction; it counts from its exec
