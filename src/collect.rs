@@ -510,3 +510,64 @@ pub fn for_each_entry(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash_map(entries: u32) -> MapHandle {
+        let opts = libbpf_sys::bpf_map_create_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
+            ..Default::default()
+        };
+        let m = MapHandle::create(MapType::Hash, Some("bprof_test"), 4, 8, entries, &opts)
+            .expect("create a hash map (needs root)");
+        for k in 0..entries {
+            m.update(
+                &k.to_ne_bytes(),
+                &(u64::from(k) * 3).to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .unwrap();
+        }
+        m
+    }
+
+    #[test]
+    fn batch_read_returns_every_entry_of_a_large_hash_map() {
+        // 20,000 entries in 256-entry batches: the kernel ends many batches
+        // short, at buckets that do not fit; all must still be read.
+        let m = hash_map(20_000);
+        let mut seen = HashMap::new();
+        for_each_entry(m.as_fd(), 4, 8, false, |k, v| {
+            let k = u32::from_ne_bytes(k.try_into().unwrap());
+            let v = u64::from_ne_bytes(v.try_into().unwrap());
+            assert!(seen.insert(k, v).is_none(), "key {k} twice");
+        })
+        .unwrap();
+        assert_eq!(seen.len(), 20_000);
+        assert!(seen.iter().all(|(&k, &v)| v == u64::from(k) * 3));
+        // Read and delete: the same entries, and the map is empty after.
+        let mut n = 0;
+        for_each_entry(m.as_fd(), 4, 8, true, |_, _| n += 1).unwrap();
+        assert_eq!(n, 20_000);
+        assert!(m.keys().next().is_none());
+    }
+
+    #[test]
+    fn totals_mismatch_is_reported() {
+        let stats = Stats {
+            counted: 10,
+            counted_weight: 10,
+            ..Default::default()
+        };
+        let lines = vec![("a;b".to_string(), 6), ("a;c".to_string(), 4)];
+        assert_eq!(check_totals(&stats, 10, &lines), None);
+        let msg = check_totals(&stats, 10, &lines[..1]).unwrap();
+        assert!(
+            msg.contains("outputs hold 6") && msg.contains("counted 10"),
+            "{msg}"
+        );
+        assert!(check_totals(&stats, 9, &lines).is_some());
+    }
+}
