@@ -770,3 +770,40 @@ fn thousands_of_kernel_stacks_none_missed() {
         .unwrap_or_else(|| panic!("no stored count: {stderr}"));
     assert!(stored > 1000, "only {stored} kernel stacks\n{stderr}");
 }
+
+#[test]
+fn user_stacks_stored_by_content_when_the_layout_cache_misses() {
+    let _g = exclusive();
+    let bin = fixture("mmapchurn");
+    let out = run(bprof()
+        .args(["-v", "-U", "-F", "999", "-f", "--"])
+        .args([bin.to_str().unwrap(), "2"]));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let (samples, lost, _) = summary_numbers(&stderr);
+    assert!(samples > 1000 && lost == 0, "{stderr}");
+    let cached: u64 = stderr
+        .lines()
+        .find_map(|l| l.split("user stacks from the cache ").nth(1)?.parse().ok())
+        .unwrap_or_else(|| panic!("no cache count: {stderr}"));
+    let stored: u64 = stderr
+        .lines()
+        .find_map(|l| {
+            l.split(" user stacks stored")
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no stored count: {stderr}"));
+    // Every sample missed the layout cache, yet the same few stacks were
+    // stored once each, not once per sample.
+    assert!(cached * 10 < samples, "{stderr}");
+    assert!(stored <= 50, "{stored} user stacks stored\n{stderr}");
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        with_frame(&lines, "fx_mmapchurn", "spin") * 2 > samples,
+        "{lines:?}"
+    );
+}
