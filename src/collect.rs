@@ -124,6 +124,9 @@ pub struct Collector {
     current: Option<MapHandle>,
     /// Aggregate the threads of a process together.
     merge_threads: bool,
+    /// Count-map keys since the swap, kernel and user stacks stored, at the
+    /// last tick.
+    last_tick: [u64; 3],
     /// What the drains did.
     pub stats: DrainStats,
 }
@@ -168,6 +171,7 @@ impl Collector {
             user_deleted: 0,
             current: None,
             merge_threads: false,
+            last_tick: [0; 3],
             stats: DrainStats::default(),
         };
         let mut c = c;
@@ -196,18 +200,36 @@ impl Collector {
     /// Drains if the count map or a stack map is half full, or on the
     /// timer. `stats` is a current reading of the kernel's counters.
     pub fn tick(&mut self, maps: &Maps, stats: &Stats) -> Result<()> {
-        let half = u64::from(self.size.div_ceil(2));
         let keys = stats.count_keys.saturating_sub(self.keys_at_swap);
         let kern_fill = stats.kern_stacks_stored.saturating_sub(self.kern_deleted);
         let user_fill = stats.user_stacks_stored.saturating_sub(self.user_deleted);
-        let stacks_full = kern_fill >= half || user_fill >= half;
-        if keys >= half || stacks_full || self.last_drain.elapsed() >= DRAIN_EVERY {
+        // How much each map grew since the last tick: the next tick may
+        // bring as much again.
+        let now = [keys, stats.kern_stacks_stored, stats.user_stacks_stored];
+        let grew: Vec<u64> = now
+            .iter()
+            .zip(&self.last_tick)
+            .map(|(n, p)| n.saturating_sub(*p))
+            .collect();
+        self.last_tick = now;
+        let due = |fill: u64, grew: u64| self.due(fill, grew);
+        let stacks_full = due(kern_fill, grew[1]) || due(user_fill, grew[2]);
+        if due(keys, grew[0]) || stacks_full || self.last_drain.elapsed() >= DRAIN_EVERY {
+            // Growth since now is measured from the fresh map.
+            self.last_tick[0] = 0;
             self.drain(maps, stats.count_keys)?;
             if stacks_full {
                 self.purge_stacks(maps)?;
             }
         }
         Ok(())
+    }
+
+    /// A map is drained when half full, or earlier when one more tick
+    /// growing as fast as the last one would take it past three quarters.
+    fn due(&self, fill: u64, grew: u64) -> bool {
+        let size = u64::from(self.size);
+        fill * 2 >= size || (fill + grew) * 4 >= size * 3
     }
 
     /// Swaps the count map out and aggregates all of it. `count_keys`: the
