@@ -2,10 +2,13 @@
 //!
 //! The count map is the inner map of a one-slot `ARRAY_OF_MAPS`
 //! (`count_slot`). A drain puts a fresh inner map in the slot; the kernel
-//! returns from that update only after an RCU grace period
-//! (`maybe_wait_bpf_programs()` in kernel/bpf/syscall.c, since 4.20 and in
-//! 6.1 and 6.18 alike), so no program still holds a value of the old map,
-//! which is then read completely and dropped. Its keys are aggregated here,
+//! returns from that update only after `synchronize_rcu()`
+//! (`maybe_wait_bpf_programs()` in kernel/bpf/syscall.c, for
+//! `ARRAY_OF_MAPS`: at the end of `bpf_map_update_value()` in 6.1, after a
+//! successful update in `map_update_elem()` in 6.18). perf_event and
+//! tracing programs run inside RCU read-side sections, so once it returns no
+//! program still holds a value of the old map, which is then read
+//! completely and dropped. Its keys are aggregated here,
 //! by stack content, into one table for the whole profile.
 //!
 //! Stack contents are copied into user space the first time a drained key
