@@ -127,6 +127,8 @@ pub struct Collector {
     current: Option<MapHandle>,
     /// Aggregate the threads of a process together.
     merge_threads: bool,
+    /// A failed drain was reported.
+    warned: bool,
     /// Count-map keys since the swap, kernel and user stacks stored, at the
     /// last tick.
     last_tick: [u64; 3],
@@ -174,6 +176,7 @@ impl Collector {
             user_deleted: 0,
             current: None,
             merge_threads: false,
+            warned: false,
             last_tick: [0; 3],
             stats: DrainStats::default(),
         };
@@ -201,8 +204,19 @@ impl Collector {
     }
 
     /// Drains if the count map or a stack map is half full, or on the
-    /// timer. `stats` is a current reading of the kernel's counters.
-    pub fn tick(&mut self, maps: &Maps, stats: &Stats) -> Result<()> {
+    /// timer. `stats` is a current reading of the kernel's counters. A
+    /// failed drain is said once and recording goes on: what it cost shows
+    /// as counted losses (a full map) or fails the final totals check.
+    pub fn tick(&mut self, maps: &Maps, stats: &Stats) {
+        if let Err(e) = self.try_tick(maps, stats) {
+            if !self.warned {
+                eprintln!("bprof: draining the kernel maps failed: {e:#}");
+                self.warned = true;
+            }
+        }
+    }
+
+    fn try_tick(&mut self, maps: &Maps, stats: &Stats) -> Result<()> {
         let keys = stats.count_keys.saturating_sub(self.keys_at_swap);
         let kern_fill = stats.kern_stacks_stored.saturating_sub(self.kern_deleted);
         let user_fill = stats.user_stacks_stored.saturating_sub(self.user_deleted);

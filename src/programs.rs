@@ -364,7 +364,7 @@ impl<'obj> ProfileProgram<'obj> {
             kern_stacks: &self.skel.maps.kern_stacks,
             user_stacks: &self.skel.maps.user_stacks,
         };
-        self.collector.tick(&maps, &stats)?;
+        self.collector.tick(&maps, &stats);
         Ok(stats)
     }
 

@@ -278,6 +278,12 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     if settings.verbose {
         eprintln!("bprof: {}", crate::collect::describe(&drains, &stats));
     }
+    if drains.unresolved > 0 {
+        eprintln!(
+            "bprof: {} stacks had no content left to read; those samples show [Missed ... Stack]",
+            drains.unresolved
+        );
+    }
     if let Some(text) = counts.as_ref().and_then(counts_text) {
         eprintln!("bprof: {text}");
     }
