@@ -356,7 +356,8 @@ impl<'obj> ProfileProgram<'obj> {
     }
 
     /// Called every tick while recording: drains the maps into user space
-    /// when they fill up or on a timer. Returns the current counters.
+    /// when they fill up or on a timer. Returns the current counters (an
+    /// error only if they cannot be read, and then nothing is drained).
     pub fn tick(&mut self) -> Result<Stats> {
         let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
         let maps = collect::Maps {

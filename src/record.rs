@@ -163,10 +163,10 @@ pub fn run(settings: Settings) -> Result<Outcome> {
             break;
         }
         // Drains the kernel maps before they fill; also the progress count.
-        let stats = prog.tick()?;
+        let samples = prog.tick().map(|s| s.counted).unwrap_or(0);
         if !progress.is_hidden() {
             progress.set_position(started.elapsed().as_millis() as u64);
-            progress.set_message(format!("{} samples", stats.counted));
+            progress.set_message(format!("{samples} samples"));
         }
     }
     let elapsed = started.elapsed();
