@@ -62,6 +62,11 @@ struct {
 	__array(values, struct count_map);
 } count_slot SEC(".maps");
 
+/* Never used by the programs: only the inner count maps have sample_key as
+ * their key, and a skeleton generates the types of globals, so this makes
+ * Rust read keys through the generated type rather than a copy of it. */
+struct sample_key sample_key_abi = {};
+
 /*
  * Kernel stacks, stored by content so that two stacks never share an id
  * (a STACK_TRACE map buckets by hash and drops a colliding stack):

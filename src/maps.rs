@@ -80,28 +80,8 @@ pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
     Ok(s)
 }
 
-/// `struct sample_key` (profile.h): the count map's key. Written out here
-/// because the skeleton only carries types its maps name by type, and the
-/// count map is created by user space.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SampleKey {
-    /// Process id.
-    pub tgid: u32,
-    /// Thread id.
-    pub pid: u32,
-    /// Id into kern_stacks; negative when not taken or lost.
-    pub kern_stack_id: i32,
-    /// Id into user_stacks; negative when not taken or lost.
-    pub user_stack_id: i32,
-    /// Thread name.
-    pub comm: [i8; 16],
-    /// `enum sample_kind`.
-    pub kind: u32,
-    /// Padding, zero.
-    pub pad: u32,
-}
-const _: () = assert!(std::mem::size_of::<SampleKey>() == 40);
+/// `struct sample_key` (profile.h): the count map's key, as generated.
+pub type SampleKey = types::sample_key;
 impl Plain for SampleKey {}
 
 /// Parses `struct kern_stack` (profile.h): IPs, leaf first, zero-padded.
