@@ -2,7 +2,8 @@
 /*
  * bprof's kernel side. Every event is counted in place into a hash map keyed
  * by (thread, kernel stack, user stack, kind); nothing per event is sent to
- * user space, which reads the unique keys and stacks once, at the end.
+ * user space, which drains the unique keys and stacks into its own
+ * aggregate while recording (see count_slot) and once more at the end.
  *
  * - do_sample (perf_event): on-CPU samples.
  * - offcpu_switch (tp_btf/sched_switch): time spent switched out, charged to
@@ -22,6 +23,7 @@
 #include "profile.h"
 
 /* errno values and task flags are #defines, which BTF does not carry. */
+#define E2BIG 7
 #define EEXIST 17
 #define EFAULT 14
 #define ENOMEM 12
@@ -38,19 +40,60 @@ __u64 calib_done = 0;
 /* Off-CPU accounting starts once kernel_skip is known. */
 __u32 offcpu_armed = 0;
 
-struct {
+/*
+ * The count map is the inner map of a one-slot map-in-map. To drain it, user
+ * space puts a fresh inner map in the slot: the update returns only after an
+ * RCU grace period (maybe_wait_bpf_programs), so no program still holds a
+ * value pointer of the old map, which user space then reads at leisure.
+ * Reading and deleting in place would lose the increments of a program that
+ * looked a value up just before its key was deleted.
+ */
+struct count_map {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384); /* resized from --stack-storage-size */
-	__type(key, struct sample_key);
-	__type(value, __u64);
-} counts SEC(".maps");
+	__uint(max_entries, 16384); /* user space creates them, --stack-storage-size */
+	__uint(key_size, sizeof(struct sample_key));
+	__uint(value_size, sizeof(__u64));
+};
 
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 16384);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, BPROF_MAX_STACK_DEPTH * sizeof(__u64));
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, struct count_map);
+} count_slot SEC(".maps");
+
+/* Never used by the programs: only the inner count maps have sample_key as
+ * their key, and a skeleton generates the types of globals, so this makes
+ * Rust read keys through the generated type rather than a copy of it. */
+struct sample_key sample_key_abi = {};
+
+/*
+ * Kernel stacks, stored by content so that two stacks never share an id
+ * (a STACK_TRACE map buckets by hash and drops a colliding stack):
+ * kern_stack_ids maps a 64-bit hash of the IPs to an id, kern_stacks holds
+ * the content; a hash hit is compared word by word, and a different
+ * content is stored under a new id. User space copies entries it reads and
+ * deletes them to keep the map small; ids are never reused, so a deleted
+ * id stays resolvable from its copy, and a hash whose id was deleted gets
+ * a new one.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384); /* resized from --stack-storage-size */
+	__type(key, __u32);
+	__type(value, struct kern_stack);
 } kern_stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384); /* resized from --stack-storage-size */
+	__type(key, __u64);
+	__type(value, __u32);
+} kern_stack_ids SEC(".maps");
+
+/* The next kern_stacks id. */
+__u32 next_kern_stack_id = 0;
 
 /*
  * User stacks by id. Not a stack-trace map: those are preallocated (16384 x
@@ -70,6 +113,14 @@ struct {
 /* The next user_stacks id. */
 __u32 next_user_stack_id = 0;
 
+/* Content dedup of user_stacks, as kern_stack_ids: hash of the records → id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384); /* resized from --stack-storage-size */
+	__type(key, __u64);
+	__type(value, __u32);
+} user_stack_ids SEC(".maps");
+
 /*
  * Turning IPs into (build ID, offset) records costs the kernel a VMA lookup
  * and an ELF note read per frame: most of a sample's cost. A raw frame-pointer
@@ -85,7 +136,7 @@ struct {
 } user_stack_cache SEC(".maps");
 
 /*
- * Per-CPU scratch: one raw user stack, and one build-ID stack. One slot per
+ * Per-CPU scratch: one raw user stack, one build-ID stack, one kernel stack. One slot per
  * program: an NMI (hardware-cycles sample) can interrupt offcpu_switch on
  * its CPU while it uses its slot.
  */
@@ -104,6 +155,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct user_stack);
 } user_stack_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SCRATCH_SLOTS);
+	__type(key, __u32);
+	__type(value, struct kern_stack);
+} kern_stack_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -155,47 +213,139 @@ static __always_inline int is_target(__u32 tgid, __u32 pid)
 /* Adds `n` to the key's count; a new key may find the map full. */
 static __always_inline void count(struct profile_stats *st, struct sample_key *key, __u64 n)
 {
-	__u64 *val = bpf_map_lookup_elem(&counts, key);
+	__u32 zero = 0;
+	void *counts = bpf_map_lookup_elem(&count_slot, &zero);
+	__u64 *val;
 	int err;
 
-	if (val) {
-		__sync_fetch_and_add(val, n);
-		st->counted++;
+	if (!counts) {
+		st->count_map_full++;
 		return;
 	}
-	err = bpf_map_update_elem(&counts, key, &n, BPF_NOEXIST);
+	val = bpf_map_lookup_elem(counts, key);
+	if (val) {
+		__sync_fetch_and_add(val, n);
+		goto counted;
+	}
+	err = bpf_map_update_elem(counts, key, &n, BPF_NOEXIST);
 	if (err == -EEXIST) {
 		/* Another CPU inserted the same key first. */
-		val = bpf_map_lookup_elem(&counts, key);
+		val = bpf_map_lookup_elem(counts, key);
 		if (val) {
 			__sync_fetch_and_add(val, n);
-			err = 0;
+			goto counted;
 		}
 	}
-	if (err)
+	if (err) {
 		st->count_map_full++;
-	else
-		st->counted++;
+		return;
+	}
+	__sync_fetch_and_add(&st->count_keys, 1);
+counted:
+	/* Atomic: an NMI sample may interrupt offcpu_switch on this CPU. */
+	__sync_fetch_and_add(&st->counted, 1);
+	__sync_fetch_and_add(&st->counted_weight, n);
 }
 
-/* Stores the current task's user stack as build-ID records under a new id.
- * Returns the id, or a negative error (-E2BIG: user_stacks is full). */
-static __always_inline __s32 store_user_stack(void *ctx, __u32 slot)
+/* 64-bit FNV-1a over whole words, each premixed so that its high bits reach
+ * the low ones. `bytes` is a multiple of 8, at most `max` words. */
+#define HASH_WORDS(h, words, bytes, max)                                  \
+	for (__u32 i = 0; i < (max); i++) {                               \
+		if (i * sizeof(__u64) >= (bytes))                         \
+			break;                                            \
+		__u64 x = (words)[i] * 0x9e3779b97f4a7c15ULL;             \
+		h = (h ^ x ^ (x >> 32)) * 0x100000001b3ULL;               \
+	}
+
+/* Whether two zero-padded stacks of `max` words are the same. */
+static __always_inline int same_words(const __u64 *a, const __u64 *b, __u32 max)
 {
-	struct user_stack *us;
+	for (__u32 i = 0; i < max; i++) {
+		if (a[i] != b[i])
+			return 0;
+	}
+	return 1;
+}
+
+/* The current kernel stack (skipping `flags & BPF_F_SKIP_FIELD_MASK` frames)
+ * as a kern_stacks id: the id of the same content when stored, else a new
+ * one. -EFAULT: no kernel stack (a user-mode sample); -E2BIG: map full. */
+static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, __u64 flags, __u32 slot)
+{
+	__u64 h = 0xcbf29ce484222325ULL;
+	struct kern_stack *s, *old;
+	__u32 *idp;
+	__s32 id;
+	long n;
+
+	s = bpf_map_lookup_elem(&kern_stack_scratch, &slot);
+	if (!s)
+		return -ENOMEM;
+	/* bpf_get_stack zeroes the buffer past the frames it copies. */
+	n = bpf_get_stack(ctx, s->ips, sizeof(s->ips), flags);
+	if (n <= 0)
+		return n ? n : -EFAULT;
+	HASH_WORDS(h, s->ips, n, BPROF_MAX_STACK_DEPTH);
+	idp = bpf_map_lookup_elem(&kern_stack_ids, &h);
+	if (idp) {
+		id = *idp;
+		old = bpf_map_lookup_elem(&kern_stacks, &id);
+		if (old && same_words(old->ips, s->ips, BPROF_MAX_STACK_DEPTH))
+			return id;
+		if (old)
+			__sync_fetch_and_add(&st->stack_collisions, 1);
+	}
+	id = __sync_fetch_and_add(&next_kern_stack_id, 1);
+	if (bpf_map_update_elem(&kern_stacks, &id, s, BPF_NOEXIST))
+		return -E2BIG;
+	__sync_fetch_and_add(&st->kern_stacks_stored, 1);
+	/* A collision keeps the first content's mapping; a deleted id is
+	 * replaced. */
+	if (!idp || !bpf_map_lookup_elem(&kern_stacks, idp))
+		bpf_map_update_elem(&kern_stack_ids, &h, &id, BPF_ANY);
+	return id;
+}
+
+#define USER_STACK_WORDS (BPROF_MAX_STACK_DEPTH * sizeof(struct bpf_stack_build_id) / sizeof(__u64))
+
+/* Stores the current task's user stack as build-ID records: under the id
+ * of the same content when stored, else under a new id. Returns the id, or a
+ * negative error (-E2BIG: user_stacks is full). */
+static __always_inline __s32 store_user_stack(void *ctx, struct profile_stats *st, __u32 slot)
+{
+	__u64 h = 0xcbf29ce484222325ULL;
+	struct user_stack *us, *old;
+	__u32 *idp;
 	__s32 id;
 	long n;
 
 	us = bpf_map_lookup_elem(&user_stack_scratch, &slot);
 	if (!us)
 		return -ENOMEM;
+	/* Zero-padded past n by bpf_get_stack, so whole buffers compare. */
 	n = bpf_get_stack(ctx, us->frames, sizeof(us->frames), BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
 	if (n <= 0)
 		return n ? n : -EFAULT;
 	us->nr = n / sizeof(us->frames[0]);
+	HASH_WORDS(h, (__u64 *)us->frames, n, USER_STACK_WORDS);
+	idp = bpf_map_lookup_elem(&user_stack_ids, &h);
+	if (idp) {
+		id = *idp;
+		old = bpf_map_lookup_elem(&user_stacks, &id);
+		if (old && old->nr == us->nr &&
+		    same_words((__u64 *)old->frames, (__u64 *)us->frames, USER_STACK_WORDS))
+			return id;
+		if (old)
+			__sync_fetch_and_add(&st->stack_collisions, 1);
+	}
 	id = __sync_fetch_and_add(&next_user_stack_id, 1);
 	n = bpf_map_update_elem(&user_stacks, &id, us, BPF_NOEXIST);
-	return n ? n : id;
+	if (n)
+		return n;
+	__sync_fetch_and_add(&st->user_stacks_stored, 1);
+	if (!idp || !bpf_map_lookup_elem(&user_stacks, idp))
+		bpf_map_update_elem(&user_stack_ids, &h, &id, BPF_ANY);
+	return id;
 }
 
 /* The current task's user stack as a user_stacks id: from the cache when
@@ -215,7 +365,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 	/* Without a layout generation (kernels without per-VMA locks) nothing
 	 * says when a cached stack went stale: always take the build-ID walk. */
 	if (!bpf_core_field_exists(mm->mm_lock_seq.sequence))
-		return store_user_stack(ctx, slot);
+		return store_user_stack(ctx, st, slot);
 	ips = bpf_map_lookup_elem(&raw_user_stack, &slot);
 	if (!ips)
 		return -ENOMEM;
@@ -243,7 +393,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 		st->user_stack_cached++;
 		return *cached;
 	}
-	id = store_user_stack(ctx, slot);
+	id = store_user_stack(ctx, st, slot);
 	if (id >= 0)
 		bpf_map_update_elem(&user_stack_cache, &k, &id, BPF_ANY);
 	return id;
@@ -256,7 +406,7 @@ static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u
 	*kid = -1;
 	*uid = -1;
 	if (cfg.kernel_stacks) {
-		*kid = bpf_get_stackid(ctx, &kern_stacks, kflags);
+		*kid = kern_stack_id(ctx, st, kflags, slot);
 		if (*kid < 0 && *kid != -EFAULT)
 			st->kern_stack_lost++;
 	}

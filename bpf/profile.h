@@ -47,6 +47,13 @@ struct profile_stats {
 	__u64 switches_out;    /* off-CPU: blocks recorded at switch-out */
 	__u64 blocks_counted;  /* off-CPU: blocks charged at switch-in */
 	__u64 blocks_outside;  /* off-CPU: outside --min-block/--max-block */
+	/* Sum of what `counted` samples added to the count map (1 each, or
+	 * microseconds off-CPU and with --wall): the outputs must add up to it. */
+	__u64 counted_weight;
+	__u64 count_keys;        /* new keys inserted into the count map */
+	__u64 kern_stacks_stored; /* new entries in kern_stacks */
+	__u64 user_stacks_stored; /* new entries in user_stacks */
+	__u64 stack_collisions;  /* same 64-bit hash, other content: stored anew */
 };
 
 /* --filter: at most this many entries (perf uses the same bound). */
@@ -105,6 +112,11 @@ struct profile_config {
 	__u32 filter_len;     /* entries used in filters[] */
 	__u64 min_block_ns;   /* off-CPU blocks shorter than this are ignored */
 	__u64 max_block_ns;   /* ... and longer than this */
+};
+
+/* One kernel stack: the IPs, leaf first, zero-padded. */
+struct kern_stack {
+	__u64 ips[BPROF_MAX_STACK_DEPTH];
 };
 
 /*

@@ -167,8 +167,9 @@ pub struct ProfileArgs {
     #[arg(short = 'I', long = "include-idle")]
     pub include_idle: bool,
 
-    /// Number of unique stacks (and of stack/thread keys) the kernel maps
-    /// can hold; stacks beyond it are counted as lost.
+    /// Entries of each kernel map (count map, stack maps). They are drained
+    /// into user space when half full, so this bounds kernel memory, not
+    /// the profile; what still does not fit is counted as lost.
     #[arg(long = "stack-storage-size", value_name = "N", default_value = "16384")]
     pub stack_storage_size: String,
 
@@ -233,8 +234,8 @@ pub struct ProfileArgs {
     #[arg(long = "no-counts")]
     pub no_counts: bool,
 
-    /// Extra detail (stack skip, loss breakdown); twice (-vv) also
-    /// libbpf's messages.
+    /// Extra detail (stack skip, loss breakdown, map drains); twice (-vv)
+    /// also libbpf's messages.
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
 

@@ -12,6 +12,7 @@
 pub mod buildid;
 pub mod cgroup;
 pub mod cli;
+pub mod collect;
 pub mod counters;
 pub mod events;
 pub mod filter;

@@ -1,22 +1,20 @@
-//! Maps: reading counts, stacks and loss counters out of the kernel once the
-//! recording has stopped.
-
-use std::collections::HashMap;
+//! Maps: the layouts of counts, stacks and loss counters as they come out of
+//! the kernel (the reading itself, while recording, is `collect`).
 
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::skel::profile::types;
-use crate::stacks::{RawStack, Stats, UserFrame, BUILD_ID_SIZE};
+use crate::stacks::{Stats, UserFrame, BUILD_ID_SIZE};
 
 /// Skeleton types made of integers only, with no implicit padding, so any
 /// byte pattern of the right size is a valid value and every byte is set.
 pub trait Plain: Copy {}
-impl Plain for types::sample_key {}
 impl Plain for types::profile_stats {}
 impl Plain for types::filter_entry {}
 
-fn read_plain<T: Plain>(bytes: &[u8]) -> Option<T> {
+/// Reads a `Plain` value from the start of `bytes`, if long enough.
+pub fn read_plain<T: Plain>(bytes: &[u8]) -> Option<T> {
     (bytes.len() >= std::mem::size_of::<T>())
         // SAFETY: T is Plain (every bit pattern valid) and the length is checked.
         .then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
@@ -73,90 +71,26 @@ pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
         s.switches_out += c.switches_out;
         s.blocks_counted += c.blocks_counted;
         s.blocks_outside += c.blocks_outside;
+        s.counted_weight += c.counted_weight;
+        s.count_keys += c.count_keys;
+        s.kern_stacks_stored += c.kern_stacks_stored;
+        s.user_stacks_stored += c.user_stacks_stored;
+        s.stack_collisions += c.stack_collisions;
     }
     Ok(s)
 }
 
-/// Reads every counted key with its stacks.
-pub fn read_stacks(
-    counts: &dyn MapCore,
-    kern: &dyn MapCore,
-    user: &dyn MapCore,
-    want_kernel: bool,
-    want_user: bool,
-) -> Result<Vec<RawStack>> {
-    let mut kcache: HashMap<i32, Vec<u64>> = HashMap::new();
-    let mut ucache: HashMap<i32, Vec<UserFrame>> = HashMap::new();
-    let mut out = Vec::new();
-    let batch = counts
-        .lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)
-        .context("reading the count map")?;
-    for (k, v) in batch {
-        let Some(key) = read_plain::<types::sample_key>(&k) else {
-            continue;
-        };
-        let count = v
-            .get(..8)
-            .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or_default()))
-            .unwrap_or(0);
-        let kernel = stack_of(&mut kcache, key.kern_stack_id, |id| {
-            read_kernel_stack(kern, id)
-        })?;
-        let user = stack_of(&mut ucache, key.user_stack_id, |id| {
-            read_user_stack(user, id)
-        })?;
-        out.push(RawStack {
-            tgid: key.tgid,
-            pid: key.pid,
-            comm: comm_string(&key.comm),
-            kernel,
-            user,
-            kernel_lost: want_kernel && lost(key.kern_stack_id),
-            user_lost: want_user && key.tgid != 0 && lost(key.user_stack_id),
-            off_cpu: key.kind == SAMPLE_OFF_CPU,
-            count,
-        });
-    }
-    Ok(out)
-}
+/// `struct sample_key` (profile.h): the count map's key, as generated.
+pub type SampleKey = types::sample_key;
+impl Plain for SampleKey {}
 
-/// `enum sample_kind` in profile.h.
-const SAMPLE_OFF_CPU: u32 = 1;
-
-/// -EFAULT means "no stack in that mode" (e.g. the kernel stack of a
-/// user-mode sample); -1 means "not taken"; anything else is a lost stack.
-fn lost(id: i32) -> bool {
-    id < 0 && id != -libc::EFAULT && id != -1
-}
-
-fn stack_of<F: Copy + Clone>(
-    cache: &mut HashMap<i32, Vec<F>>,
-    id: i32,
-    read: impl FnOnce(i32) -> Result<Vec<F>>,
-) -> Result<Vec<F>> {
-    if id < 0 {
-        return Ok(Vec::new());
-    }
-    if let Some(s) = cache.get(&id) {
-        return Ok(s.clone());
-    }
-    let s = read(id)?;
-    cache.insert(id, s.clone());
-    Ok(s)
-}
-
-fn read_kernel_stack(map: &dyn MapCore, id: i32) -> Result<Vec<u64>> {
-    let Some(bytes) = map
-        .lookup(&id.to_ne_bytes(), MapFlags::ANY)
-        .context("reading a kernel stack")?
-    else {
-        return Ok(Vec::new());
-    };
-    Ok(bytes
+/// Parses `struct kern_stack` (profile.h): IPs, leaf first, zero-padded.
+pub fn parse_kernel_stack(bytes: &[u8]) -> Vec<u64> {
+    bytes
         .chunks_exact(8)
         .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
         .take_while(|&ip| ip != 0)
-        .collect())
+        .collect()
 }
 
 // The record layout read_user_stack parses.
@@ -166,15 +100,9 @@ const _: () = assert!(std::mem::size_of::<types::bpf_stack_build_id>() == 32);
 const BPF_STACK_BUILD_ID_VALID: i32 = 1;
 const BPF_STACK_BUILD_ID_IP: i32 = 2;
 
-/// Reads `struct user_stack` (profile.h) `id`: `nr` records of
+/// Parses `struct user_stack` (profile.h): `nr` records of
 /// `struct bpf_stack_build_id` {status: i32, build_id: [u8; 20], offset or ip: u64}.
-fn read_user_stack(map: &dyn MapCore, id: i32) -> Result<Vec<UserFrame>> {
-    let Some(bytes) = map
-        .lookup(&id.to_ne_bytes(), MapFlags::ANY)
-        .context("reading a user stack")?
-    else {
-        return Ok(Vec::new());
-    };
+pub fn parse_user_stack(bytes: &[u8]) -> Vec<UserFrame> {
     let record = std::mem::size_of::<types::bpf_stack_build_id>();
     let start = std::mem::offset_of!(types::user_stack, frames);
     let nr = bytes.get(..4).map_or(0, |b| {
@@ -202,10 +130,11 @@ fn read_user_stack(map: &dyn MapCore, id: i32) -> Result<Vec<UserFrame>> {
             _ => break,
         }
     }
-    Ok(frames)
+    frames
 }
 
-fn comm_string(comm: &[i8]) -> String {
+/// A NUL-terminated `comm` as a string.
+pub fn comm_string(comm: &[i8]) -> String {
     let bytes: Vec<u8> = comm
         .iter()
         .take_while(|&&c| c != 0)

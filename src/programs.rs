@@ -9,10 +9,12 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use crate::cgroup;
+use crate::collect::{self, Collector};
 use crate::filter::{self, Filter, Op, Term, Value};
 use crate::maps::{self, plain_bytes, TargetFrom};
 use crate::skel::profile::types::{filter_entry, filter_op, filter_term};
 use crate::skel::profile::{ProfileSkel, ProfileSkelBuilder};
+use crate::stacks::{RawStack, Stats};
 
 /// How the profile program is configured before load.
 #[derive(Debug, Clone)]
@@ -133,6 +135,8 @@ pub struct ProfileProgram<'obj> {
     /// The skeleton, whose maps the later stages read.
     pub skel: ProfileSkel<'obj>,
     links: Vec<Link>,
+    /// Drains the count and stack maps into user space.
+    pub collector: Collector,
 }
 
 /// Routes libbpf's messages: silent unless `-v`, since a failure is
@@ -172,9 +176,10 @@ impl<'obj> ProfileProgram<'obj> {
         rodata.cfg.max_block_ns = opts.max_block_ns;
         let n = opts.stack_storage_size;
         open.maps.kern_stacks.set_max_entries(n)?;
+        open.maps.kern_stack_ids.set_max_entries(n)?;
         open.maps.user_stacks.set_max_entries(n)?;
+        open.maps.user_stack_ids.set_max_entries(n)?;
         open.maps.user_stack_cache.set_max_entries(n)?;
-        open.maps.counts.set_max_entries(n)?;
         if !opts.follow_children {
             open.progs.follow_fork.set_autoload(false);
             open.progs.arm_command.set_autoload(false);
@@ -183,9 +188,16 @@ impl<'obj> ProfileProgram<'obj> {
             open.progs.offcpu_switch.set_autoload(false);
         }
         let skel = open.load().map_err(load_error)?;
+        let collector = Collector::new(
+            &skel.maps.count_slot,
+            n,
+            opts.kernel_stacks,
+            opts.user_stacks,
+        )?;
         let prog = ProfileProgram {
             skel,
             links: Vec::new(),
+            collector,
         };
         for &tgid in &opts.tgids {
             prog.add_tgid(tgid, TargetFrom::Now)?;
@@ -341,6 +353,33 @@ impl<'obj> ProfileProgram<'obj> {
     /// so the maps hold a final, consistent state.
     pub fn detach(&mut self) {
         self.links.clear();
+    }
+
+    /// Called every tick while recording: drains the maps into user space
+    /// when they fill up or on a timer. Returns the current counters (an
+    /// error only if they cannot be read, and then nothing is drained).
+    pub fn tick(&mut self) -> Result<Stats> {
+        let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
+        let maps = collect::Maps {
+            count_slot: &self.skel.maps.count_slot,
+            kern_stacks: &self.skel.maps.kern_stacks,
+            user_stacks: &self.skel.maps.user_stacks,
+        };
+        self.collector.tick(&maps, &stats);
+        Ok(stats)
+    }
+
+    /// After `detach`: the last drain, then the final counters (consistent
+    /// with it, see `Collector::finish`) and every aggregated stack.
+    pub fn finish(&mut self) -> Result<(Stats, Vec<RawStack>)> {
+        let maps = collect::Maps {
+            count_slot: &self.skel.maps.count_slot,
+            kern_stacks: &self.skel.maps.kern_stacks,
+            user_stacks: &self.skel.maps.user_stacks,
+        };
+        self.collector.finish(&maps)?;
+        let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
+        Ok((stats, self.collector.stacks()))
     }
 }
 

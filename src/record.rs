@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::counters::EventSpec;
 use crate::events::{self, Event};
-use crate::maps::{self, TargetFrom};
+use crate::maps::TargetFrom;
 use crate::output::stat::thousands;
 use crate::output::{folded, report, svg};
 use crate::programs::{Mode, ProfileProgram};
@@ -56,6 +56,10 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     // BPF programs.
     let mut obj = MaybeUninit::uninit();
     let mut prog = ProfileProgram::load(&mut obj, &settings.program)?;
+    // Folded stacks and flame graphs show no thread ids.
+    prog.collector.merge_threads(
+        settings.folded_stdout || settings.folded_file.is_some() || settings.svg.is_some(),
+    );
 
     // The command is forked first but held before exec, so its PID is a
     // target before it runs a single instruction; it counts from its exec
@@ -163,10 +167,9 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         if settings.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
         }
+        // Drains the kernel maps before they fill; also the progress count.
+        let samples = prog.tick().map(|s| s.counted).unwrap_or(0);
         if !progress.is_hidden() {
-            let samples = maps::read_stats(&prog.skel.maps.profile_stats)
-                .map(|s| s.counted)
-                .unwrap_or(0);
             progress.set_position(started.elapsed().as_millis() as u64);
             progress.set_message(format!("{samples} samples"));
         }
@@ -194,14 +197,9 @@ pub fn run(settings: Settings) -> Result<Outcome> {
 
     // Maps → stacks.
     let t_end = Instant::now();
-    let stats = maps::read_stats(&prog.skel.maps.profile_stats)?;
-    let raw = maps::read_stacks(
-        &prog.skel.maps.counts,
-        &prog.skel.maps.kern_stacks,
-        &prog.skel.maps.user_stacks,
-        settings.program.kernel_stacks,
-        settings.program.user_stacks,
-    )?;
+    let (stats, raw) = prog.finish()?;
+    let drains = prog.collector.stats;
+    let drained_total = prog.collector.total();
     drop(prog);
     let t_maps = Instant::now();
 
@@ -210,6 +208,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     let (stacks, sym_stats) = symbols::symbolize(&symbolizer, &raw, &sideband.index);
     let t_sym = Instant::now();
     let lines = folded::lines(&stacks, &settings.folded);
+    let mismatch = crate::collect::check_totals(&stats, drained_total, &lines);
     if settings.folded_stdout {
         folded::write(&mut io::stdout().lock(), &lines)
             .context("writing folded stacks to stdout")?;
@@ -283,6 +282,15 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         elapsed,
         interrupted,
     );
+    if settings.verbose {
+        eprintln!("bprof: {}", crate::collect::describe(&drains, &stats));
+    }
+    if drains.unresolved > 0 {
+        eprintln!(
+            "bprof: {} stacks had no content left to read; those samples show [Missed ... Stack]",
+            drains.unresolved
+        );
+    }
     if let Some(text) = counts.as_ref().and_then(counts_text) {
         eprintln!("bprof: {text}");
     }
@@ -293,6 +301,9 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         }
         None => 0,
     };
+    if let Some(m) = mismatch {
+        bail!("{m}");
+    }
     if let Some(path) = no_svg {
         drop(svg_file);
         let _ = std::fs::remove_file(&path);

@@ -71,6 +71,17 @@ pub struct Stats {
     pub blocks_counted: u64,
     /// Off-CPU: blocks outside --min-block/--max-block.
     pub blocks_outside: u64,
+    /// Sum of what the counted samples added (1 each, or microseconds for
+    /// off-CPU and `--wall`): the outputs add up to this.
+    pub counted_weight: u64,
+    /// New keys inserted into the count map.
+    pub count_keys: u64,
+    /// Entries stored into the kernel stack map.
+    pub kern_stacks_stored: u64,
+    /// Entries stored into the user stack map.
+    pub user_stacks_stored: u64,
+    /// Distinct stacks with the same 64-bit hash (each stored on its own).
+    pub stack_collisions: u64,
 }
 
 impl Stats {

@@ -398,3 +398,49 @@ fn node_perf_basic_prof_frames_named_after_exit() {
         "{fib} of {total} samples in JS fib: {stderr}"
     );
 }
+
+#[test]
+fn a_fifo_does_not_hang_a_profile_of_a_live_pid() {
+    // -p: the process still runs at symbolization, where bprof used to
+    // open its perf map blocking.
+    let _g = exclusive();
+    let mut jit = Command::new(fixture("jit"))
+        .args(["3", "nh"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(jit.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let pid = jit.id();
+    as_nobody(&format!("mkfifo {}", map_path(pid)));
+    jit.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let out = run(Command::new("timeout")
+        .args(["-s", "KILL", "30"])
+        .arg(env!("CARGO_BIN_EXE_bprof"))
+        .args([
+            "-F",
+            "499",
+            "-v",
+            "-f",
+            "--no-counts",
+            "-p",
+            &pid.to_string(),
+            "1",
+        ]));
+    let _ = jit.wait();
+    let _ = std::fs::remove_file(map_path(pid));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(
+        stderr.contains(&format!(
+            "bprof: skipped {}: not a regular file",
+            map_path(pid)
+        )),
+        "{stderr}"
+    );
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(total_for(&lines, COMM) > 100, "{lines:?}");
+}
