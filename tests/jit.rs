@@ -444,3 +444,10 @@ fn a_fifo_does_not_hang_a_profile_of_a_live_pid() {
     let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
     assert!(total_for(&lines, COMM) > 100, "{lines:?}");
 }
+
+#[test]
+fn a_bad_size_cap_is_one_line() {
+    let out = run(bprof().args(["--max-perf-map-size", "64MiB", "-f", "1"]));
+    let line = assert_one_line_error(&out);
+    assert!(line.contains("--max-perf-map-size '64MiB'"), "{line}");
+}
