@@ -111,6 +111,8 @@ struct Proc {
     /// profile, or was named with -p: its files are looked for every tick.
     jit: bool,
     exited: bool,
+    /// Polls that found nothing; after a few, it is polled less often.
+    misses: u32,
     map: Slot,
     dump: Slot,
     /// jitdump files the process mapped, as it named them.
@@ -131,6 +133,7 @@ pub struct JitFiles {
     pub max_size: u64,
     procs: HashMap<u32, Proc>,
     held: usize,
+    polls: u64,
     /// Files not read, and why (each once).
     skipped: Vec<(String, String)>,
     skipped_paths: HashSet<String>,
@@ -144,6 +147,7 @@ impl Default for JitFiles {
             max_size: DEFAULT_MAX_SIZE,
             procs: HashMap::new(),
             held: 0,
+            polls: 0,
             skipped: Vec::new(),
             skipped_paths: HashSet::new(),
             malformed: Cell::new(0),
@@ -213,12 +217,18 @@ impl JitFiles {
     /// Looks for the files of the JIT processes that do not have them yet
     /// (each recording tick).
     pub fn poll(&mut self) {
+        self.polls += 1;
+        // A process that maps executable memory but writes no perf map (a
+        // libffi trampoline, a JIT without perf support) is looked at every
+        // tick for a second, then every tenth tick.
+        let slow = self.polls % 10 != 0;
         let pending: Vec<u32> = self
             .procs
             .iter()
             .filter(|(_, p)| {
                 p.jit
                     && !p.exited
+                    && !(slow && p.misses >= 10)
                     && (matches!(p.map, Slot::Pending) || matches!(p.dump, Slot::Pending))
             })
             .map(|(&pid, _)| pid)
@@ -229,6 +239,7 @@ impl JitFiles {
             }
             if let Some(p) = self.procs.get_mut(&pid) {
                 p.info = refresh(pid, p.info);
+                p.misses = p.misses.saturating_add(1);
             }
             self.open(pid, false);
         }

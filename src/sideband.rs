@@ -236,3 +236,49 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex) {
         index.without_build_id.insert(mapping);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A PERF_RECORD_EXIT of `pid`'s main thread, as the ring holds it.
+    fn exit_record(pid: u32) -> Vec<u8> {
+        let mut r = Vec::new();
+        r.extend_from_slice(&pb::PERF_RECORD_EXIT.to_ne_bytes());
+        r.extend_from_slice(&0u16.to_ne_bytes());
+        r.extend_from_slice(&40u16.to_ne_bytes());
+        for v in [pid, 1, pid, 1] {
+            r.extend_from_slice(&v.to_ne_bytes());
+        }
+        r.extend_from_slice(&0u64.to_ne_bytes());
+        r.extend_from_slice(&[0u8; 8]);
+        r
+    }
+
+    #[test]
+    fn an_exit_record_opens_the_perf_map_before_it_goes() {
+        let me = std::process::id();
+        let path = format!("/tmp/perf-{me}.map");
+        let mut index = MmapIndex::default();
+        // Anonymous executable memory makes this process a JIT.
+        let mut mmap = vec![0u8; 72];
+        mmap[..4].copy_from_slice(&pb::PERF_RECORD_MMAP2.to_ne_bytes());
+        mmap[8..12].copy_from_slice(&me.to_ne_bytes());
+        mmap.extend_from_slice(b"//anon\0\0");
+        parse_record(&mmap, &mut index);
+        std::fs::write(&path, "5000 10 at_exit\n").unwrap();
+        parse_record(&exit_record(me), &mut index);
+        std::fs::remove_file(&path).unwrap();
+        // Exited: no longer looked for, and what was opened is read.
+        index.jit.poll();
+        let names = index.jit.names(me, &[0x5008]);
+        assert_eq!(names.get(&0x5008).map(String::as_str), Some("at_exit"));
+        // Another thread's exit is not the process's.
+        let mut other = MmapIndex::default();
+        other.jit.note_jit(me);
+        let mut rec = exit_record(me);
+        rec[16..20].copy_from_slice(&(me + 1).to_ne_bytes());
+        parse_record(&rec, &mut other);
+        assert!(other.jit.names(me, &[0x5008]).is_empty());
+    }
+}

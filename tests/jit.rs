@@ -215,6 +215,32 @@ fn jitdump_loads_and_moves_name_frames() {
 }
 
 #[test]
+fn a_command_running_as_another_user_gets_its_own_map_read() {
+    // setpriv execs the fixture as nobody in the same process: the user
+    // that counts is the one the process has when it writes its map.
+    let _g = exclusive();
+    let out = run(bprof()
+        .args(["-F", "499", "-f", "-v", "--no-counts", "--"])
+        .args([
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            fixture("jit").to_str().unwrap(),
+            "1",
+        ]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let ours = pct(
+        with_frame(&lines, COMM, "jit_spin"),
+        total_for(&lines, COMM),
+    );
+    assert!(ours > 80.0, "{ours:.1}%: {stderr}");
+    assert!(!stderr.contains("bprof: skipped"), "{stderr}");
+}
+
+#[test]
 fn a_planted_map_of_the_processs_own_user_is_used() {
     // The control for the hostile cases below: planting works.
     let _g = exclusive();
