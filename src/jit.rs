@@ -12,7 +12,7 @@
 //! another mount namespace are opened inside that process's root, under the
 //! name the process knows itself by there.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -119,6 +119,24 @@ struct Proc {
     dump_paths: Vec<PathBuf>,
 }
 
+impl Proc {
+    fn slot(&self, kind: Kind) -> &Slot {
+        match kind {
+            Kind::Map => &self.map,
+            Kind::Dump => &self.dump,
+        }
+    }
+}
+
+/// What looking for a file gave.
+enum Found {
+    File(Checked),
+    /// Not there (yet).
+    Missing,
+    /// There, but not safe to read (noted in the skipped list).
+    Refused,
+}
+
 /// Which file of a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -135,8 +153,8 @@ pub struct JitFiles {
     held: usize,
     polls: u64,
     /// Files not read, and why (each once).
-    skipped: Vec<(String, String)>,
-    skipped_paths: HashSet<String>,
+    skipped: RefCell<Vec<(String, String)>>,
+    skipped_paths: RefCell<HashSet<String>>,
     /// Malformed perf map lines and truncated jitdumps seen while reading.
     malformed: Cell<u64>,
 }
@@ -148,8 +166,8 @@ impl Default for JitFiles {
             procs: HashMap::new(),
             held: 0,
             polls: 0,
-            skipped: Vec::new(),
-            skipped_paths: HashSet::new(),
+            skipped: RefCell::new(Vec::new()),
+            skipped_paths: RefCell::new(HashSet::new()),
             malformed: Cell::new(0),
         }
     }
@@ -199,7 +217,8 @@ impl JitFiles {
 
     /// `pid` exited (PERF_RECORD_EXIT of its main thread): open its files
     /// now, while a zombie still tells its user, before a new process can
-    /// take the pid.
+    /// take the pid (if fewer than [`MAX_HELD`] are held; else they are
+    /// looked for by name after the profile).
     pub fn on_exit(&mut self, pid: u32) {
         let Some(p) = self.procs.get_mut(&pid) else {
             return;
@@ -245,8 +264,9 @@ impl JitFiles {
         }
     }
 
-    /// Opens the files of every process with unnamed (JIT) frames in `raw`
-    /// that are not open yet: after the recording, before [`Self::names`].
+    /// Learns, for the last time, the users of the processes with unnamed
+    /// (JIT) frames in `raw`: after the recording, before [`Self::names`],
+    /// which opens the files not held yet.
     pub fn prepare(&mut self, raw: &[RawStack]) {
         let pids: BTreeSet<u32> = raw
             .iter()
@@ -272,61 +292,66 @@ impl JitFiles {
                         );
                     }
                 }
-                continue;
             }
-            self.open(pid, true);
         }
     }
 
-    /// Tries to open `pid`'s pending files; `last` turns "not there yet"
-    /// into "none".
+    /// Tries to open and hold `pid`'s pending files; `last` turns "not
+    /// there yet" into "none".
     fn open(&mut self, pid: u32, last: bool) {
         for kind in [Kind::Map, Kind::Dump] {
             let Some(p) = self.procs.get(&pid) else {
                 return;
             };
-            let slot = match kind {
-                Kind::Map => &p.map,
-                Kind::Dump => &p.dump,
-            };
-            if !matches!(slot, Slot::Pending) {
+            if !matches!(p.slot(kind), Slot::Pending) || self.held >= MAX_HELD {
                 continue;
             }
-            let Some(info) = p.info else {
-                continue;
-            };
-            let names: Vec<PathBuf> = match kind {
-                Kind::Map => vec![PathBuf::from(format!("/tmp/perf-{}.map", info.nspid))],
-                Kind::Dump => p
-                    .dump_paths
-                    .iter()
-                    .cloned()
-                    .chain([PathBuf::from(format!("/tmp/jit-{}.dump", info.nspid))])
-                    .collect(),
-            };
-            let mut result = if last { Slot::Done } else { Slot::Pending };
-            for name in names {
-                let (shown, opened) = self.open_one(pid, info, &name);
-                match opened {
-                    Ok(c) => {
-                        self.held += 1;
-                        result = Slot::Open(c);
-                        break;
-                    }
-                    Err(Refused::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(r) => {
-                        self.skip(shown, reason(&r));
-                        result = Slot::Done;
-                    }
+            let slot = match self.find(pid, p, kind) {
+                Found::File(c) => {
+                    self.held += 1;
+                    Slot::Open(c)
                 }
-            }
+                Found::Refused => Slot::Done,
+                Found::Missing if last => Slot::Done,
+                Found::Missing => Slot::Pending,
+            };
             if let Some(p) = self.procs.get_mut(&pid) {
                 match kind {
-                    Kind::Map => p.map = result,
-                    Kind::Dump => p.dump = result,
+                    Kind::Map => p.map = slot,
+                    Kind::Dump => p.dump = slot,
                 }
             }
         }
+    }
+
+    /// The first of `pid`'s files of this kind that opens under the rules;
+    /// files refused on the way are noted.
+    fn find(&self, pid: u32, p: &Proc, kind: Kind) -> Found {
+        let Some(info) = p.info else {
+            return Found::Missing;
+        };
+        let names: Vec<PathBuf> = match kind {
+            Kind::Map => vec![PathBuf::from(format!("/tmp/perf-{}.map", info.nspid))],
+            Kind::Dump => p
+                .dump_paths
+                .iter()
+                .cloned()
+                .chain([PathBuf::from(format!("/tmp/jit-{}.dump", info.nspid))])
+                .collect(),
+        };
+        let mut found = Found::Missing;
+        for name in names {
+            let (shown, opened) = self.open_one(pid, info, &name);
+            match opened {
+                Ok(c) => return Found::File(c),
+                Err(Refused::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(r) => {
+                    self.skip(shown, reason(&r));
+                    found = Found::Refused;
+                }
+            }
+        }
+        found
     }
 
     /// Opens `name` (a path inside the process's root) under the rules.
@@ -356,9 +381,9 @@ impl JitFiles {
         (shown, opened)
     }
 
-    fn skip(&mut self, path: String, why: String) {
-        if self.skipped_paths.insert(path.clone()) {
-            self.skipped.push((path, why));
+    fn skip(&self, path: String, why: String) {
+        if self.skipped_paths.borrow_mut().insert(path.clone()) {
+            self.skipped.borrow_mut().push((path, why));
         }
     }
 
@@ -371,13 +396,22 @@ impl JitFiles {
         };
         let mut ips = ips.to_vec();
         ips.sort_unstable();
-        if let Slot::Open(c) = &p.map {
+        // Files not held yet are opened now, read, and closed.
+        let late = |kind| match p.slot(kind) {
+            Slot::Pending => match self.find(pid, p, kind) {
+                Found::File(c) => Some(Slot::Open(c)),
+                _ => None,
+            },
+            _ => None,
+        };
+        let (late_map, late_dump) = (late(Kind::Map), late(Kind::Dump));
+        if let Slot::Open(c) = late_map.as_ref().unwrap_or(&p.map) {
             match perfmap::scan(perfmap::At::new(&c.file, self.max_size), &ips, &mut out) {
                 Ok(st) => self.malformed.set(self.malformed.get() + st.malformed),
                 Err(_) => self.malformed.set(self.malformed.get() + 1),
             }
         }
-        if let Slot::Open(c) = &p.dump {
+        if let Slot::Open(c) = late_dump.as_ref().unwrap_or(&p.dump) {
             match jitdump::scan(&c.file, self.max_size, &ips, &mut out) {
                 Ok(st) => self
                     .malformed
@@ -392,24 +426,24 @@ impl JitFiles {
     /// their number.
     pub fn report(&self, verbose: bool) {
         if verbose {
-            for (path, why) in &self.skipped {
+            for (path, why) in self.skipped.borrow().iter() {
                 eprintln!("bprof: skipped {path}: {why}");
             }
             let bad = self.malformed.get();
             if bad > 0 {
                 eprintln!("bprof: {bad} malformed perf map lines or jitdump records ignored");
             }
-        } else if !self.skipped.is_empty() {
+        } else if !self.skipped.borrow().is_empty() {
             eprintln!(
-                "bprof: skipped {} perf map or jitdump files not safe to read (-v names them)",
-                self.skipped.len()
+                "bprof: {} perf map or jitdump files not read (-v says which and why)",
+                self.skipped.borrow().len()
             );
         }
     }
 
     /// Files skipped so far, as (path, reason).
-    pub fn skipped(&self) -> &[(String, String)] {
-        &self.skipped
+    pub fn skipped(&self) -> Vec<(String, String)> {
+        self.skipped.borrow().clone()
     }
 }
 
