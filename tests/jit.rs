@@ -57,6 +57,18 @@ impl Run {
 /// address and waits: `plant(pid, addr)` runs then, before it writes its
 /// own files and runs its code.
 fn held(name: &str, args: &[&str], secs: &str, flags: &str, plant: impl FnOnce(u32, u64)) -> Run {
+    held_env(name, args, &[], secs, flags, plant)
+}
+
+/// [`held`] with environment variables for the fixture.
+fn held_env(
+    name: &str,
+    args: &[&str],
+    env: &[(&str, &Path)],
+    secs: &str,
+    flags: &str,
+    plant: impl FnOnce(u32, u64),
+) -> Run {
     let dir = scratch(name);
     let folded = dir.join("out.folded");
     // Waited for with wait4 below, for its rusage.
@@ -70,6 +82,7 @@ fn held(name: &str, args: &[&str], secs: &str, flags: &str, plant: impl FnOnce(u
         .arg("--")
         .arg(fixture("jit"))
         .args([secs, &format!("{flags}h")])
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -238,6 +251,24 @@ fn a_command_running_as_another_user_gets_its_own_map_read() {
     );
     assert!(ours > 80.0, "{ours:.1}%: {stderr}");
     assert!(!stderr.contains("bprof: skipped"), "{stderr}");
+}
+
+#[test]
+fn a_jitdump_is_found_where_the_process_mapped_it() {
+    let _g = exclusive();
+    let dir = scratch("jit_dump_dir_files");
+    let r = held_env(
+        "jit_dump_dir",
+        &[],
+        &[("JITDUMP_DIR", &dir)],
+        "1",
+        "d",
+        |_, _| {},
+    );
+    let dump = dir.join(format!("jit-{}.dump", r.pid));
+    assert!(dump.exists(), "left in place: {}", dump.display());
+    assert!(!Path::new(&format!("/tmp/jit-{}.dump", r.pid)).exists());
+    assert!(r.share("jit_moved") > 80.0, "{}", r.text());
 }
 
 #[test]
