@@ -266,4 +266,37 @@ mod tests {
         assert_eq!(r.unwrap().loads, 1);
         assert_eq!(out[&0x1000].len(), MAX_NAME);
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_records_after_a_valid_header_read_without_panic(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            ip in proptest::prelude::any::<u64>(),
+        ) {
+            let mut d = header();
+            d.extend(body);
+            let (r, out) = run(&d, &[ip]);
+            proptest::prop_assert!(r.is_ok());
+            proptest::prop_assert!(out.len() <= 1);
+        }
+
+        #[test]
+        fn records_of_any_id_and_size_read_without_panic(
+            recs in proptest::collection::vec(
+                (0u32..6, 0u32..160, proptest::collection::vec(proptest::prelude::any::<u8>(), 0..160)),
+                0..12,
+            ),
+            ip in 0u64..0x400,
+        ) {
+            let mut d = header();
+            for (id, size, fill) in recs {
+                d.extend_from_slice(&id.to_ne_bytes());
+                d.extend_from_slice(&size.to_ne_bytes());
+                d.extend(fill);
+            }
+            let (r, out) = run(&d, &[ip]);
+            proptest::prop_assert!(r.is_ok());
+            proptest::prop_assert!(out.values().all(|n| n.len() <= MAX_NAME));
+        }
+    }
 }

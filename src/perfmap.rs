@@ -250,4 +250,19 @@ mod tests {
         assert_eq!(out.len(), 2);
         let _ = std::fs::remove_file(&p);
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_parse_without_panic(
+            text in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2000),
+            ips in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..8),
+        ) {
+            let mut ips = ips;
+            ips.sort_unstable();
+            let mut out = HashMap::new();
+            let st = scan(&text[..], &ips, &mut out).unwrap();
+            proptest::prop_assert!(st.entries + st.malformed <= text.len() as u64 + 1);
+            proptest::prop_assert!(out.values().all(|n| n.len() <= MAX_NAME));
+        }
+    }
 }
