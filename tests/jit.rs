@@ -422,9 +422,11 @@ fn node_perf_basic_prof_frames_named_after_exit() {
          while (Date.now() < end) s += fib(25);\n",
     )
     .unwrap();
+    // node writes its isolate-*-v8.log into its working directory.
     let out = run(bprof()
         .args(["-F", "499", "-f", "--", "node", "--perf-basic-prof"])
-        .arg(&js));
+        .arg(&js)
+        .current_dir(&dir));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
