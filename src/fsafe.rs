@@ -144,6 +144,76 @@ fn check(file: File, owner: Owner, max_size: u64) -> Result<Checked, Refused> {
     Ok(Checked { file, meta })
 }
 
+/// Creates (mode 0700, whatever the umask) or opens the directory `path` for
+/// state only root may touch, and checks it is a real directory (not a
+/// symlink), owned by this (root) user, with no access for anyone else: a
+/// directory a local user created or can write is refused, naming it.
+pub fn private_dir(path: &Path) -> anyhow::Result<File> {
+    use anyhow::Context;
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+
+    match std::fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => {
+            // The umask may have taken bits away, never added them; set the
+            // mode explicitly all the same.
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("setting the mode of {}", path.display()))?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("creating directory {}", path.display())),
+    }
+    let dir = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "refusing {}: not a real directory ({e}); remove it and retry",
+                path.display()
+            )
+        })?;
+    let meta = dir
+        .metadata()
+        .with_context(|| format!("checking {}", path.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me || meta.mode() & 0o077 != 0 {
+        anyhow::bail!(
+            "refusing {}: owned by uid {} with mode {:o}, but it must be owned by uid {me} with mode 0700 (another user may have made it); remove it and retry",
+            path.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        );
+    }
+    Ok(dir)
+}
+
+/// Opens (creating it 0600, whatever the umask) the file `name` inside a
+/// directory checked by [`private_dir`], never following a symlink and never
+/// truncating.
+pub fn private_file(dir: &File, name: &str) -> io::Result<File> {
+    let c = std::ffi::CString::new(name).map_err(|_| io::ErrorKind::InvalidInput)?;
+    // SAFETY: a valid directory fd and a NUL-terminated name; the returned fd
+    // is checked and then owned by the File.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            0o600 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor nothing else owns.
+    let file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    if !file.metadata()?.file_type().is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    Ok(file)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,6 +283,36 @@ mod tests {
             open_untrusted_in_root(&d, &escape, Owner::Any, 10),
             Err(Refused::Io(_))
         ));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    #[test]
+    fn private_dir_is_0700_whatever_the_umask_and_refuses_others() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = scratch("private");
+        let p = d.join("state");
+        // SAFETY: umask only changes this process's file-creation mask.
+        let old = unsafe { libc::umask(0) };
+        let r = private_dir(&p);
+        // SAFETY: as above, restoring it.
+        unsafe { libc::umask(old) };
+        r.unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o7777, 0o700);
+        let f = private_file(&private_dir(&p).unwrap(), "x.lock").unwrap();
+        assert_eq!(f.metadata().unwrap().mode() & 0o777, 0o600);
+
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = private_dir(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("mode 777") && e.contains(&*p.to_string_lossy()),
+            "{e}"
+        );
+
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&p, &link).unwrap();
+        assert!(private_dir(&link)
+            .unwrap_err()
+            .to_string()
+            .contains("not a real directory"));
         let _ = std::fs::remove_dir_all(&d);
     }
 }

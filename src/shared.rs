@@ -7,18 +7,25 @@
 //! Layout under the pin directory (default /sys/fs/bpf/bprof-stat):
 //! - `events`: the PERF_EVENT_ARRAY, entry `slot * nr_cpus + cpu`;
 //! - `attrs`: HASH event attribute key → slot (perf's `perf_attr_map`);
-//! - `sessions`: HASH pid → (start time, mask of the slots it uses).
+//! - `sessions`: HASH session id → (0, mask of the slots it uses).
 //!
-//! Setup and teardown hold an exclusive flock. A session that crashed leaves
-//! its pid behind: it is pruned (dead pid, or a reused pid with another start
-//! time); when no live session remains the pins are stale and replaced. A
+//! The pin directory and the state directory ([`STATE_DIR`]: the lock and one
+//! liveness file per session) are root's own, mode 0700, checked before use:
+//! a local user can neither plant nor swap anything in them. Setup and
+//! teardown hold an exclusive flock, waited for at most [`LOCK_WAIT`]. A
+//! session holds a flock on its liveness file for its whole life, so a
+//! session that crashed is known by a lock anyone can take (never by a pid,
+//! which means nothing across PID namespaces): it is pruned; when no live
+//! session remains the pins are stale and replaced. A
 //! slot no live session uses is closed; the last session to leave removes
 //! every pin, and the kernel frees the array and its events once the last fd
 //! closes.
 
 use std::fs::{self, File};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
@@ -27,6 +34,12 @@ use crate::counters::EventSpec;
 
 /// The default pin directory.
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/bprof-stat";
+
+/// Root's own state: the setup lock and the sessions' liveness files.
+pub const STATE_DIR: &str = "/run/bprof";
+
+/// How long a session waits for the setup lock before it gives up.
+pub const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// Distinct attributes all sessions together can share (BPROF_STAT_MAX_SLOTS).
 pub const MAX_SLOTS: u32 = 64;
@@ -44,7 +57,11 @@ pub enum Shared {
 /// This session's membership; leaving happens on drop.
 pub struct Session {
     dir: PathBuf,
-    lock_path: PathBuf,
+    state: File,
+    lock_name: String,
+    id: u32,
+    /// Held (flocked) for the session's life: its liveness.
+    _alive: File,
     /// The shared array (this fd keeps its events alive).
     pub array: MapHandle,
     /// Per requested event, in order.
@@ -55,29 +72,50 @@ pub struct Session {
     pub created: usize,
 }
 
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 22 (starttime), counted after the parenthesised comm.
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()
-}
-
 struct Lock(File);
 
 impl Lock {
-    fn take(path: &Path) -> Result<Lock> {
-        let f =
-            File::create(path).with_context(|| format!("creating lock file {}", path.display()))?;
-        // SAFETY: flock on a valid fd we own; blocks until the lock is ours.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(std::io::Error::last_os_error()).context("locking the shared counters");
+    /// Takes the setup lock `name` in the state directory, waiting at most
+    /// [`LOCK_WAIT`]; then says who holds it.
+    fn take(state: &File, name: &str) -> Result<Lock> {
+        let f = crate::fsafe::private_file(state, name)
+            .with_context(|| format!("opening lock file {STATE_DIR}/{name}"))?;
+        let start = Instant::now();
+        loop {
+            // SAFETY: flock on a valid fd we own.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(Lock(f));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(e).context("locking the shared counters");
+            }
+            if start.elapsed() >= LOCK_WAIT {
+                let holder = f
+                    .metadata()
+                    .ok()
+                    .and_then(|m| lock_holder(m.ino()))
+                    .map_or_else(|| "another process".to_string(), |p| format!("process {p}"));
+                bail!(
+                    "{holder} has held the shared-counter lock {STATE_DIR}/{name} for over {} s; giving up",
+                    LOCK_WAIT.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(Lock(f))
     }
+}
+
+/// The pid (in our namespace) holding a flock on inode `ino`, from /proc/locks.
+fn lock_holder(ino: u64) -> Option<u32> {
+    let locks = fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let (pid, dev_ino) = (w.get(4)?, w.get(5)?);
+        (dev_ino.rsplit(':').next()?.parse::<u64>().ok()? == ino)
+            .then(|| pid.parse().ok())
+            .flatten()
+    })
 }
 
 impl Drop for Lock {
@@ -85,6 +123,46 @@ impl Drop for Lock {
         // SAFETY: unlocking our own fd.
         unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
     }
+}
+
+/// A session's liveness file.
+fn alive_name(id: u32) -> String {
+    format!("session-{id:08x}")
+}
+
+/// Whether session `id` still holds its liveness lock; a dead one's file is
+/// removed.
+fn session_alive(state: &File, id: u32) -> bool {
+    let name = alive_name(id);
+    let Ok(f) = crate::fsafe::private_file(state, &name) else {
+        return false;
+    };
+    // SAFETY: flock on a valid fd we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        unlink_in(state, &name);
+        return false;
+    }
+    true
+}
+
+fn unlink_in(dir: &File, name: &str) {
+    if let Ok(c) = std::ffi::CString::new(name) {
+        // SAFETY: a valid directory fd and a NUL-terminated name.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) };
+    }
+}
+
+/// A session id no registered session has.
+fn new_session_id(sessions: &MapHandle) -> Result<u32> {
+    for _ in 0..64 {
+        let mut id = 0u32;
+        // SAFETY: getrandom writes at most 4 bytes into id.
+        let n = unsafe { libc::getrandom((&raw mut id).cast(), 4, 0) };
+        if n == 4 && id != 0 && sessions.lookup(&id.to_ne_bytes(), MapFlags::ANY)?.is_none() {
+            return Ok(id);
+        }
+    }
+    bail!("could not pick a session id")
 }
 
 fn ensure_bpffs(dir: &Path) -> Result<()> {
@@ -104,7 +182,22 @@ fn ensure_bpffs(dir: &Path) -> Result<()> {
             return Err(std::io::Error::last_os_error()).context("mounting bpffs on /sys/fs/bpf");
         }
     }
-    fs::create_dir_all(dir).with_context(|| format!("creating pin directory {}", dir.display()))
+    pin_dir(dir).map(drop)
+}
+
+/// The pin directory: root's own, 0700, checked (a user could otherwise
+/// pre-create it in the world-writable bpffs and swap its pins).
+fn pin_dir(dir: &Path) -> Result<File> {
+    if let Some(parent) = dir.parent() {
+        fs::create_dir_all(parent)
+            .with_context(|| format!("creating directory {}", parent.display()))?;
+    }
+    crate::fsafe::private_dir(dir)
+}
+
+/// The state directory, created (with /run) if needed and checked.
+fn state_dir() -> Result<File> {
+    crate::fsafe::private_dir(Path::new(STATE_DIR))
 }
 
 fn is_bpffs(path: &str) -> bool {
@@ -158,20 +251,20 @@ fn sessions_map(dir: &Path) -> Result<MapHandle> {
 }
 
 /// Slot masks of the live sessions, after dropping the dead ones.
-fn prune(sessions: &MapHandle) -> Result<Vec<u64>> {
+fn prune(sessions: &MapHandle, state: &File) -> Result<Vec<u64>> {
     let mut live = Vec::new();
     let keys: Vec<Vec<u8>> = sessions.keys().collect();
     for k in keys {
-        let pid = u32::from_ne_bytes(k[..4].try_into().unwrap_or_default());
+        let id = u32::from_ne_bytes(k[..4].try_into().unwrap_or_default());
         let v = sessions.lookup(&k, MapFlags::ANY)?.unwrap_or_default();
-        let word = |i: usize| {
-            v.get(i * 8..i * 8 + 8)
-                .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or_default()))
-        };
-        if word(0).is_some() && word(0) == start_time(pid) && crate::target::alive(pid) {
-            live.push(word(1).unwrap_or(0));
-        } else {
-            let _ = sessions.delete(&k);
+        let mask = v
+            .get(8..16)
+            .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or_default()));
+        match mask {
+            Some(m) if session_alive(state, id) => live.push(m),
+            _ => {
+                let _ = sessions.delete(&k);
+            }
         }
     }
     Ok(live)
@@ -192,31 +285,29 @@ fn remove_all(dir: &Path) {
     let _ = fs::remove_dir(dir);
 }
 
-fn lock_path(dir: &Path) -> PathBuf {
-    let base = if Path::new("/run/lock").is_dir() {
-        "/run/lock"
-    } else {
-        "/tmp"
-    };
+/// The setup lock of pin directory `dir`, in the state directory.
+fn lock_name(dir: &Path) -> String {
     let name: String = dir
         .to_string_lossy()
         .chars()
         .map(|c| if c.is_alphanumeric() { c } else { '_' })
         .collect();
-    PathBuf::from(base).join(format!("bprof{name}.lock"))
+    format!("lock{name}")
 }
 
 impl Session {
     /// Joins (or starts) the sharing for `specs`, opening counters on
     /// `cpus` for attributes no live session counts yet.
     pub fn join(dir: &Path, specs: &[EventSpec], cpus: &[u32]) -> Result<Session> {
+        // The lock first: a session that cannot get it leaves nothing behind.
+        let state = state_dir()?;
+        let lock_name = lock_name(dir);
+        let _lock = Lock::take(&state, &lock_name)?;
         ensure_bpffs(dir)?;
-        let lock_path = lock_path(dir);
-        let _lock = Lock::take(&lock_path)?;
-        if prune(&sessions_map(dir)?)?.is_empty() {
+        if prune(&sessions_map(dir)?, &state)?.is_empty() {
             // Nobody is using what is pinned: left by a crash, replace it.
             remove_all(dir);
-            fs::create_dir_all(dir)?;
+            pin_dir(dir)?;
         }
         let sessions = sessions_map(dir)?;
         let nr_cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u32;
@@ -269,17 +360,24 @@ impl Session {
             Shared::Slot(s) => m | 1 << s,
             Shared::NotSupported => m,
         });
-        let me = std::process::id();
-        let start = start_time(me).context("reading this process's start time")?;
+        let id = new_session_id(&sessions)?;
+        let alive = crate::fsafe::private_file(&state, &alive_name(id))
+            .context("creating the session's liveness file")?;
+        // SAFETY: flock on a valid fd we own; nobody else knows this id yet.
+        if unsafe { libc::flock(alive.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("locking the liveness file");
+        }
         let mut value = [0u8; 16];
-        value[..8].copy_from_slice(&start.to_ne_bytes());
         value[8..].copy_from_slice(&mask.to_ne_bytes());
         sessions
-            .update(&me.to_ne_bytes(), &value, MapFlags::ANY)
+            .update(&id.to_ne_bytes(), &value, MapFlags::ANY)
             .context("registering the session")?;
         Ok(Session {
             dir: dir.to_path_buf(),
-            lock_path,
+            state,
+            lock_name,
+            id,
+            _alive: alive,
             array,
             events,
             nr_cpus,
@@ -336,14 +434,15 @@ fn close_slot(array: &MapHandle, slot: u32, nr_cpus: u32) {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let Ok(_lock) = Lock::take(&self.lock_path) else {
+        let Ok(_lock) = Lock::take(&self.state, &self.lock_name) else {
             return;
         };
+        unlink_in(&self.state, &alive_name(self.id));
         let Ok(sessions) = MapHandle::from_pinned_path(self.dir.join("sessions")) else {
             return;
         };
-        let _ = sessions.delete(&std::process::id().to_ne_bytes());
-        let live = prune(&sessions).unwrap_or_default();
+        let _ = sessions.delete(&self.id.to_ne_bytes());
+        let live = prune(&sessions, &self.state).unwrap_or_default();
         if live.is_empty() {
             remove_all(&self.dir);
             return;

@@ -557,3 +557,196 @@ fn bad_stat_input() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
 }
+
+// --- hostile: a local user plays against root's `bprof stat` -------------
+
+/// `cmd` as user nobody.
+fn as_nobody(cmd: &str) -> Output {
+    run(Command::new("setpriv").args([
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--clear-groups",
+        "sh",
+        "-c",
+        cmd,
+    ]))
+}
+
+/// A short `bprof stat` under an outer SIGKILL timeout, so a hang fails.
+fn bounded_stat(args: &[&str]) -> Output {
+    run(Command::new("timeout")
+        .args(["-s", "KILL", "60"])
+        .arg(env!("CARGO_BIN_EXE_bprof"))
+        .arg("stat")
+        .args(args))
+}
+
+fn wait_for(path: &str) {
+    for _ in 0..500 {
+        if Path::new(path).exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{path} never appeared");
+}
+
+/// Waits until a background `bprof stat` has joined (its pins exist) and
+/// has had time to install its signal handlers.
+fn wait_joined() {
+    wait_for(&format!("{PIN_DIR}/sessions"));
+    std::thread::sleep(Duration::from_millis(500));
+}
+
+#[test]
+fn hostile_lock_paths_are_not_followed_and_a_held_lock_is_bounded() {
+    let _g = exclusive();
+    // Where the lock used to live: a symlink planted there must not make root
+    // truncate its target (the lock now lives in root's own 0700 directory).
+    let dir = scratch("hostile_lock");
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let old = "/run/lock/bprof_sys_fs_bpf_bprof_stat.lock";
+    let _ = std::fs::remove_file(old);
+    if Path::new("/run/lock").is_dir() {
+        std::os::unix::fs::symlink(&victim, old).unwrap();
+    }
+    let out = bounded_stat(&["-x", ",", "-e", "task-clock", "-a", "0.2"]);
+    let _ = std::fs::remove_file(old);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    let state = std::fs::symlink_metadata("/run/bprof").unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert!(state.is_dir() && state.uid() == 0 && state.mode() & 0o777 == 0o700);
+
+    // A process that holds the lock forever: bprof gives up, names it.
+    let lock = "/run/bprof/lock_sys_fs_bpf_bprof_stat";
+    // This test process holds it, as a stuck or hostile holder would.
+    let held = std::fs::File::open(lock).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on an fd this test owns.
+    assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let t = std::time::Instant::now();
+    let out = bounded_stat(&["-e", "task-clock", "-a", "0.2"]);
+    let waited = t.elapsed();
+    drop(held);
+    let line = assert_one_line_error(&out);
+    assert!(
+        line.contains("lock") && line.contains("giving up"),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("process {}", std::process::id())),
+        "names the holder: {line}"
+    );
+    assert!(waited < Duration::from_secs(30), "{waited:?}");
+    assert!(nothing_pinned());
+}
+
+#[test]
+fn hostile_pin_dir_made_by_another_user_is_refused() {
+    let _g = exclusive();
+    assert!(nothing_pinned());
+    use std::os::unix::fs::MetadataExt;
+    // /sys/fs/bpf is world-writable (1777): nobody pre-creates the pin dir.
+    let made = as_nobody(&format!("mkdir -m 777 {PIN_DIR}"));
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let out = bounded_stat(&["-e", "task-clock", "-a", "0.2"]);
+    let owner = std::fs::symlink_metadata(PIN_DIR).map(|m| m.uid()).ok();
+    let entries = std::fs::read_dir(PIN_DIR).map(|d| d.count()).ok();
+    let _ = std::fs::remove_dir(PIN_DIR);
+    let line = assert_one_line_error(&out);
+    assert!(
+        line.contains(PIN_DIR) && line.contains("refusing"),
+        "{line}"
+    );
+    // Their directory is left as it was: not removed, nothing pinned in it.
+    assert_eq!((owner, entries), (Some(65534), Some(0)));
+
+    // A symlink to a directory of theirs: refused too.
+    let made = as_nobody(&format!(
+        "mkdir -p /tmp/bprof-hostile-pins && ln -s /tmp/bprof-hostile-pins {PIN_DIR}"
+    ));
+    let out = bounded_stat(&["-e", "task-clock", "-a", "0.2"]);
+    let _ = std::fs::remove_file(PIN_DIR);
+    let _ = std::fs::remove_dir_all("/tmp/bprof-hostile-pins");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let line = assert_one_line_error(&out);
+    assert!(line.contains("not a real directory"), "{line}");
+}
+
+#[test]
+fn hostile_a_session_in_a_pid_namespace_keeps_the_host_sessions_pins() {
+    let _g = exclusive();
+    let host = bprof()
+        .args(["stat", "-x", ",", "-e", "task-clock", "-a", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_joined();
+    // Inside a new PID namespace the host session's pid means nothing.
+    let inner = run(Command::new("timeout")
+        .args(["-s", "KILL", "60", "unshare", "-p", "-f", "--mount-proc"])
+        .arg(env!("CARGO_BIN_EXE_bprof"))
+        .args(["stat", "-x", ",", "-e", "task-clock", "-a", "0.3"]));
+    assert!(
+        inner.status.success(),
+        "{}",
+        String::from_utf8_lossy(&inner.stderr)
+    );
+    let pins_left = Path::new(&format!("{PIN_DIR}/events")).exists();
+    interrupt(host.id());
+    let out = host.wait_with_output().unwrap();
+    assert!(
+        pins_left,
+        "the namespaced session removed the live host session's pins"
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(value(&csv(&out), "task-clock") > 0.0);
+    assert!(nothing_pinned());
+}
+
+#[test]
+fn hostile_modes_do_not_depend_on_the_umask() {
+    let _g = exclusive();
+    use std::os::unix::fs::MetadataExt;
+    let mut s = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "umask 000; exec {} stat -e task-clock -a 30",
+            env!("CARGO_BIN_EXE_bprof")
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_joined();
+    let mode = |p: &str| std::fs::symlink_metadata(p).unwrap().mode() & 0o777;
+    let (dir, state, pin) = (
+        mode(PIN_DIR),
+        mode("/run/bprof"),
+        mode(&format!("{PIN_DIR}/events")),
+    );
+    interrupt(s.id());
+    let _ = s.wait();
+    assert_eq!((dir, state), (0o700, 0o700));
+    assert_eq!(pin & 0o077, 0, "pin mode {pin:o}");
+    assert!(nothing_pinned());
+}
