@@ -142,19 +142,11 @@ impl Settings {
             }
             None => None,
         };
-        let duration = match &cli.duration {
-            Some(d) => {
-                let secs: f64 = d
-                    .parse()
-                    .ok()
-                    .filter(|s: &f64| s.is_finite() && *s > 0.0)
-                    .ok_or_else(|| {
-                        anyhow!("invalid duration '{d}': expected seconds greater than 0")
-                    })?;
-                Some(Duration::from_secs_f64(secs))
-            }
-            None => None,
-        };
+        let duration = cli
+            .duration
+            .as_deref()
+            .map(|d| seconds(d, "duration", 1.0))
+            .transpose()?;
         let stack_storage_size = parse_u64(&cli.stack_storage_size, "--stack-storage-size")?;
         if !(1..=1 << 24).contains(&stack_storage_size) {
             bail!("invalid --stack-storage-size '{stack_storage_size}': must be between 1 and 16777216");
@@ -215,4 +207,28 @@ impl Settings {
             max_perf_map_size,
         })
     }
+}
+
+/// The longest duration or interval bprof accepts: a year.
+pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// Parses a duration given in `unit` seconds (1.0 for seconds, 0.001 for
+/// milliseconds): finite, greater than 0 and at most a year, so no later
+/// conversion can overflow.
+pub fn seconds(text: &str, what: &str, unit: f64) -> Result<Duration> {
+    let unit_name = if unit == 1.0 {
+        "seconds"
+    } else {
+        "milliseconds"
+    };
+    text.parse::<f64>()
+        .ok()
+        .map(|v| v * unit)
+        .filter(|s| s.is_finite() && *s > 0.0 && *s <= MAX_SECONDS)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| {
+            anyhow!(
+                "invalid {what} '{text}': expected {unit_name} greater than 0 and at most a year"
+            )
+        })
 }

@@ -7,7 +7,7 @@ use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::cgroup;
 use crate::cli::StatArgs;
@@ -15,6 +15,7 @@ use crate::counters::{EventSpec, DEFAULT_EVENTS};
 use crate::events;
 use crate::maps::TargetFrom;
 use crate::output::stat::{write_lines, Format, Line};
+use crate::settings::seconds;
 use crate::shared::Shared;
 use crate::signals;
 use crate::stat::{Counts, Scope, StatProgram};
@@ -97,26 +98,18 @@ impl Settings {
             }
             None => Vec::new(),
         };
-        let secs = |s: &str, what: &str| -> Result<f64> {
-            s.parse::<f64>()
-                .ok()
-                .filter(|v| v.is_finite() && *v > 0.0)
-                .ok_or_else(|| anyhow!("invalid {what} '{s}'"))
-        };
         let duration = a
             .duration
             .as_deref()
-            .map(|d| secs(d, "duration"))
-            .transpose()?
-            .map(Duration::from_secs_f64);
+            .map(|d| seconds(d, "duration", 1.0))
+            .transpose()?;
         let interval = match a.interval.as_deref() {
             Some(ms) => {
-                let v = secs(ms, "interval")
-                    .map_err(|_| anyhow!("invalid interval '{ms}': expected milliseconds"))?;
-                if v < 10.0 {
-                    bail!("invalid interval '{ms}': at least 10 ms");
+                let v = seconds(ms, "interval (-I)", 0.001)?;
+                if v < Duration::from_millis(10) {
+                    bail!("invalid interval (-I) '{ms}': at least 10 ms");
                 }
-                Some(Duration::from_secs_f64(v / 1000.0))
+                Some(v)
             }
             None => None,
         };

@@ -93,20 +93,26 @@ fn join(v: &[u32]) -> String {
 
 /// Parses `0,2-3,7` style lists (as in /sys/devices/system/cpu/online).
 pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>> {
+    // Checked before any range is expanded: `0-4294967295` must not
+    // allocate billions of entries.
+    let possible = libbpf_rs::num_possible_cpus().map_or(8192, |n| n as u32);
     let mut cpus = Vec::new();
     for part in s.split(',').map(str::trim) {
         let bad = || anyhow!("invalid CPU list '{s}'");
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) =
-                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-                if a > b {
-                    return Err(bad());
-                }
-                cpus.extend(a..=b);
+        let (a, b): (u32, u32) = match part.split_once('-') {
+            Some((a, b)) => (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?),
+            None => {
+                let n = part.parse().map_err(|_| bad())?;
+                (n, n)
             }
-            None => cpus.push(part.parse().map_err(|_| bad())?),
+        };
+        if a > b {
+            return Err(bad());
         }
+        if b >= possible {
+            bail!("invalid CPU list '{s}': CPU {b} is not online (this machine has {possible} possible CPUs)");
+        }
+        cpus.extend(a..=b);
     }
     cpus.sort_unstable();
     cpus.dedup();

@@ -94,3 +94,43 @@ fn kernel_without_btf() {
     let line = assert_one_line_error(&out);
     assert!(line.contains("kernel without BTF"), "{line}");
 }
+
+/// Numbers at the edges, under a 1 GiB address-space limit so an expansion
+/// before the check would fail loudly: one line naming what was wrong,
+/// exit 2, never a panic (101) or an abort (134).
+#[test]
+fn hostile_numeric_extremes_are_refused_before_use() {
+    for (args, want) in [
+        (&["1e300"][..], "invalid duration '1e300'"),
+        (&["nan"][..], "invalid duration 'nan'"),
+        (&["inf"][..], "invalid duration 'inf'"),
+        (&["1e-400"][..], "invalid duration '1e-400'"),
+        (&["40000000"][..], "at most a year"),
+        (
+            &["stat", "-I", "1e22", "1"][..],
+            "invalid interval (-I) '1e22'",
+        ),
+        (
+            &["stat", "-I", "nan", "1"][..],
+            "invalid interval (-I) 'nan'",
+        ),
+        (&["stat", "-a", "1e300"][..], "invalid duration '1e300'"),
+        (
+            &["-C", "0-4294967295", "1"][..],
+            "CPU 4294967295 is not online",
+        ),
+        (
+            &["stat", "-C", "0-4294967295", "1"][..],
+            "CPU 4294967295 is not online",
+        ),
+        (&["-p", "99999999999", "1"][..], "invalid PID"),
+    ] {
+        let out = run(Command::new("prlimit")
+            .arg("--as=1073741824")
+            .arg(env!("CARGO_BIN_EXE_bprof"))
+            .args(args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let line = assert_one_line_error(&out);
+        assert!(line.contains(want), "{args:?}: {line}");
+    }
+}
