@@ -47,6 +47,8 @@ fn usage_error(e: anyhow::Error) -> ExitCode {
 fn finish(result: anyhow::Result<i32>) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        // A reader that stopped reading (`| head`) is not a failure.
+        Err(e) if bprof::output::file::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bprof: {e:#}");
             ExitCode::FAILURE

@@ -1,10 +1,9 @@
 //! One profiling session, stage by stage: target and events → BPF programs →
 //! maps → stacks → symbols → outputs.
 
-use std::fs::File;
-use std::io::{self, BufWriter, IsTerminal, Write};
+use std::io::{self, IsTerminal, Write};
 use std::mem::MaybeUninit;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -13,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::counters::EventSpec;
 use crate::events::{self, Event};
 use crate::maps::TargetFrom;
+use crate::output::file::OutputFile;
 use crate::output::stat::thousands;
 use crate::output::{folded, report, svg};
 use crate::programs::{Mode, ProfileProgram};
@@ -23,17 +23,9 @@ use crate::signals;
 use crate::stacks::Stats;
 use crate::stat::{Scope, StatProgram};
 use crate::symbols::{self, SymbolStats};
-use crate::target::{self, Child};
+use crate::target::Child;
 
 const TICK: Duration = Duration::from_millis(100);
-
-/// Opens an output file up front, so an unwritable path fails before the
-/// profile rather than after it.
-fn create(path: &PathBuf) -> Result<BufWriter<File>> {
-    File::create(path)
-        .map(BufWriter::new)
-        .with_context(|| format!("cannot write {}", path.display()))
-}
 
 /// What a finished session reports.
 #[derive(Debug)]
@@ -45,8 +37,17 @@ pub struct Outcome {
 /// Runs one profile from start to written outputs.
 pub fn run(settings: Settings) -> Result<Outcome> {
     crate::preflight::check()?;
-    let mut folded_file = settings.folded_file.as_ref().map(create).transpose()?;
-    let mut svg_file = settings.svg.as_ref().map(create).transpose()?;
+    // Prepared up front, so an unwritable path fails before the profile.
+    let folded_file = settings
+        .folded_file
+        .as_deref()
+        .map(OutputFile::create)
+        .transpose()?;
+    let svg_file = settings
+        .svg
+        .as_deref()
+        .map(OutputFile::create)
+        .transpose()?;
     let cpus = if settings.target.cpus.is_empty() {
         events::online_cpus()?
     } else {
@@ -190,8 +191,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     // status can be reported (as perf stat does with --timeout).
     if let Some(c) = &child {
         if exit_status.is_none() {
-            c.kill(libc::SIGTERM);
-            exit_status = Some(c.wait());
+            exit_status = Some(c.stop());
         }
     }
 
@@ -209,10 +209,6 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     let t_sym = Instant::now();
     let lines = folded::lines(&stacks, &settings.folded);
     let mismatch = crate::collect::check_totals(&stats, drained_total, &lines);
-    if settings.folded_stdout {
-        folded::write(&mut io::stdout().lock(), &lines)
-            .context("writing folded stacks to stdout")?;
-    }
     if settings.verbose {
         let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;
         eprintln!(
@@ -223,12 +219,19 @@ pub fn run(settings: Settings) -> Result<Outcome> {
             ms(t_end, Instant::now())
         );
     }
-    if let Some(f) = folded_file.as_mut() {
-        folded::write(f, &lines).context("writing folded stacks")?;
+    // Files first, then stdout: a closed pipe (`| head`) must not cost them.
+    // With nothing to write, an existing file is left as it was.
+    let mut not_written = Vec::new();
+    if let Some(f) = folded_file {
+        if lines.is_empty() {
+            not_written.push(f.path().to_path_buf());
+        } else {
+            f.commit(|w| folded::write(w, &lines))?;
+        }
     }
     let what = settings.target.describe();
     let mut no_svg = None;
-    if let Some(f) = svg_file.as_mut() {
+    if let Some(f) = svg_file {
         let total: u64 = lines.iter().map(|(_, c)| c).sum();
         let (kind, subtitle, unit) = match mode {
             Mode::OnCpu => (
@@ -262,10 +265,14 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         };
         if lines.is_empty() {
             // Told after the summary, which says where the samples went.
-            no_svg = settings.svg.clone();
+            no_svg = Some(f.path().to_path_buf());
         } else {
-            svg::write(f, &lines, &opts)?;
+            f.commit(|w| svg::write(w, &lines, &opts).map_err(io::Error::other))?;
         }
+    }
+    if settings.folded_stdout {
+        folded::write(&mut io::stdout().lock(), &lines)
+            .context("writing folded stacks to stdout")?;
     }
     if !settings.folded_stdout && settings.folded_file.is_none() && settings.svg.is_none() {
         report::write(&mut io::stdout().lock(), &stacks, None).context("writing the report")?;
@@ -296,7 +303,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     }
     let exit_code = match exit_status {
         Some(st) => {
-            eprintln!("bprof: command exited with {}", describe_exit(st));
+            eprintln!("bprof: command exited with {}", st.describe());
             st.as_shell_code()
         }
         None => 0,
@@ -304,9 +311,13 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     if let Some(m) = mismatch {
         bail!("{m}");
     }
+    for path in not_written {
+        eprintln!(
+            "bprof: no samples were recorded, so nothing was written to {} (left as it was)",
+            path.display()
+        );
+    }
     if let Some(path) = no_svg {
-        drop(svg_file);
-        let _ = std::fs::remove_file(&path);
         bail!(
             "no samples were recorded, so no flame graph was written to {}",
             path.display()
@@ -351,13 +362,6 @@ fn try_start_counts<'obj>(
     }
     c.attach(child.is_some())?;
     Ok(Some(c))
-}
-
-fn describe_exit(st: target::ExitStatus) -> String {
-    match st {
-        target::ExitStatus::Code(c) => format!("status {c}"),
-        target::ExitStatus::Signal(s) => format!("signal {s}"),
-    }
 }
 
 fn progress_bar(duration: Option<Duration>) -> ProgressBar {

@@ -148,8 +148,22 @@ impl Settings {
             .map(|d| seconds(d, "duration", 1.0))
             .transpose()?;
         let stack_storage_size = parse_u64(&cli.stack_storage_size, "--stack-storage-size")?;
-        if !(1..=1 << 24).contains(&stack_storage_size) {
-            bail!("invalid --stack-storage-size '{stack_storage_size}': must be between 1 and 16777216");
+        if stack_storage_size == 0 || stack_storage_size * MAP_BYTES_PER_ENTRY > MAX_MAP_BYTES {
+            bail!(
+                "invalid --stack-storage-size '{stack_storage_size}': must be between 1 and {} (each entry can take up to {} KiB of kernel memory, and bprof takes at most {} MiB)",
+                MAX_MAP_BYTES / MAP_BYTES_PER_ENTRY,
+                MAP_BYTES_PER_ENTRY / 1024,
+                MAX_MAP_BYTES >> 20
+            );
+        }
+        if let (Some(a), Some(b)) = (&cli.output, &cli.svg) {
+            if crate::output::file::same_file(a, b) {
+                bail!(
+                    "-o {} and --svg {} are the same file",
+                    a.display(),
+                    b.display()
+                );
+            }
         }
         let filter = crate::filter::parse_all(&cli.filter)?;
         if mode.off_cpu() {
@@ -232,3 +246,12 @@ pub fn seconds(text: &str, what: &str, unit: f64) -> Result<Duration> {
             )
         })
 }
+
+/// Kernel memory one `--stack-storage-size` entry can take when every map
+/// is full: a count-map key and value, a kernel stack (127 IPs), a user
+/// stack (127 build-ID records), their dedup and cache entries, and the
+/// kernel's per-element overhead (about 64 bytes per element, five maps).
+pub const MAP_BYTES_PER_ENTRY: u64 = 48 + 1016 + 4072 + 3 * 48 + 5 * 64;
+
+/// The most kernel memory bprof's maps may take: 1 GiB.
+pub const MAX_MAP_BYTES: u64 = 1 << 30;

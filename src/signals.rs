@@ -1,4 +1,4 @@
-//! SIGINT/SIGTERM end a recording cleanly instead of killing bprof, so every
+//! SIGINT/SIGTERM/SIGHUP end a recording cleanly instead of killing bprof, so every
 //! requested output is still written and every BPF object released.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,7 +11,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 /// Installs the handlers.
 pub fn install() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: sigaction with a zeroed struct and an async-signal-safe handler
         // (one atomic store).
         unsafe {

@@ -267,8 +267,7 @@ pub fn run(s: Settings) -> Result<i32> {
     let elapsed = start.elapsed();
     if let Some(c) = &child {
         if exit_status.is_none() {
-            c.kill(libc::SIGTERM);
-            exit_status = Some(c.wait());
+            exit_status = Some(c.stop());
         }
     }
     if s.interval.is_none() {
@@ -288,7 +287,7 @@ pub fn run(s: Settings) -> Result<i32> {
     Ok(match exit_status {
         Some(st) => {
             if st != target::ExitStatus::Code(0) {
-                eprintln!("bprof: command exited with {st:?}");
+                eprintln!("bprof: command exited with {}", st.describe());
             }
             st.as_shell_code()
         }

@@ -1,5 +1,6 @@
 //! What to profile: CPUs, processes, threads, or a command bprof starts.
 
+use std::cell::Cell;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -155,6 +156,9 @@ pub fn resolve_command(cmd: &str) -> Result<PathBuf> {
         .ok_or_else(|| anyhow!("command not found: {cmd}"))
 }
 
+/// How long a command gets to exit after SIGTERM before SIGKILL.
+pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A forked child that waits for [`Child::start`] before it execs, so the
 /// profile is armed before the command's first instruction.
 #[derive(Debug)]
@@ -163,6 +167,8 @@ pub struct Child {
     pub pid: u32,
     go: Option<OwnedFd>,
     exec_err: OwnedFd,
+    /// Waited for: nothing left to stop on drop.
+    reaped: Cell<bool>,
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -190,6 +196,8 @@ impl Child {
         c_argv.push(std::ptr::null());
         let (go_r, go_w) = pipe()?;
         let (err_r, err_w) = pipe()?;
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
         // SAFETY: the child only calls async-signal-safe functions (read,
         // execv, write, _exit) on memory prepared before the fork.
         let pid = unsafe { libc::fork() };
@@ -199,6 +207,12 @@ impl Child {
         if pid == 0 {
             // SAFETY: see above; this is the child and never returns.
             unsafe {
+                // The command never outlives bprof by surprise: killed if
+                // bprof dies (even by SIGKILL); if it already has, stop here.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                if libc::getppid() != parent {
+                    libc::_exit(127);
+                }
                 let mut b = 0u8;
                 let n = libc::read(go_r.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
                 if n == 1 {
@@ -215,6 +229,7 @@ impl Child {
             pid: pid as u32,
             go: Some(go_w),
             exec_err: err_r,
+            reaped: Cell::new(false),
         })
     }
 
@@ -250,7 +265,25 @@ impl Child {
         let mut status = 0;
         // SAFETY: waitpid on our own child with a valid status pointer.
         let r = unsafe { libc::waitpid(self.pid as i32, &mut status, libc::WNOHANG) };
-        (r == self.pid as i32).then(|| ExitStatus::from_wait(status))
+        (r == self.pid as i32).then(|| {
+            self.reaped.set(true);
+            ExitStatus::from_wait(status)
+        })
+    }
+
+    /// Ends the command: SIGTERM, then SIGKILL if it is still there after
+    /// [`STOP_GRACE`]; returns how it ended.
+    pub fn stop(&self) -> ExitStatus {
+        self.kill(libc::SIGTERM);
+        let start = std::time::Instant::now();
+        while start.elapsed() < STOP_GRACE {
+            if let Some(st) = self.try_wait() {
+                return st;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        self.kill(libc::SIGKILL);
+        self.wait()
     }
 
     /// Sends `sig` to the child (used when bprof itself must stop).
@@ -266,9 +299,11 @@ impl Child {
             // SAFETY: waitpid on our own child with a valid status pointer.
             let r = unsafe { libc::waitpid(self.pid as i32, &mut status, 0) };
             if r == self.pid as i32 {
+                self.reaped.set(true);
                 return ExitStatus::from_wait(status);
             }
             if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                self.reaped.set(true);
                 return ExitStatus::Code(127);
             }
         }
@@ -277,10 +312,14 @@ impl Child {
 
 impl Drop for Child {
     fn drop(&mut self) {
-        // A child that never got to exec must not be left waiting forever.
+        // A child that never got to exec must not be left waiting forever;
+        // one still running when bprof gives up (an error, a closed output
+        // pipe) is stopped, not orphaned.
         if self.go.is_some() {
             self.kill(libc::SIGKILL);
             self.wait();
+        } else if !self.reaped.get() {
+            self.stop();
         }
     }
 }
@@ -300,6 +339,14 @@ impl ExitStatus {
             ExitStatus::Signal(libc::WTERMSIG(status))
         } else {
             ExitStatus::Code(libc::WEXITSTATUS(status))
+        }
+    }
+
+    /// "status N" or "signal N", as bprof reports it.
+    pub fn describe(self) -> String {
+        match self {
+            ExitStatus::Code(c) => format!("status {c}"),
+            ExitStatus::Signal(s) => format!("signal {s}"),
         }
     }
 
