@@ -169,7 +169,8 @@ pub struct ProfileArgs {
 
     /// Entries of each kernel map (count map, stack maps). They are drained
     /// into user space when half full, so this bounds kernel memory, not
-    /// the profile; what still does not fit is counted as lost.
+    /// the profile; what still does not fit is counted as lost. Each entry
+    /// can take about 5 KiB of kernel memory; at most 191739 (1 GiB).
     #[arg(long = "stack-storage-size", value_name = "N", default_value = "16384")]
     pub stack_storage_size: String,
 
@@ -229,6 +230,11 @@ pub struct ProfileArgs {
         default_value = "67108864"
     )]
     pub max_perf_map_size: String,
+
+    /// Show a frame inside a file that has no symbol for it as `[module]`
+    /// (one box per module in a flame graph) instead of `module+0xOFFSET`.
+    #[arg(long = "unknown-as-module")]
+    pub unknown_as_module: bool,
 
     /// Do not print the target's cycles, instructions and IPC at the end.
     #[arg(long = "no-counts")]

@@ -205,7 +205,8 @@ pub fn run(settings: Settings) -> Result<Outcome> {
 
     // Stacks → symbols → outputs.
     sideband.index.jit.prepare(&raw);
-    let (stacks, sym_stats) = symbols::symbolize(&symbolizer, &raw, &sideband.index);
+    let (stacks, sym_stats) =
+        symbols::symbolize_with(&symbolizer, &raw, &sideband.index, settings.unknown_style);
     let t_sym = Instant::now();
     let lines = folded::lines(&stacks, &settings.folded);
     let mismatch = crate::collect::check_totals(&stats, drained_total, &lines);
@@ -417,10 +418,12 @@ fn summary(
     elapsed: Duration,
     interrupted: bool,
 ) {
-    let unknown_pct = if sym.unique_frames == 0 {
+    // Over the samples, as a user sees them in the graph, not over the
+    // distinct addresses.
+    let unknown_pct = if sym.sampled_frames == 0 {
         0.0
     } else {
-        100.0 * sym.unknown_frames as f64 / sym.unique_frames as f64
+        100.0 * sym.sampled_unknown as f64 / sym.sampled_frames as f64
     };
     let mut e = io::stderr().lock();
     let interrupted = if interrupted { ", interrupted" } else { "" };
@@ -430,14 +433,14 @@ fn summary(
         Mode::OnCpu => {
             let _ = writeln!(
                 e,
-                "bprof: {} samples of {what} over {secs:.2} s ({event}, {}){interrupted}, {} lost, {unique} unique stacks, {unknown_pct:.1}% of frames unknown",
+                "bprof: {} samples of {what} over {secs:.2} s ({event}, {}){interrupted}, {} lost, {unique} unique stacks, {unknown_pct:.1}% of sampled frames unknown",
                 stats.counted, settings.rate, stats.lost(),
             );
         }
         Mode::OffCpu | Mode::Wall => {
             let _ = writeln!(
                 e,
-                "bprof: {} off-CPU blocks{} of {what} over {secs:.2} s{interrupted}, {} lost, {unique} unique stacks, {unknown_pct:.1}% of frames unknown",
+                "bprof: {} off-CPU blocks{} of {what} over {secs:.2} s{interrupted}, {} lost, {unique} unique stacks, {unknown_pct:.1}% of sampled frames unknown",
                 stats.blocks_counted,
                 if settings.program.mode == Mode::Wall { format!(" and {} on-CPU samples ({event}, {})", stats.counted.saturating_sub(stats.blocks_counted), settings.rate) } else { String::new() },
                 stats.lost(),

@@ -46,6 +46,8 @@ pub struct Settings {
     pub counts: bool,
     /// Cap on a perf map or jitdump read (`--max-perf-map-size`).
     pub max_perf_map_size: u64,
+    /// How frames without a symbol are shown (`--unknown-as-module`).
+    pub unknown_style: crate::symbols::UnknownStyle,
 }
 
 fn parse_u64(s: &str, what: &str) -> Result<u64> {
@@ -80,6 +82,10 @@ impl Settings {
                 if n == 0 {
                     bail!("invalid period '0': must be at least 1");
                 }
+                // The kernel refuses periods with the top bit set.
+                if n >= 1 << 63 {
+                    bail!("invalid period '{c}' (-c): must be below 2^63");
+                }
                 Rate::Period(n)
             }
             (Some(f), None) => {
@@ -100,6 +106,11 @@ impl Settings {
             (_, true) => Mode::Wall,
             _ => Mode::OnCpu,
         };
+        if mode == Mode::OffCpu
+            && (cli.frequency.is_some() || cli.count.is_some() || cli.event.is_some())
+        {
+            bail!("--off-cpu takes no samples, so -F, -c and -e do not apply (use --wall for on-CPU samples and off-CPU time)");
+        }
         let event = match (&cli.event, mode) {
             (Some(e), Mode::Wall) => match Event::parse(e)? {
                 ev @ (Event::CpuClock | Event::TaskClock) => ev,
@@ -219,6 +230,11 @@ impl Settings {
             verbose: cli.verbose > 0,
             counts: !cli.no_counts,
             max_perf_map_size,
+            unknown_style: if cli.unknown_as_module {
+                crate::symbols::UnknownStyle::Module
+            } else {
+                crate::symbols::UnknownStyle::Offset
+            },
         })
     }
 }

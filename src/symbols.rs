@@ -6,8 +6,10 @@
 //! Only frames the kernel could not tie to a file (JIT code, a busy mm lock)
 //! need the live process (`/proc/PID/maps`, perf-PID.map).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
 
 use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
@@ -49,8 +51,23 @@ pub struct Stack {
 pub struct SymbolStats {
     /// Unique addresses looked up.
     pub unique_frames: u64,
-    /// Of those, the ones that stayed `[unknown]`.
+    /// Of those, the ones no symbol named (`[unknown]` or `module+0xoff`).
     pub unknown_frames: u64,
+    /// Frames in the samples, each stack's frames counted once per sample
+    /// (or microsecond).
+    pub sampled_frames: u64,
+    /// Of those, the unknown ones: the share a user sees in the graph.
+    pub sampled_unknown: u64,
+}
+
+/// How a frame inside a file that has no symbol for it is shown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UnknownStyle {
+    /// `libfoo.so.1+0x15a20`: the module and the file offset.
+    #[default]
+    Offset,
+    /// `[libfoo.so.1]`: the module only, so one box per module in a graph.
+    Module,
 }
 
 /// A user frame with its address already moved into the call instruction.
@@ -100,7 +117,93 @@ pub fn symbolize(
     raw: &[RawStack],
     index: &MmapIndex,
 ) -> (Vec<Stack>, SymbolStats) {
+    symbolize_with(symbolizer, raw, index, UnknownStyle::default())
+}
+
+/// Debug files the system keeps by build ID (perf and gdb look there too):
+/// `/usr/lib/debug/.build-id/xx/rest.debug`. Root's directories only.
+fn build_id_debug_file(id: &[u8; BUILD_ID_SIZE]) -> Option<PathBuf> {
+    let len = id.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    if len < 8 {
+        return None;
+    }
+    let hex: String = id[..len].iter().map(|b| format!("{b:02x}")).collect();
+    ["/usr/lib/debug", "/lib/debug"]
+        .iter()
+        .map(|d| PathBuf::from(format!("{d}/.build-id/{}/{}.debug", &hex[..2], &hex[2..])))
+        .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file()))
+}
+
+/// Turns file offsets of `path` into virtual offsets (its PT_LOAD program
+/// headers): a separate debug file has the same addresses but not the same
+/// file layout. Files over 1 GiB, or not ELF, give `None`s.
+fn virt_offsets(path: &Path, offsets: &[u64]) -> Vec<Option<u64>> {
+    use object::read::elf::{ElfFile64, ProgramHeader};
+    let none = || vec![None; offsets.len()];
+    let Ok(checked) = crate::fsafe::open_untrusted(path, crate::fsafe::Owner::Any, 1 << 30) else {
+        return none();
+    };
+    let Ok(data) = fs::read(checked.fd_path()) else {
+        return none();
+    };
+    let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*data) else {
+        return none();
+    };
+    let e = elf.endian();
+    let loads: Vec<(u64, u64, u64)> = elf
+        .elf_program_headers()
+        .iter()
+        .filter(|ph| ph.p_type(e) == object::elf::PT_LOAD)
+        .map(|ph| (ph.p_offset(e), ph.p_filesz(e), ph.p_vaddr(e)))
+        .collect();
+    offsets
+        .iter()
+        .map(|&off| {
+            loads
+                .iter()
+                .find(|(o, sz, _)| off >= *o && off - o < *sz)
+                .map(|(o, _, v)| off - o + v)
+        })
+        .collect()
+}
+
+/// Addresses of data objects in `path` (variables that no function shares):
+/// a garbage return address that lands in .data must not take their name.
+fn data_symbols(path: &Path) -> HashSet<u64> {
+    let inspector = blazesym::inspect::Inspector::new();
+    let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
+        debug_syms: false,
+        ..blazesym::inspect::source::Elf::new(path)
+    });
+    let (mut vars, mut funcs) = (HashSet::new(), HashSet::new());
+    let _ = inspector.for_each(&src, |sym| {
+        match sym.sym_type {
+            blazesym::SymType::Variable => vars.insert(sym.addr),
+            _ => funcs.insert(sym.addr),
+        };
+        ControlFlow::Continue(())
+    });
+    vars.retain(|a| !funcs.contains(a));
+    vars
+}
+
+/// The name a module is shown under: its file name.
+fn module_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// Symbolizes every stack, showing frames no symbol names in `style`.
+pub fn symbolize_with(
+    symbolizer: &Symbolizer,
+    raw: &[RawStack],
+    index: &MmapIndex,
+    style: UnknownStyle,
+) -> (Vec<Stack>, SymbolStats) {
     let mut names = Names::default();
+    let mut unknown_keys: HashSet<UserKey> = HashSet::new();
 
     let kaddrs: BTreeSet<u64> = raw.iter().flat_map(kernel_keys).collect();
     let kernel_names = symbolize_kernel(symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
@@ -117,15 +220,74 @@ pub fn symbolize(
     let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());
     let mut user_names: HashMap<UserKey, Vec<String>> = HashMap::new();
     for (id, offsets) in by_file {
-        let resolved = finder.find(&id).map(|path| {
-            let src = Source::Elf(Elf::new(path));
+        let path = finder.find(&id);
+        let run = |p: &Path| {
             symbolizer
-                .symbolize(&src, Input::FileOffset(&offsets))
+                .symbolize(&Source::Elf(Elf::new(p)), Input::FileOffset(&offsets))
                 .unwrap_or_default()
+        };
+        let mut resolved: Vec<Option<Symbolized<'_>>> = match &path {
+            Some(p) => {
+                let data = data_symbols(p);
+                run(p)
+                    .into_iter()
+                    .map(|s| match s {
+                        // Only code names an address, never a data object.
+                        Symbolized::Sym(sym) if data.contains(&sym.addr) => None,
+                        Symbolized::Sym(sym) => Some(Symbolized::Sym(sym)),
+                        Symbolized::Unknown(_) => None,
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        resolved.resize_with(offsets.len(), || None);
+        // A stripped file's names may sit in a debug file kept by build ID
+        // (blazesym only follows .gnu_debuglink).
+        if resolved.iter().any(Option::is_none) {
+            if let (Some(debug), Some(p)) = (build_id_debug_file(&id), &path) {
+                let virt = virt_offsets(p, &offsets);
+                let wanted: Vec<(usize, u64)> = virt
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| resolved[*i].is_none())
+                    .filter_map(|(i, v)| Some((i, (*v)?)))
+                    .collect();
+                let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
+                let found = symbolizer
+                    .symbolize(&Source::Elf(Elf::new(&debug)), Input::VirtOffset(&addrs))
+                    .unwrap_or_default();
+                for ((i, _), s) in wanted.into_iter().zip(found) {
+                    if matches!(s, Symbolized::Sym(_)) {
+                        resolved[i] = Some(s);
+                    }
+                }
+            }
+        }
+        // Where the file came from, even if it could not be opened.
+        let module = path.as_deref().map(module_name).or_else(|| {
+            index
+                .by_build_id
+                .get(&id)
+                .and_then(|ms| ms.iter().map(|m| module_name(&m.path)).min())
         });
         for (i, &off) in offsets.iter().enumerate() {
-            let sym = resolved.as_ref().and_then(|r| r.get(i));
-            user_names.insert(UserKey::File(id, off), names.of(sym));
+            let key = UserKey::File(id, off);
+            let frame = match (&resolved[i], &module) {
+                (Some(sym), _) => names.of(Some(sym)),
+                (None, Some(m)) => {
+                    unknown_keys.insert(key);
+                    names.unknown(match style {
+                        UnknownStyle::Offset => format!("{m}+{off:#x}"),
+                        UnknownStyle::Module => format!("[{m}]"),
+                    })
+                }
+                (None, None) => {
+                    unknown_keys.insert(key);
+                    names.of(None)
+                }
+            };
+            user_names.insert(key, frame);
         }
     }
     for (pid, ips) in by_pid {
@@ -146,16 +308,35 @@ pub fn symbolize(
         for (i, &ip) in ips.iter().enumerate() {
             let sym = resolved.as_ref().and_then(|r| r.get(i));
             let frame = match (sym, jit.get(&ip)) {
-                (Some(Symbolized::Sym(_)), _) | (_, None) => names.of(sym),
+                (Some(Symbolized::Sym(_)), _) => names.of(sym),
+                (_, None) => {
+                    unknown_keys.insert(UserKey::Ip(pid, ip));
+                    names.of(sym)
+                }
                 (_, Some(name)) => names.named(name),
             };
             user_names.insert(UserKey::Ip(pid, ip), frame);
         }
     }
+    let unknown_kernel: HashSet<u64> = kernel_names
+        .iter()
+        .filter(|(_, sym)| !matches!(sym, Some(Symbolized::Sym(_))))
+        .map(|(a, _)| *a)
+        .collect();
     let kernel_names: HashMap<u64, Vec<String>> = kernel_names
         .into_iter()
         .map(|(a, sym)| (a, names.of(sym.as_ref())))
         .collect();
+    for s in raw {
+        let user = user_keys(s).map(|k| unknown_keys.contains(&k));
+        let kernel = kernel_keys(s).map(|a| unknown_kernel.contains(&a));
+        for unknown in user.chain(kernel) {
+            names.stats.sampled_frames += s.count;
+            if unknown {
+                names.stats.sampled_unknown += s.count;
+            }
+        }
+    }
 
     let stacks = raw
         .iter()
@@ -256,6 +437,13 @@ struct Names {
 }
 
 impl Names {
+    /// A frame no symbol names, shown as `text`.
+    fn unknown(&mut self, text: String) -> Vec<String> {
+        self.stats.unique_frames += 1;
+        self.stats.unknown_frames += 1;
+        vec![text]
+    }
+
     fn named(&mut self, name: &str) -> Vec<String> {
         self.stats.unique_frames += 1;
         vec![name.to_string()]

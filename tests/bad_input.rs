@@ -124,6 +124,18 @@ fn hostile_numeric_extremes_are_refused_before_use() {
             "CPU 4294967295 is not online",
         ),
         (&["-p", "99999999999", "1"][..], "invalid PID"),
+        (
+            &["-c", "18446744073709551615", "1"][..],
+            "(-c): must be below 2^63",
+        ),
+        (
+            &["--off-cpu", "-F", "99", "1"][..],
+            "-F, -c and -e do not apply",
+        ),
+        (
+            &["--stack-storage-size", "16777216", "1"][..],
+            "at most 1024 MiB",
+        ),
     ] {
         let out = run(Command::new("prlimit")
             .arg("--as=1073741824")

@@ -1,0 +1,137 @@
+//! Honest names: frames without a symbol show their module and offset, and a
+//! stripped binary is named from a debug file kept by build ID (run as root).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+/// Removes a file planted under /usr/lib/debug when the test ends.
+struct Planted(PathBuf);
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn build_id(bin: &Path) -> String {
+    let out = run(Command::new("readelf").arg("-n").arg(bin));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .expect("a build ID")
+}
+
+/// work631 stripped of every symbol and of its debuglink, plus its debug file.
+fn stripped_work631(dir: &Path) -> (PathBuf, PathBuf) {
+    let bin = dir.join("fx_w631s");
+    let debug = dir.join("fx_w631s.debug");
+    let full = fixture("work631");
+    let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
+    ok(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&full)
+        .arg(&debug));
+    ok(Command::new("objcopy")
+        .arg("--strip-all")
+        .arg(&full)
+        .arg(&bin));
+    (bin, debug)
+}
+
+fn profile(bin: &Path) -> (Vec<Folded>, String) {
+    let out = run(bprof()
+        .args(["--no-counts", "-F", "999", "-f", "--"])
+        .arg(bin)
+        .arg("1"));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    (parse_folded(&String::from_utf8_lossy(&out.stdout)), err)
+}
+
+fn unknown_pct(stderr: &str) -> f64 {
+    let (pre, _) = stderr
+        .split_once("% of sampled frames unknown")
+        .expect("summary");
+    pre.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn stripped_frames_show_module_and_offset_then_names_from_the_build_id_debug_file() {
+    let _g = exclusive();
+    let dir = scratch("names_stripped");
+    let (bin, debug) = stripped_work631(&dir);
+
+    // No symbols anywhere: the frames in the binary say where they are.
+    let (lines, err) = profile(&bin);
+    let total: u64 = lines.iter().map(|l| l.count).sum();
+    let in_module = lines
+        .iter()
+        .filter(|l| l.frames.iter().any(|f| f.starts_with("fx_w631s+0x")))
+        .map(|l| l.count)
+        .sum::<u64>();
+    assert!(in_module * 10 > total * 9, "{lines:?}");
+    assert_eq!(with_frame(&lines, "fx_w631s", "heavy"), 0);
+    // Only frames outside any file (exec's first instants) stay [unknown].
+    assert!(
+        with_frame(&lines, "fx_w631s", "[unknown]") * 20 < total,
+        "{lines:?}"
+    );
+    assert!(unknown_pct(&err) > 30.0, "{err}");
+
+    // The debug file at /usr/lib/debug/.build-id/xx/rest.debug (no
+    // debuglink in the binary): named, in perf's 6:3:1 shares.
+    let id = build_id(&bin);
+    let at = PathBuf::from(format!(
+        "/usr/lib/debug/.build-id/{}/{}.debug",
+        &id[..2],
+        &id[2..]
+    ));
+    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+    std::fs::copy(&debug, &at).unwrap();
+    let _planted = Planted(at);
+    let (lines, err) = profile(&bin);
+    let heavy = with_frame(&lines, "fx_w631s", "heavy");
+    let medium = with_frame(&lines, "fx_w631s", "medium");
+    let light = with_frame(&lines, "fx_w631s", "light");
+    let all = total_for(&lines, "fx_w631s");
+    assert!(heavy + medium + light > all * 9 / 10, "{lines:?}");
+    let share = |n| pct(n, heavy + medium + light);
+    assert!((share(heavy) - 60.0).abs() < 8.0, "{lines:?}");
+    assert!((share(medium) - 30.0).abs() < 8.0, "{lines:?}");
+    assert!(unknown_pct(&err) < 10.0, "{err}");
+    // perf on the unstripped binary agrees on the shares.
+    let perf = perf_shares(&fixture("work631"), "1", &dir);
+    assert!((perf["heavy"] - share(heavy)).abs() < 10.0, "{perf:?}");
+}
+
+#[test]
+fn unknown_as_module_gives_one_frame_per_module() {
+    let _g = exclusive();
+    let dir = scratch("names_module");
+    let (bin, _) = stripped_work631(&dir);
+    let out = run(bprof()
+        .args([
+            "--no-counts",
+            "-F",
+            "999",
+            "-f",
+            "--unknown-as-module",
+            "--",
+        ])
+        .arg(&bin)
+        .arg("1"));
+    assert!(out.status.success());
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let total: u64 = lines.iter().map(|l| l.count).sum();
+    assert!(
+        with_frame(&lines, "fx_w631s", "[fx_w631s]") * 10 > total * 9,
+        "{lines:?}"
+    );
+    assert!(!lines
+        .iter()
+        .any(|l| l.frames.iter().any(|f| f.contains("+0x"))));
+}
