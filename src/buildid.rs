@@ -29,7 +29,20 @@ pub struct FileFinder<'a> {
     index: &'a MmapIndex,
     pids: BTreeSet<u32>,
     ids: HashMap<PathBuf, Option<BuildId>>,
-    table: Option<HashMap<BuildId, PathBuf>>,
+    table: Option<HashMap<BuildId, Vec<PathBuf>>>,
+    found: HashMap<(BuildId, u32), Option<PathBuf>>,
+}
+
+/// The real user id of live process `pid`.
+fn uid_of(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Paths under which bprof may open `m.path`: as named, and through the
@@ -81,6 +94,7 @@ impl<'a> FileFinder<'a> {
             pids,
             ids: HashMap::new(),
             table: None,
+            found: HashMap::new(),
         }
     }
 
@@ -91,34 +105,58 @@ impl<'a> FileFinder<'a> {
             .or_insert_with(|| read(path))
     }
 
-    /// The file with build ID `id`, if any is known.
-    pub fn find(&mut self, id: &BuildId) -> Option<PathBuf> {
-        let direct: Vec<PathBuf> = self
+    /// The file to name the frames of process `tgid` in the file with build
+    /// ID `id`: one that process itself mapped, or failing that one owned by
+    /// root or by that process's user, never another user's file (a copy
+    /// with the same build ID and renamed functions would lie).
+    pub fn find(&mut self, id: &BuildId, tgid: u32) -> Option<PathBuf> {
+        if let Some(p) = self.found.get(&(*id, tgid)) {
+            return p.clone();
+        }
+        let p = self.search(id, tgid);
+        self.found.insert((*id, tgid), p.clone());
+        p
+    }
+
+    fn search(&mut self, id: &BuildId, tgid: u32) -> Option<PathBuf> {
+        let mappings: Vec<Mapping> = self
             .index
             .by_build_id
             .get(id)
             .into_iter()
             .flatten()
-            .flat_map(|m| candidates(m, true))
+            .cloned()
             .collect();
-        for p in direct {
+        let (own, others): (Vec<Mapping>, Vec<Mapping>) =
+            mappings.into_iter().partition(|m| m.pid == tgid);
+        for p in own.iter().flat_map(|m| candidates(m, true)) {
             if self.build_id_of(&p).as_ref() == Some(id) {
                 return Some(p);
             }
         }
+        let uid = uid_of(tgid);
+        let trusted =
+            |p: &Path| fs::metadata(p).is_ok_and(|m| m.uid() == 0 || Some(m.uid()) == uid);
+        let mut paths: Vec<PathBuf> = others.iter().flat_map(|m| candidates(m, true)).collect();
         if self.table.is_none() {
             self.build_table();
         }
-        if let Some(p) = self.table.as_ref().and_then(|t| t.get(id)) {
-            return Some(p.clone());
+        paths.extend(
+            self.table
+                .as_ref()
+                .and_then(|t| t.get(id))
+                .into_iter()
+                .flatten()
+                .cloned(),
+        );
+        // Root's files first, so a user's copy never wins when root has one.
+        paths.sort_by_key(|p| fs::metadata(p).map_or(u32::MAX, |m| m.uid()));
+        for p in paths {
+            if trusted(&p) && self.build_id_of(&p).as_ref() == Some(id) {
+                return Some(p);
+            }
         }
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-        let debug = PathBuf::from(format!(
-            "/usr/lib/debug/.build-id/{}/{}.debug",
-            &hex[..2],
-            &hex[2..]
-        ));
-        debug.exists().then_some(debug)
+        None
     }
 
     /// Reads the build ID of every other known file once.
@@ -134,10 +172,10 @@ impl<'a> FileFinder<'a> {
             mappings.extend(executable_mappings(pid));
         }
         let paths: BTreeSet<PathBuf> = mappings.iter().flat_map(|m| candidates(m, false)).collect();
-        let mut table = HashMap::new();
+        let mut table: HashMap<BuildId, Vec<PathBuf>> = HashMap::new();
         for p in paths {
             if let Some(id) = self.build_id_of(&p) {
-                table.entry(id).or_insert(p);
+                table.entry(id).or_insert_with(Vec::new).push(p);
             }
         }
         self.table = Some(table);

@@ -73,7 +73,9 @@ pub enum UnknownStyle {
 /// A user frame with its address already moved into the call instruction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum UserKey {
-    File([u8; BUILD_ID_SIZE], u64),
+    /// Build ID, the process (which file names it depends on who mapped
+    /// it), offset.
+    File([u8; BUILD_ID_SIZE], u32, u64),
     Ip(u32, u64),
 }
 
@@ -93,7 +95,9 @@ fn user_keys(s: &RawStack) -> impl Iterator<Item = UserKey> + '_ {
     s.user.iter().enumerate().map(move |(i, f)| {
         let leaf = i == 0 && !in_kernel;
         match *f {
-            UserFrame::File { build_id, offset } => UserKey::File(build_id, caller(offset, leaf)),
+            UserFrame::File { build_id, offset } => {
+                UserKey::File(build_id, s.tgid, caller(offset, leaf))
+            }
             UserFrame::Ip(ip) => UserKey::Ip(s.tgid, caller(ip, leaf)),
         }
     })
@@ -209,18 +213,20 @@ pub fn symbolize_with(
     let kernel_names = symbolize_kernel(symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
 
     let ukeys: BTreeSet<UserKey> = raw.iter().flat_map(user_keys).collect();
-    let mut by_file: HashMap<[u8; BUILD_ID_SIZE], Vec<u64>> = HashMap::new();
+    let mut by_file: HashMap<([u8; BUILD_ID_SIZE], u32), Vec<u64>> = HashMap::new();
     let mut by_pid: HashMap<u32, Vec<u64>> = HashMap::new();
     for k in &ukeys {
         match *k {
-            UserKey::File(id, off) => by_file.entry(id).or_default().push(off),
+            UserKey::File(id, tgid, off) => by_file.entry((id, tgid)).or_default().push(off),
             UserKey::Ip(pid, ip) => by_pid.entry(pid).or_default().push(ip),
         }
     }
     let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());
     let mut user_names: HashMap<UserKey, Vec<String>> = HashMap::new();
-    for (id, offsets) in by_file {
-        let path = finder.find(&id);
+    // Parsed once per file however many processes map it.
+    let mut data_cache: HashMap<PathBuf, HashSet<u64>> = HashMap::new();
+    for ((id, tgid), offsets) in by_file {
+        let path = finder.find(&id, tgid);
         let run = |p: &Path| {
             symbolizer
                 .symbolize(&Source::Elf(Elf::new(p)), Input::FileOffset(&offsets))
@@ -228,7 +234,9 @@ pub fn symbolize_with(
         };
         let mut resolved: Vec<Option<Symbolized<'_>>> = match &path {
             Some(p) => {
-                let data = data_symbols(p);
+                let data = data_cache
+                    .entry(p.clone())
+                    .or_insert_with(|| data_symbols(p));
                 run(p)
                     .into_iter()
                     .map(|s| match s {
@@ -272,7 +280,7 @@ pub fn symbolize_with(
                 .and_then(|ms| ms.iter().map(|m| module_name(&m.path)).min())
         });
         for (i, &off) in offsets.iter().enumerate() {
-            let key = UserKey::File(id, off);
+            let key = UserKey::File(id, tgid, off);
             let frame = match (&resolved[i], &module) {
                 (Some(sym), _) => names.of(Some(sym)),
                 (None, Some(m)) => {

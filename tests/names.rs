@@ -135,3 +135,73 @@ fn unknown_as_module_gives_one_frame_per_module() {
         .iter()
         .any(|l| l.frames.iter().any(|f| f.contains("+0x"))));
 }
+
+/// Kills a background process when the test ends.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = (self.0.kill(), self.0.wait());
+    }
+}
+
+#[test]
+fn hostile_a_same_build_id_copy_never_names_another_users_process() {
+    let _g = exclusive();
+    let full = fixture("work631");
+    // nobody's copy: same build ID, functions renamed.
+    let dir = Path::new("/tmp/bprof-hostile-spoof");
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let spoof = dir.join("fx_spoof");
+    let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
+    ok(Command::new("objcopy")
+        .args([
+            // Its DWARF would still say "heavy": only the renamed symtab.
+            "--strip-debug",
+            "--redefine-sym",
+            "heavy=evil_heavy",
+            "--redefine-sym",
+            "medium=evil_medium",
+            "--redefine-sym",
+            "light=evil_light",
+        ])
+        .arg(&full)
+        .arg(&spoof));
+    ok(Command::new("chown")
+        .args(["-R", "nobody:nogroup"])
+        .arg(dir));
+    assert_eq!(build_id(&spoof), build_id(&full));
+
+    let theirs = Running(
+        Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(&spoof)
+            .arg("4")
+            .spawn()
+            .unwrap(),
+    );
+    let mine = Running(Command::new(&full).arg("4").spawn().unwrap());
+    let out = run(bprof()
+        .args(["--no-counts", "-F", "499", "-f", "-p"])
+        .arg(format!("{},{}", mine.0.id(), theirs.0.id()))
+        .arg("2"));
+    drop((mine, theirs));
+    let _ = std::fs::remove_dir_all(dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let root_total = total_for(&lines, "fx_work631");
+    let named =
+        with_frame(&lines, "fx_work631", "heavy") + with_frame(&lines, "fx_work631", "medium");
+    assert!(root_total > 300 && named * 10 > root_total * 7, "{lines:?}");
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.frames[0] == "fx_work631" && l.frames.iter().any(|f| f.starts_with("evil_"))),
+        "root's process named from nobody's file: {lines:?}"
+    );
+}
