@@ -151,12 +151,9 @@ impl<'a> FileFinder<'a> {
         );
         // Root's files first, so a user's copy never wins when root has one.
         paths.sort_by_key(|p| fs::metadata(p).map_or(u32::MAX, |m| m.uid()));
-        for p in paths {
-            if trusted(&p) && self.build_id_of(&p).as_ref() == Some(id) {
-                return Some(p);
-            }
-        }
-        None
+        paths
+            .into_iter()
+            .find(|p| trusted(p) && self.build_id_of(p).as_ref() == Some(id))
     }
 
     /// Reads the build ID of every other known file once.
@@ -175,7 +172,7 @@ impl<'a> FileFinder<'a> {
         let mut table: HashMap<BuildId, Vec<PathBuf>> = HashMap::new();
         for p in paths {
             if let Some(id) = self.build_id_of(&p) {
-                table.entry(id).or_insert_with(Vec::new).push(p);
+                table.entry(id).or_default().push(p);
             }
         }
         self.table = Some(table);
