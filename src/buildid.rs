@@ -14,7 +14,17 @@ pub type BuildId = [u8; BUILD_ID_SIZE];
 
 /// Reads a file's build ID, padded like the kernel's.
 pub fn read(path: &Path) -> Option<BuildId> {
-    let id = blazesym::helper::read_elf_build_id(path).ok()??;
+    // Hostile input: checked before blazesym parses it.
+    if let Err(why) = crate::elfcheck::check(path) {
+        // Not every mapped file is ELF; only a malformed ELF is news.
+        if why != crate::elfcheck::NOT_ELF {
+            crate::symbols::note_refused(path, &why);
+        }
+        return None;
+    }
+    let id = std::panic::catch_unwind(|| blazesym::helper::read_elf_build_id(path))
+        .ok()?
+        .ok()??;
     let mut padded = [0u8; BUILD_ID_SIZE];
     let n = id.len().min(BUILD_ID_SIZE);
     padded[..n].copy_from_slice(&id[..n]);

@@ -280,6 +280,17 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     }
 
     sideband.index.jit.report(settings.verbose);
+    let refused = symbols::refused_files();
+    if settings.verbose {
+        for (path, why) in &refused {
+            eprintln!("bprof: skipped {} as malformed: {why}", path.display());
+        }
+    } else if !refused.is_empty() {
+        eprintln!(
+            "bprof: {} files skipped as malformed; their frames show module+offset (-v names them)",
+            refused.len()
+        );
+    }
     summary(
         &stats,
         &sym_stats,

@@ -138,6 +138,74 @@ fn build_id_debug_file(id: &[u8; BUILD_ID_SIZE]) -> Option<PathBuf> {
         .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file()))
 }
 
+/// Symbolizes addresses in the ELF file `path`, which is hostile input: it
+/// is checked first (sizes that would make blazesym allocate without bound
+/// abort the process, see crate::elfcheck), and a panic inside blazesym on
+/// it costs only its frames. Empty when the file was refused.
+pub fn symbolize_file<'s>(
+    symbolizer: &'s Symbolizer,
+    path: &Path,
+    input: Input<&[u64]>,
+) -> Vec<Symbolized<'s>> {
+    if let Err(why) = crate::elfcheck::check(path) {
+        note_refused(path, &why);
+        return Vec::new();
+    }
+    quiet_panics();
+    IN_PARSER.with(|c| c.set(true));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        symbolizer
+            .symbolize(&Source::Elf(Elf::new(path)), input)
+            .unwrap_or_default()
+    }));
+    IN_PARSER.with(|c| c.set(false));
+    r.unwrap_or_else(|p| {
+        let what = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        let what = what.lines().next().unwrap_or_default();
+        note_refused(path, &format!("the ELF parser failed on it ({what})"));
+        Vec::new()
+    })
+}
+
+thread_local! {
+    /// Set while blazesym parses a hostile file: its panics are reported
+    /// as a skipped file at -v, not as a crash message.
+    static IN_PARSER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Installs (once) a panic hook that stays quiet inside the parser.
+fn quiet_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !IN_PARSER.with(|c| c.get()) {
+                default(info);
+            }
+        }));
+    });
+}
+
+/// Files refused as malformed, said once each at the end (`-v`).
+static REFUSED: std::sync::Mutex<Vec<(PathBuf, String)>> = std::sync::Mutex::new(Vec::new());
+
+pub(crate) fn note_refused(path: &Path, why: &str) {
+    if let Ok(mut r) = REFUSED.lock() {
+        if !r.iter().any(|(p, _)| p == path) {
+            r.push((path.to_path_buf(), why.to_string()));
+        }
+    }
+}
+
+/// The files refused as malformed so far, with why.
+pub fn refused_files() -> Vec<(PathBuf, String)> {
+    REFUSED.lock().map(|r| r.clone()).unwrap_or_default()
+}
+
 /// Turns file offsets of `path` into virtual offsets (its PT_LOAD program
 /// headers): a separate debug file has the same addresses but not the same
 /// file layout. Files over 1 GiB, or not ELF, give `None`s.
@@ -227,11 +295,7 @@ pub fn symbolize_with(
     let mut data_cache: HashMap<PathBuf, HashSet<u64>> = HashMap::new();
     for ((id, tgid), offsets) in by_file {
         let path = finder.find(&id, tgid);
-        let run = |p: &Path| {
-            symbolizer
-                .symbolize(&Source::Elf(Elf::new(p)), Input::FileOffset(&offsets))
-                .unwrap_or_default()
-        };
+        let run = |p: &Path| symbolize_file(symbolizer, p, Input::FileOffset(&offsets));
         let mut resolved: Vec<Option<Symbolized<'_>>> = match &path {
             Some(p) => {
                 let data = data_cache
@@ -262,9 +326,7 @@ pub fn symbolize_with(
                     .filter_map(|(i, v)| Some((i, (*v)?)))
                     .collect();
                 let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
-                let found = symbolizer
-                    .symbolize(&Source::Elf(Elf::new(&debug)), Input::VirtOffset(&addrs))
-                    .unwrap_or_default();
+                let found = symbolize_file(symbolizer, &debug, Input::VirtOffset(&addrs));
                 for ((i, _), s) in wanted.into_iter().zip(found) {
                     if matches!(s, Symbolized::Sym(_)) {
                         resolved[i] = Some(s);
