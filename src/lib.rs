@@ -14,6 +14,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod collect;
 pub mod counters;
+pub mod debuginfod;
 pub mod elfcheck;
 pub mod events;
 pub mod filter;

@@ -276,6 +276,7 @@ pub fn symbolize_with(
 ) -> (Vec<Stack>, SymbolStats) {
     let mut names = Names::default();
     let mut unknown_keys: HashSet<UserKey> = HashSet::new();
+    let mut debuginfod = crate::debuginfod::Client::from_env();
 
     let kaddrs: BTreeSet<u64> = raw.iter().flat_map(kernel_keys).collect();
     let kernel_names = symbolize_kernel(symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
@@ -317,7 +318,9 @@ pub fn symbolize_with(
         // A stripped file's names may sit in a debug file kept by build ID
         // (blazesym only follows .gnu_debuglink).
         if resolved.iter().any(Option::is_none) {
-            if let (Some(debug), Some(p)) = (build_id_debug_file(&id), &path) {
+            let debug = build_id_debug_file(&id)
+                .or_else(|| debuginfod.as_mut().and_then(|c| c.debuginfo(&id)));
+            if let (Some(debug), Some(p)) = (debug, &path) {
                 let virt = virt_offsets(p, &offsets);
                 let wanted: Vec<(usize, u64)> = virt
                     .iter()
@@ -387,6 +390,9 @@ pub fn symbolize_with(
             };
             user_names.insert(UserKey::Ip(pid, ip), frame);
         }
+    }
+    if let Some(c) = &debuginfod {
+        c.report();
     }
     let unknown_kernel: HashSet<u64> = kernel_names
         .iter()

@@ -205,3 +205,106 @@ fn hostile_a_same_build_id_copy_never_names_another_users_process() {
         "root's process named from nobody's file: {lines:?}"
     );
 }
+
+/// A real `debuginfod` serving a directory, on loopback.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = (self.0.kill(), self.0.wait());
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn debuginfod_fetches_and_caches_missing_debug_info_and_a_dead_server_costs_a_bounded_wait() {
+    if Command::new("debuginfod")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        panic!("debuginfod is not installed (scripts/install-deps.sh installs it)");
+    }
+    let _g = exclusive();
+    let dir = scratch("names_debuginfod");
+    let (bin, _) = stripped_work631(&dir);
+    let id = build_id(&bin);
+    // The server scans a directory holding the unstripped binary.
+    let served = dir.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    std::fs::copy(fixture("work631"), served.join("fx_work631")).unwrap();
+    let port = free_port();
+    let _server = Server(
+        Command::new("debuginfod")
+            .args(["-F", "-p", &port.to_string(), "-d"])
+            .arg(dir.join("db.sqlite"))
+            .arg(&served)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    // Ready once it serves this build ID (it scans in the background).
+    let ready = (0..300).any(|i| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        // A fresh cache each time: the client caches a miss for minutes.
+        std::process::Command::new("debuginfod-find")
+            .env("DEBUGINFOD_URLS", &url)
+            .env("DEBUGINFOD_CACHE_PATH", dir.join(format!("probe-cache-{i}")))
+            .args(["debuginfo", &id])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    assert!(ready, "debuginfod never served {id}");
+
+    let cache = dir.join("cache");
+    let profile_with = |urls: &str, timeout: &str| {
+        let out = run(bprof()
+            .env("DEBUGINFOD_URLS", urls)
+            .env("DEBUGINFOD_CACHE_PATH", &cache)
+            .env("DEBUGINFOD_TIMEOUT", timeout)
+            .args(["--no-counts", "-F", "999", "-f", "--"])
+            .arg(&bin)
+            .arg("1"));
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        (parse_folded(&String::from_utf8_lossy(&out.stdout)), err)
+    };
+    let (lines, err) = profile_with(&url, "5");
+    let named = with_frame(&lines, "fx_w631s", "heavy") + with_frame(&lines, "fx_w631s", "medium");
+    assert!(
+        named * 10 > total_for(&lines, "fx_w631s") * 7,
+        "{err} {lines:?}"
+    );
+    let cached = cache.join(&id).join("debuginfo");
+    assert!(cached.is_file(), "not cached at {}", cached.display());
+
+    // The cache alone names it next time, with no server at all.
+    drop(_server);
+    let (lines, _) = profile_with("http://127.0.0.1:9", "5");
+    assert!(with_frame(&lines, "fx_w631s", "heavy") > 0);
+
+    // A server that accepts and never answers: a bounded wait, one note.
+    std::fs::remove_dir_all(&cache).unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("http://{}", silent.local_addr().unwrap());
+    let t = std::time::Instant::now();
+    let (lines, err) = profile_with(&silent_url, "2");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(err.contains("bprof: debuginfod: "), "{err}");
+    assert!(with_frame(&lines, "fx_w631s", "heavy") == 0);
+    assert!(lines.iter().map(|l| l.count).sum::<u64>() > 300);
+    drop(silent);
+}
