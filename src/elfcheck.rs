@@ -6,7 +6,7 @@
 //! So every size that leads to an allocation is checked here first, with
 //! the `object` crate, and a file that fails costs only its own frames.
 
-use std::fs;
+use std::io::Read;
 use std::path::Path;
 
 use object::read::elf::{CompressionHeader, FileHeader, SectionHeader};
@@ -29,11 +29,15 @@ pub type Reason = String;
 /// Checks the ELF file at `path` (a path bprof opened safely, such as
 /// `/proc/self/fd/N`, or one in a root-owned place).
 pub fn check(path: &Path) -> Result<(), Reason> {
-    let len = fs::metadata(path).map_err(|e| e.to_string())?.len();
-    if len > MAX_FILE {
-        return Err(format!("{len} bytes, over {MAX_FILE}"));
-    }
-    let data = fs::read(path).map_err(|e| e.to_string())?;
+    // Opened as untrusted input: a FIFO renamed over a mapped library must
+    // not hang bprof, nor a symlink lead it elsewhere.
+    let mut checked = crate::fsafe::open_untrusted(path, crate::fsafe::Owner::Any, MAX_FILE)
+        .map_err(|e| e.to_string())?;
+    let mut data = Vec::new();
+    checked
+        .file
+        .read_to_end(&mut data)
+        .map_err(|e| e.to_string())?;
     check_bytes(&data)
 }
 
@@ -101,7 +105,7 @@ mod tests {
     use super::*;
 
     fn own_binary() -> Vec<u8> {
-        fs::read(std::env::current_exe().unwrap()).unwrap()
+        std::fs::read(std::env::current_exe().unwrap()).unwrap()
     }
 
     #[test]

@@ -258,7 +258,10 @@ fn debuginfod_fetches_and_caches_missing_debug_info_and_a_dead_server_costs_a_bo
         // A fresh cache each time: the client caches a miss for minutes.
         std::process::Command::new("debuginfod-find")
             .env("DEBUGINFOD_URLS", &url)
-            .env("DEBUGINFOD_CACHE_PATH", dir.join(format!("probe-cache-{i}")))
+            .env(
+                "DEBUGINFOD_CACHE_PATH",
+                dir.join(format!("probe-cache-{i}")),
+            )
             .args(["debuginfo", &id])
             .output()
             .is_ok_and(|o| o.status.success())
@@ -307,4 +310,87 @@ fn debuginfod_fetches_and_caches_missing_debug_info_and_a_dead_server_costs_a_bo
     assert!(with_frame(&lines, "fx_w631s", "heavy") == 0);
     assert!(lines.iter().map(|l| l.count).sum::<u64>() > 300);
     drop(silent);
+}
+
+/// File offset of symbol `name` in `bin` (from nm and the PT_LOAD headers).
+fn file_offset_of(bin: &Path, name: &str) -> u64 {
+    let nm = run(Command::new("nm").arg(bin));
+    let vaddr = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() == 3 && w[2] == name).then(|| u64::from_str_radix(w[0], 16).unwrap())
+        })
+        .expect("symbol");
+    let ph = run(Command::new("readelf").args(["-lW"]).arg(bin));
+    String::from_utf8_lossy(&ph.stdout)
+        .lines()
+        .filter(|l| l.trim_start().starts_with("LOAD"))
+        .find_map(|l| {
+            let w: Vec<u64> = l
+                .split_whitespace()
+                .skip(1)
+                .take(5)
+                .map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap())
+                .collect();
+            let (off, va, memsz) = (w[0], w[1], w[4]);
+            (vaddr >= va && vaddr < va + memsz).then(|| vaddr - va + off)
+        })
+        .expect("a segment")
+}
+
+#[test]
+fn an_address_on_a_data_object_is_never_named_after_it() {
+    let dir = scratch("names_data");
+    let src = dir.join("data.c");
+    std::fs::write(
+        &src,
+        "int table[4096] = {1};\n__attribute__((noinline)) int lookup_slot(int i) { return table[i]; }\nint main(void) { return lookup_slot(1); }\n",
+    )
+    .unwrap();
+    let bin = dir.join("fx_data");
+    assert!(Command::new("gcc")
+        .args(["-O1", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
+    let hex = build_id(&bin);
+    let mut id = [0u8; 20];
+    for (i, b) in id.iter_mut().enumerate().take(hex.len() / 2) {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+    }
+    let me = std::process::id();
+    let mut index = bprof::sideband::MmapIndex::default();
+    index
+        .by_build_id
+        .entry(id)
+        .or_default()
+        .insert(bprof::sideband::Mapping {
+            pid: me,
+            path: bin.clone(),
+        });
+    let (data_off, code_off) = (file_offset_of(&bin, "table"), file_offset_of(&bin, "lookup_slot"));
+    let frame = |offset| bprof::stacks::UserFrame::File {
+        build_id: id,
+        offset,
+    };
+    let raw = vec![bprof::stacks::RawStack {
+        tgid: me,
+        pid: me,
+        comm: "fx_data".into(),
+        kernel: Vec::new(),
+        // Leaf first: an address in lookup_slot, then a "return address" in table.
+        user: vec![frame(code_off), frame(data_off + 9)],
+        kernel_lost: false,
+        user_lost: false,
+        off_cpu: false,
+        count: 1,
+    }];
+    let sym = bprof::symbols::symbolizer();
+    let (stacks, stats) = bprof::symbols::symbolize(&sym, &raw, &index);
+    assert_eq!(stacks[0].user[0], "lookup_slot");
+    assert_eq!(stacks[0].user[1], format!("fx_data+{:#x}", data_off + 8));
+    assert_eq!((stats.sampled_frames, stats.sampled_unknown), (2, 1));
 }
