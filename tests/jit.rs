@@ -135,18 +135,7 @@ fn map_path(pid: u32) -> String {
 /// samples, from `perf record -g` + `perf script` of the same command.
 fn perf_share(dir: &Path, cmd: &[&str], name: &str) -> f64 {
     let data = dir.join("perf.data");
-    let rec = Command::new("perf")
-        .args(["record", "-q", "-F", "499", "-g", "-o"])
-        .arg(&data)
-        .arg("--")
-        .args(cmd)
-        .output()
-        .expect("run perf record");
-    assert!(
-        rec.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rec.stderr)
-    );
+    perf_record(&data, "499", cmd);
     let script = Command::new("perf")
         .args(["script", "-F", "comm,ip,sym", "-i"])
         .arg(&data)

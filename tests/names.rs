@@ -371,7 +371,10 @@ fn an_address_on_a_data_object_is_never_named_after_it() {
             pid: me,
             path: bin.clone(),
         });
-    let (data_off, code_off) = (file_offset_of(&bin, "table"), file_offset_of(&bin, "lookup_slot"));
+    let (data_off, code_off) = (
+        file_offset_of(&bin, "table"),
+        file_offset_of(&bin, "lookup_slot"),
+    );
     let frame = |offset| bprof::stacks::UserFrame::File {
         build_id: id,
         offset,

@@ -672,18 +672,10 @@ fn more_than_20000_distinct_stacks_all_counted() {
 /// perf record -g of `manystacks 3 2 17`: the self share of leaf().
 fn perf_leaf_share(bin: &std::path::Path, dir: &std::path::Path) -> f64 {
     let data = dir.join("perf.data");
-    let rec = Command::new("perf")
-        .args(["record", "-q", "-F", "999", "-g", "-o"])
-        .arg(&data)
-        .arg("--")
-        .arg(bin)
-        .args(["3", "2", "17"])
-        .output()
-        .expect("run perf record");
-    assert!(
-        rec.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rec.stderr)
+    perf_record(
+        &data,
+        "999",
+        &[bin.as_os_str(), "3".as_ref(), "2".as_ref(), "17".as_ref()],
     );
     let rep = Command::new("perf")
         .args([

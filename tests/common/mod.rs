@@ -157,15 +157,13 @@ pub fn bprof_programs_loaded() -> bool {
     true
 }
 
-/// Shares of heavy/medium/light of one process's samples, by `perf record`.
-pub fn perf_shares(bin: &Path, secs: &str, dir: &Path) -> BTreeMap<String, f64> {
-    let data = dir.join("perf.data");
+/// `perf record -g -F HZ -o DATA -- ARGV...`, asserting it worked.
+pub fn perf_record<S: AsRef<std::ffi::OsStr>>(data: &Path, hz: &str, argv: &[S]) {
     let rec = Command::new("perf")
-        .args(["record", "-q", "-F", "999", "-g", "-o"])
-        .arg(&data)
+        .args(["record", "-q", "-F", hz, "-g", "-o"])
+        .arg(data)
         .arg("--")
-        .arg(bin)
-        .arg(secs)
+        .args(argv)
         .output()
         .expect("run perf record");
     assert!(
@@ -173,6 +171,12 @@ pub fn perf_shares(bin: &Path, secs: &str, dir: &Path) -> BTreeMap<String, f64> 
         "perf record failed: {}",
         String::from_utf8_lossy(&rec.stderr)
     );
+}
+
+/// Shares of heavy/medium/light of one process's samples, by `perf record`.
+pub fn perf_shares(bin: &Path, secs: &str, dir: &Path) -> BTreeMap<String, f64> {
+    let data = dir.join("perf.data");
+    perf_record(&data, "999", &[bin.as_os_str(), secs.as_ref()]);
     let rep = Command::new("perf")
         .args([
             "report",
