@@ -272,7 +272,7 @@ fn a_planted_map_of_the_processs_own_user_is_used() {
 }
 
 #[test]
-fn a_fifo_at_the_perf_map_path_does_not_hang() {
+fn hostile_a_fifo_at_the_perf_map_path_does_not_hang() {
     let _g = exclusive();
     let r = held("jit_fifo", &[], "1", "n", |pid, _| {
         as_nobody(&format!("mkfifo {}", map_path(pid)));
@@ -284,7 +284,7 @@ fn a_fifo_at_the_perf_map_path_does_not_hang() {
 }
 
 #[test]
-fn a_symlink_to_a_root_only_file_does_not_leak_it() {
+fn hostile_a_symlink_to_a_root_only_file_does_not_leak_it() {
     let _g = exclusive();
     let dir = scratch("jit_symlink");
     let secret = dir.join("secret");
@@ -301,7 +301,7 @@ fn a_symlink_to_a_root_only_file_does_not_leak_it() {
 }
 
 #[test]
-fn a_map_of_another_user_is_not_used() {
+fn hostile_a_map_of_another_user_is_not_used() {
     let _g = exclusive();
     let r = held("jit_other_user", &[], "1", "n", |pid, addr| {
         as_nobody(&format!(
@@ -330,7 +330,7 @@ fn plant_huge(pid: u32, addr: u64) {
 }
 
 #[test]
-fn an_oversize_map_is_skipped_and_memory_stays_small() {
+fn hostile_an_oversize_map_is_skipped_and_memory_stays_small() {
     let _g = exclusive();
     let r = held("jit_huge", &[], "1", "n", plant_huge);
     let _ = std::fs::remove_file(map_path(r.pid));
@@ -448,7 +448,7 @@ fn node_perf_basic_prof_frames_named_after_exit() {
 }
 
 #[test]
-fn a_fifo_does_not_hang_a_profile_of_a_live_pid() {
+fn hostile_a_fifo_does_not_hang_a_profile_of_a_live_pid() {
     // -p: the process still runs at symbolization, where bprof used to
     // open its perf map blocking.
     let _g = exclusive();
