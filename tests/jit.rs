@@ -369,7 +369,12 @@ fn hostile_an_oversize_map_is_skipped_and_memory_stays_small() {
 fn a_map_in_another_mount_namespace_is_read_through_its_root() {
     let _g = exclusive();
     // The command gets a private /tmp; bprof's /tmp never has its map.
-    let bin = fixture("jit");
+    // The binary must stay reachable under the new /tmp (a checkout may
+    // itself live in /tmp): run a copy from /var/tmp.
+    let copy_dir = std::path::Path::new("/var/tmp/bprof-jit-ns");
+    std::fs::create_dir_all(copy_dir).unwrap();
+    let bin = copy_dir.join("fx_jit");
+    std::fs::copy(fixture("jit"), &bin).unwrap();
     let script = format!("mount -t tmpfs none /tmp && exec {} 2", bin.display());
     let out = run(bprof().args([
         "-F",
@@ -392,6 +397,7 @@ fn a_map_in_another_mount_namespace_is_read_through_its_root() {
         with_frame(&lines, COMM, "jit_spin"),
         total_for(&lines, COMM),
     );
+    let _ = std::fs::remove_dir_all(copy_dir);
     assert!(ours > 80.0, "{ours:.1}%: {lines:?} {stderr}");
 }
 
