@@ -278,7 +278,7 @@ impl fmt::Display for FilterError {
 impl std::error::Error for FilterError {}
 
 mod parse;
-pub use parse::{parse, parse_all};
+pub use parse::parse_all;
 
 #[cfg(test)]
 mod tests;

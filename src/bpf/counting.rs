@@ -9,11 +9,11 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, ProgramInput};
 
-use crate::cgroup::CgroupId;
-use crate::counters::EventSpec;
-use crate::maps::{self, TargetFrom};
-use crate::shared::{Session, Shared};
-use crate::skel::stat::{StatSkel, StatSkelBuilder};
+use crate::bpf::maps::{self, TargetFrom};
+use crate::bpf::shared_counters::{Session, Shared};
+use crate::bpf::skel::stat::{StatSkel, StatSkelBuilder};
+use crate::events::counting::EventSpec;
+use crate::target::cgroup::CgroupId;
 
 /// BPROF_STAT_SYNC in bpf/stat.h.
 const SYNC: u64 = 0x6270_7266;

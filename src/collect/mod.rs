@@ -17,6 +17,9 @@
 //! id still held in the kernel (an LRU cache, a blocked thread's off-CPU
 //! record) stays resolvable from the copy.
 
+pub mod sideband;
+pub mod stacks;
+
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::rc::Rc;
@@ -26,8 +29,8 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::libbpf_sys;
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 
-use crate::maps::{comm_string, parse_kernel_stack, parse_user_stack, SampleKey};
-use crate::stacks::{RawStack, Stats, UserFrame};
+use crate::bpf::maps::{comm_string, parse_kernel_stack, parse_user_stack, SampleKey};
+use crate::collect::stacks::{RawStack, Stats, UserFrame};
 
 /// A drain runs at least this often, so the kernel maps stay small.
 pub const DRAIN_EVERY: Duration = Duration::from_secs(1);
@@ -470,7 +473,7 @@ fn negative(id: i32) -> Option<StackRef> {
 }
 
 fn read_key(bytes: &[u8]) -> Option<SampleKey> {
-    crate::maps::read_plain::<SampleKey>(bytes)
+    crate::bpf::maps::read_plain::<SampleKey>(bytes)
 }
 
 /// Calls `f` on every entry of a hash map, with the batch syscalls: from

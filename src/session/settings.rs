@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::bpf::profile::{Mode, ProfileOptions};
 use crate::cli::ProfileArgs;
-use crate::events::{self, Event, Rate};
+use crate::events::sampling::{self, Event, Rate};
 use crate::filter::Term;
 use crate::output::folded;
-use crate::programs::{Mode, ProfileOptions};
 use crate::target::{self, Target};
 
 /// Frequency when neither -F nor -c is given (profile.py's default).
@@ -47,7 +47,7 @@ pub struct Settings {
     /// Cap on a perf map or jitdump read (`--max-perf-map-size`).
     pub max_perf_map_size: u64,
     /// How frames without a symbol are shown (`--unknown-as-module`).
-    pub unknown_style: crate::symbols::UnknownStyle,
+    pub unknown_style: crate::symbolize::UnknownStyle,
 }
 
 fn parse_u64(s: &str, what: &str) -> Result<u64> {
@@ -59,7 +59,7 @@ fn parse_u64(s: &str, what: &str) -> Result<u64> {
 impl Settings {
     /// Checks the command line; every error is one line for the user.
     pub fn from_cli(cli: ProfileArgs) -> Result<Settings> {
-        let online = events::online_cpus().context("reading the online CPUs")?;
+        let online = sampling::online_cpus().context("reading the online CPUs")?;
         let mut target = Target::default();
         if let Some(c) = &cli.cpu {
             target.cpus = target::parse_cpu_list(c)?;
@@ -192,7 +192,7 @@ impl Settings {
         let filter_entries = if filter.is_empty() {
             Vec::new()
         } else {
-            crate::programs::compile_filter(&filter)?
+            crate::bpf::profile::compile_filter(&filter)?
         };
         let max_perf_map_size = parse_u64(&cli.max_perf_map_size, "--max-perf-map-size")?;
         let kernel_stacks = !cli.user_stacks_only;
@@ -231,9 +231,9 @@ impl Settings {
             counts: !cli.no_counts,
             max_perf_map_size,
             unknown_style: if cli.unknown_as_module {
-                crate::symbols::UnknownStyle::Module
+                crate::symbolize::UnknownStyle::Module
             } else {
-                crate::symbols::UnknownStyle::Offset
+                crate::symbolize::UnknownStyle::Offset
             },
         })
     }

@@ -4,8 +4,8 @@
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::skel::profile::types;
-use crate::stacks::{Stats, UserFrame, BUILD_ID_SIZE};
+use crate::bpf::skel::profile::types;
+use crate::collect::stacks::{Stats, UserFrame, BUILD_ID_SIZE};
 
 /// Skeleton types made of integers only, with no implicit padding, so any
 /// byte pattern of the right size is a valid value and every byte is set.

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 
-use crate::counters::EventSpec;
+use crate::events::counting::EventSpec;
 
 /// The default pin directory.
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/bprof-stat";
