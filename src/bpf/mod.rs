@@ -1,10 +1,12 @@
 //! The BPF side: the only code that loads programs or touches maps.
 //!
 //! [`profile`] is the sampling program (on-CPU, off-CPU, fork following),
+//! [`abi`] the constants and layouts shared with the programs,
 //! [`counting`] the per-session reader of `bprof stat`, [`shared_counters`]
 //! the per-CPU counters every session shares, [`maps`] the typed map access
 //! and [`preflight`] the checks made before loading.
 
+pub(crate) mod abi;
 pub(crate) mod counting;
 pub(crate) mod maps;
 pub(crate) mod preflight;

@@ -8,7 +8,8 @@ use blazesym::symbolize::Symbolizer;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
-use crate::bpf::maps::{self, plain_bytes, TargetFrom};
+use crate::bpf::abi::plain_bytes;
+use crate::bpf::maps::{self, TargetFrom};
 use crate::bpf::skel::profile::types::{filter_entry, filter_op, filter_term};
 use crate::bpf::skel::profile::{ProfileSkel, ProfileSkelBuilder};
 use crate::collect::stacks::{RawStack, Stats};

@@ -100,7 +100,6 @@ pub struct DrainStats {
 }
 
 /// `enum sample_kind` in profile.h.
-const SAMPLE_OFF_CPU: u32 = 1;
 
 /// The maps a collector reads, borrowed from the loaded skeleton.
 pub struct Maps<'a> {
@@ -293,7 +292,7 @@ impl Collector {
                     key.pid
                 },
                 comm: key.comm,
-                off_cpu: key.kind == SAMPLE_OFF_CPU,
+                off_cpu: key.kind == crate::bpf::abi::SAMPLE_OFF_CPU,
                 kernel: if self.want_kernel {
                     kernel
                 } else {
@@ -473,7 +472,7 @@ fn negative(id: i32) -> Option<StackRef> {
 }
 
 fn read_key(bytes: &[u8]) -> Option<SampleKey> {
-    crate::bpf::maps::read_plain::<SampleKey>(bytes)
+    crate::bpf::abi::read_plain::<SampleKey>(bytes)
 }
 
 /// Calls `f` on every entry of a hash map, with the batch syscalls: from

@@ -264,10 +264,19 @@ pub fn seconds(text: &str, what: &str, unit: f64) -> Result<Duration> {
 }
 
 /// Kernel memory one `--stack-storage-size` entry can take when every map
-/// is full: a count-map key and value, a kernel stack (127 IPs), a user
-/// stack (127 build-ID records), their dedup and cache entries, and the
-/// kernel's per-element overhead (about 64 bytes per element, five maps).
-pub const MAP_BYTES_PER_ENTRY: u64 = 48 + 1016 + 4072 + 3 * 48 + 5 * 64;
+/// is full: a count-map key and u64 value, a kernel stack, a user stack,
+/// their dedup and cache entries (about 48 bytes each), and the kernel's
+/// per-element overhead (about 64 bytes per element, five maps).
+pub const MAP_BYTES_PER_ENTRY: u64 = {
+    use crate::bpf::abi;
+    use std::mem::size_of;
+    (size_of::<abi::sample_key>()
+        + 8
+        + size_of::<abi::kern_stack>()
+        + size_of::<abi::user_stack>()
+        + 3 * 48
+        + 5 * 64) as u64
+};
 
 /// The most kernel memory bprof's maps may take: 1 GiB.
 pub const MAX_MAP_BYTES: u64 = 1 << 30;

@@ -51,10 +51,10 @@ impl Settings {
             a.event.join(",")
         };
         let events = EventSpec::parse_list(&list)?;
-        if events.len() > crate::bpf::counting::MAX_EVENTS {
+        if events.len() > crate::bpf::abi::STAT_MAX_EVENTS {
             bail!(
                 "at most {} events per session ({} given)",
-                crate::bpf::counting::MAX_EVENTS,
+                crate::bpf::abi::STAT_MAX_EVENTS,
                 events.len()
             );
         }
