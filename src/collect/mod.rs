@@ -99,7 +99,6 @@ pub struct DrainStats {
     pub contents: u64,
 }
 
-/// `enum sample_kind` in profile.h.
 
 /// The maps a collector reads, borrowed from the loaded skeleton.
 pub struct Maps<'a> {
