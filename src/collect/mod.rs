@@ -99,7 +99,6 @@ pub struct DrainStats {
     pub contents: u64,
 }
 
-
 /// The maps a collector reads, borrowed from the loaded skeleton.
 pub struct Maps<'a> {
     /// The one-slot `ARRAY_OF_MAPS` holding the current count map.

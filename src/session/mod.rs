@@ -2,6 +2,7 @@
 //! from validated settings to outputs and an exit code.
 
 pub(crate) mod profile;
+pub(crate) mod runner;
 pub(crate) mod settings;
 pub(crate) mod signals;
 pub(crate) mod stat;

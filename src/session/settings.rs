@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::bpf::profile::{Mode, ProfileOptions};
-use crate::cli::ProfileArgs;
+use crate::cli::{ProfileArgs, TargetArgs};
 use crate::events::sampling::{self, Event, Rate};
 use crate::filter::Term;
 use crate::output::folded;
@@ -40,6 +40,8 @@ pub struct Settings {
     pub folded_file: Option<PathBuf>,
     /// Write the flame graph here.
     pub svg: Option<PathBuf>,
+    /// Write the summary as JSON here (`--stats-json`).
+    pub stats_json: Option<PathBuf>,
     /// Extra detail on stderr.
     pub verbose: bool,
     /// Count the target's cycles and instructions through the shared counters.
@@ -59,22 +61,10 @@ fn parse_u64(s: &str, what: &str) -> Result<u64> {
 impl Settings {
     /// Checks the command line; every error is one line for the user.
     pub fn from_cli(cli: ProfileArgs) -> Result<Settings> {
-        let online = sampling::online_cpus().context("reading the online CPUs")?;
-        let mut target = Target::default();
-        if let Some(c) = &cli.cpu {
-            target.cpus = target::parse_cpu_list(c)?;
-        }
-        if let Some(p) = &cli.pid {
-            target.pids = target::parse_id_list(p, "PID")?;
-        }
-        if let Some(t) = &cli.tid {
-            target.tids = target::parse_id_list(t, "TID")?;
-        }
-        target.command = cli.command.clone();
+        let (target, duration) = target_and_duration(&cli.target)?;
         if !target.command.is_empty() && (!target.pids.is_empty() || !target.tids.is_empty()) {
             bail!("a COMMAND cannot be combined with -p or -L");
         }
-        target.validate(&online)?;
 
         let rate = match (&cli.frequency, &cli.count) {
             (_, Some(c)) => {
@@ -153,11 +143,6 @@ impl Settings {
             }
             None => None,
         };
-        let duration = cli
-            .duration
-            .as_deref()
-            .map(|d| seconds(d, "duration", 1.0))
-            .transpose()?;
         let stack_storage_size = parse_u64(&cli.stack_storage_size, "--stack-storage-size")?;
         if stack_storage_size == 0 || stack_storage_size * MAP_BYTES_PER_ENTRY > MAX_MAP_BYTES {
             bail!(
@@ -227,6 +212,7 @@ impl Settings {
             folded_stdout: cli.folded && cli.output.is_none(),
             folded_file: cli.output,
             svg: cli.svg,
+            stats_json: cli.stats_json,
             verbose: cli.verbose > 0,
             counts: !cli.no_counts,
             max_perf_map_size,
@@ -237,6 +223,32 @@ impl Settings {
             },
         })
     }
+}
+
+/// Parses and checks the target flags and duration every session takes:
+/// CPUs against the possible ones, lists of IDs, the command.
+pub fn target_and_duration(a: &TargetArgs) -> Result<(Target, Option<Duration>)> {
+    let online = sampling::online_cpus().context("reading the online CPUs")?;
+    let mut target = Target {
+        command: a.command.clone(),
+        ..Default::default()
+    };
+    if let Some(c) = &a.cpu {
+        target.cpus = target::parse_cpu_list(c)?;
+    }
+    if let Some(p) = &a.pid {
+        target.pids = target::parse_id_list(p, "PID")?;
+    }
+    if let Some(t) = &a.tid {
+        target.tids = target::parse_id_list(t, "TID")?;
+    }
+    target.validate(&online)?;
+    let duration = a
+        .duration
+        .as_deref()
+        .map(|d| seconds(d, "duration", 1.0))
+        .transpose()?;
+    Ok((target, duration))
 }
 
 /// The longest duration or interval bprof accepts: a year.
