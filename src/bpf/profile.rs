@@ -99,7 +99,7 @@ pub fn compile_filter(f: &Filter) -> Result<Vec<filter_entry>> {
                         *d = *s as i8;
                     }
                 }
-                Value::Mode(m) => e.value = u64::from(*m == filter::Mode::Kernel),
+                Value::Mode(m) => e.value = u64::from(*m == filter::CpuMode::Kernel),
             }
             out.push(e);
         }

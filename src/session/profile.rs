@@ -22,7 +22,7 @@ use crate::output::stat::cycles_text;
 use crate::output::summary::Summary;
 use crate::output::{folded, report, svg};
 use crate::session::runner::{self, End, Runner};
-pub use crate::session::settings::Settings;
+pub use crate::session::settings::ProfileSettings;
 use crate::symbolize;
 
 const TICK: Duration = Duration::from_millis(100);
@@ -43,7 +43,7 @@ struct Files {
 }
 
 impl Files {
-    fn create(settings: &Settings) -> Result<Files> {
+    fn create(settings: &ProfileSettings) -> Result<Files> {
         let create =
             |p: &Option<std::path::PathBuf>| p.as_deref().map(OutputFile::create).transpose();
         Ok(Files {
@@ -64,7 +64,7 @@ struct Recorded {
 }
 
 /// Runs one profile from start to written outputs.
-pub fn run(settings: Settings) -> Result<Outcome> {
+pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     crate::bpf::preflight::check()?;
     let files = Files::create(&settings)?;
     let cpus = if settings.target.cpus.is_empty() {
@@ -166,7 +166,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
 /// Attaches everything, runs the target and records until the end; leaves
 /// the programs detached and the command stopped.
 fn record(
-    settings: &Settings,
+    settings: &ProfileSettings,
     cpus: &[u32],
     runner: &mut Runner,
     prog: &mut ProfileProgram,
@@ -227,7 +227,7 @@ fn record(
 /// Opens the sampling events and attaches every program; returns the
 /// event actually sampled (cpu-clock where there is no PMU).
 fn attach(
-    settings: &Settings,
+    settings: &ProfileSettings,
     cpus: &[u32],
     prog: &mut ProfileProgram,
     symbolizer: &Symbolizer,
@@ -267,7 +267,7 @@ fn attach(
 
 /// Whose mappings the side band reads at start: the -p/-L targets, none
 /// yet for a command (it has not exec'd), everyone system-wide.
-fn snapshot_scope(settings: &Settings, child: Option<u32>) -> Option<Vec<u32>> {
+fn snapshot_scope(settings: &ProfileSettings, child: Option<u32>) -> Option<Vec<u32>> {
     let t = &settings.target;
     if !t.pids.is_empty() || !t.tids.is_empty() {
         Some(t.pids.iter().chain(&t.tids).copied().collect())
@@ -306,7 +306,7 @@ impl Unwritten {
 /// Files first, then stdout: a closed pipe (`| head`) must not cost them.
 /// With nothing to write, an existing file is left as it was.
 fn write_outputs(
-    settings: &Settings,
+    settings: &ProfileSettings,
     files: Files,
     summary: &Summary,
     stacks: &[symbolize::Stack],
@@ -368,7 +368,7 @@ fn report_refused(verbose: bool) {
 /// why, unless it is just a missing PMU) when they cannot count here.
 fn start_counts<'obj>(
     obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-    settings: &Settings,
+    settings: &ProfileSettings,
     child: Option<u32>,
 ) -> Option<StatProgram<'obj>> {
     try_start_counts(obj, settings, child).unwrap_or_else(|e| {
@@ -379,7 +379,7 @@ fn start_counts<'obj>(
 
 fn try_start_counts<'obj>(
     obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-    settings: &Settings,
+    settings: &ProfileSettings,
     child: Option<u32>,
 ) -> Result<Option<StatProgram<'obj>>> {
     let specs = EventSpec::parse_list("cycles,instructions")?;

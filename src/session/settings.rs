@@ -1,5 +1,5 @@
 //! Checking a profiling request: the command line becomes validated
-//! [`Settings`] before anything is loaded, so bad input is one line and
+//! [`ProfileSettings`] before anything is loaded, so bad input is one line and
 //! exit status 2.
 
 use std::path::PathBuf;
@@ -19,7 +19,7 @@ const DEFAULT_HZ: u64 = 49;
 
 /// A validated profiling request.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub struct ProfileSettings {
     /// What to profile.
     pub target: Target,
     /// The event asked for (may fall back to cpu-clock).
@@ -58,9 +58,9 @@ fn parse_u64(s: &str, what: &str) -> Result<u64> {
         .map_err(|_| anyhow!("invalid {what} '{s}': expected a positive whole number"))
 }
 
-impl Settings {
+impl ProfileSettings {
     /// Checks the command line; every error is one line for the user.
-    pub fn from_cli(cli: ProfileArgs) -> Result<Settings> {
+    pub fn from_cli(cli: ProfileArgs) -> Result<ProfileSettings> {
         let (target, duration) = target_and_duration(&cli.target)?;
         if !target.command.is_empty() && (!target.pids.is_empty() || !target.tids.is_empty()) {
             bail!("a COMMAND cannot be combined with -p or -L");
@@ -182,7 +182,7 @@ impl Settings {
         let max_perf_map_size = parse_u64(&cli.max_perf_map_size, "--max-perf-map-size")?;
         let kernel_stacks = !cli.user_stacks_only;
         let user_stacks = !cli.kernel_stacks_only;
-        Ok(Settings {
+        Ok(ProfileSettings {
             program: ProfileOptions {
                 kernel_stacks,
                 user_stacks,

@@ -23,7 +23,7 @@ use crate::target::Target;
 
 /// A validated `bprof stat` request.
 #[derive(Debug)]
-pub struct Settings {
+pub struct StatSettings {
     /// Events in output order.
     pub events: Vec<EventSpec>,
     /// Targets as given (for validation and the header).
@@ -42,9 +42,9 @@ pub struct Settings {
     pub verbose: bool,
 }
 
-impl Settings {
+impl StatSettings {
     /// Checks the arguments; every error is one line.
-    pub fn from_args(a: StatArgs) -> Result<Settings> {
+    pub fn from_args(a: StatArgs) -> Result<StatSettings> {
         let list = if a.event.is_empty() {
             DEFAULT_EVENTS.to_string()
         } else {
@@ -111,7 +111,7 @@ impl Settings {
             follow_children: !target.command.is_empty() && !system_wide,
             cgroups,
         };
-        Ok(Settings {
+        Ok(StatSettings {
             events,
             target,
             scope,
@@ -144,7 +144,7 @@ fn join(v: &[u32]) -> String {
 }
 
 /// Runs the count; returns the exit code (the command's, if any).
-pub fn run(s: Settings) -> Result<i32> {
+pub fn run(s: StatSettings) -> Result<i32> {
     crate::bpf::preflight::check()?;
     let online = sampling::online_cpus()?;
     let mut obj = MaybeUninit::uninit();
@@ -244,7 +244,7 @@ fn diff(now: &Counts, before: &Counts) -> Counts {
 /// Prints the target block, or one block per cgroup with --for-each-cgroup.
 fn print_blocks(
     out: &mut dyn Write,
-    s: &Settings,
+    s: &StatSettings,
     blocks: &[Counts],
     seconds: f64,
     ts: Option<f64>,

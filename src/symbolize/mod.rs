@@ -36,7 +36,7 @@ pub struct Stack {
     /// Process id.
     pub tgid: u32,
     /// Thread id.
-    pub pid: u32,
+    pub tid: u32,
     /// Thread name.
     pub comm: String,
     /// Kernel function names, leaf first (inlined frames included).
@@ -425,7 +425,7 @@ pub fn symbolize_with(
         .iter()
         .map(|s| Stack {
             tgid: s.tgid,
-            pid: s.pid,
+            tid: s.tid,
             comm: s.comm.clone(),
             kernel: kernel_keys(s)
                 .flat_map(|k| kernel_names[&k].iter().cloned())
