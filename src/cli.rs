@@ -244,6 +244,11 @@ pub struct TargetArgs {
     #[arg(short = 'C', long = "cpu", value_name = "CPUS")]
     pub cpu: Option<String>,
 
+    /// Create FILE (empty) once recording has begun, for scripts that start
+    /// their workload after bprof is ready.
+    #[arg(long = "ready-file", value_name = "FILE")]
+    pub ready_file: Option<PathBuf>,
+
     /// Command to run with its children, until it exits (bprof stat -a or
     /// -C: count those CPUs while it runs, as perf stat -a -- COMMAND).
     #[arg(last = true, value_name = "COMMAND")]

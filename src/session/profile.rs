@@ -83,7 +83,11 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     // The command is forked first but held before exec, so its PID is a
     // target before it runs a single instruction; it counts from its exec
     // on (perf's enable_on_exec), not during bprof's own pre-exec code.
-    let mut runner = Runner::new(&settings.target, settings.duration)?;
+    let mut runner = Runner::new(
+        &settings.target,
+        settings.duration,
+        settings.ready_file.as_deref(),
+    )?;
     if let Some(pid) = runner.child_pid() {
         prog.add_tgid(pid, TargetFrom::Exec)?;
     }

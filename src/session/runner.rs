@@ -2,10 +2,12 @@
 //! exec, signals, the clock, a tick loop that ends at the duration, a
 //! signal or the targets' end, and the command's exit status.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
+use crate::output::file::OutputFile;
 use crate::session::signals;
 use crate::target::{Child, ExitStatus, Target};
 
@@ -25,6 +27,7 @@ pub(crate) enum End {
 /// One session's command, clock and stop conditions.
 pub(crate) struct Runner<'t> {
     target: &'t Target,
+    ready: Option<OutputFile>,
     duration: Option<Duration>,
     child: Option<Child>,
     started: Option<Instant>,
@@ -33,13 +36,21 @@ pub(crate) struct Runner<'t> {
 impl<'t> Runner<'t> {
     /// Forks the target's command (if any), held before exec: the caller
     /// makes its PID a target before [`Runner::start`] lets it run.
-    pub(crate) fn new(target: &'t Target, duration: Option<Duration>) -> Result<Self> {
+    /// `ready` (`--ready-file`) is created once recording begins.
+    pub(crate) fn new(
+        target: &'t Target,
+        duration: Option<Duration>,
+        ready: Option<&Path>,
+    ) -> Result<Self> {
+        // Checked now, so a bad path fails before anything is recorded.
+        let ready = ready.map(OutputFile::create).transpose()?;
         let child = match target.command.as_slice() {
             [] => None,
             argv => Some(Child::spawn(argv)?),
         };
         Ok(Runner {
             target,
+            ready,
             duration,
             child,
             started: None,
@@ -52,11 +63,15 @@ impl<'t> Runner<'t> {
     }
 
     /// Installs the signal handlers, starts the clock, lets the command exec.
+    /// Then says so through the ready file, if asked.
     pub(crate) fn start(&mut self) -> Result<()> {
         signals::install();
         self.started = Some(Instant::now());
         if let Some(c) = self.child.as_mut() {
             c.start()?;
+        }
+        if let Some(f) = self.ready.take() {
+            f.commit(|_| Ok(()))?;
         }
         Ok(())
     }

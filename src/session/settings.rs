@@ -40,6 +40,8 @@ pub struct ProfileSettings {
     pub folded_file: Option<PathBuf>,
     /// Write the flame graph here.
     pub svg: Option<PathBuf>,
+    /// Created once recording begins (`--ready-file`).
+    pub ready_file: Option<PathBuf>,
     /// Write the summary as JSON here (`--stats-json`).
     pub stats_json: Option<PathBuf>,
     /// Extra detail on stderr.
@@ -213,6 +215,7 @@ impl ProfileSettings {
             folded_file: cli.output,
             svg: cli.svg,
             stats_json: cli.stats_json,
+            ready_file: cli.target.ready_file.clone(),
             verbose: cli.verbose > 0,
             counts: !cli.no_counts,
             max_perf_map_size,

@@ -36,6 +36,8 @@ pub struct StatSettings {
     pub interval: Option<Duration>,
     /// Output format.
     pub format: Format,
+    /// Created once counting begins (`--ready-file`).
+    pub ready_file: Option<PathBuf>,
     /// Where the shared counters are pinned.
     pub pin_dir: PathBuf,
     /// Extra detail.
@@ -118,6 +120,7 @@ impl StatSettings {
             duration,
             interval,
             format,
+            ready_file: a.target.ready_file.clone(),
             pin_dir: a.pin_dir,
             verbose: a.verbose > 0,
         })
@@ -176,7 +179,7 @@ pub fn run(s: StatSettings) -> Result<i32> {
             s.events.len() - unsupported.len() - prog.session.created
         );
     }
-    let mut runner = Runner::new(&s.target, s.duration)?;
+    let mut runner = Runner::new(&s.target, s.duration, s.ready_file.as_deref())?;
     if let (Some(pid), true) = (runner.child_pid(), s.scope.follow_children) {
         prog.add_tgid(pid, TargetFrom::Exec)?;
     }
