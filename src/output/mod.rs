@@ -5,4 +5,7 @@ pub mod folded;
 pub mod report;
 pub mod stat;
 pub(crate) mod summary;
+
+#[cfg(test)]
+mod golden;
 pub mod svg;

@@ -295,3 +295,91 @@ pub const MAP_BYTES_PER_ENTRY: u64 = {
 
 /// The most kernel memory bprof's maps may take: 1 GiB.
 pub const MAX_MAP_BYTES: u64 = 1 << 30;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Cli;
+    use clap::Parser;
+
+    fn settings(args: &[&str]) -> Result<ProfileSettings> {
+        let cli = Cli::try_parse_from(std::iter::once("bprof").chain(args.iter().copied()))
+            .map_err(|e| anyhow!("{e}"))?;
+        ProfileSettings::from_cli(cli.profile)
+    }
+
+    fn refused(args: &[&str], want: &str) {
+        let e = format!("{:#}", settings(args).expect_err("refused"));
+        assert!(e.contains(want), "{args:?}: {e}");
+        assert!(!e.contains('\n'), "{args:?}: one line: {e}");
+    }
+
+    #[test]
+    fn defaults_and_flags_become_settings() {
+        let s = settings(&["-F", "99", "-U", "-d", "--stats-json", "s.json", "2.5"]).unwrap();
+        assert_eq!(s.rate, Rate::Frequency(99));
+        assert_eq!(s.duration, Some(Duration::from_millis(2500)));
+        assert!(!s.program.kernel_stacks && s.program.user_stacks);
+        assert!(s.folded.delimiter);
+        assert_eq!(s.stats_json, Some(PathBuf::from("s.json")));
+        let s = settings(&["--wall", "-L", "1"]).unwrap();
+        assert_eq!(s.program.mode, Mode::Wall);
+        assert_eq!(s.event, Event::CpuClock);
+        assert_eq!(s.target.tids, vec![1]);
+        assert_eq!(settings(&[]).unwrap().rate, Rate::Frequency(DEFAULT_HZ));
+    }
+
+    #[test]
+    fn contradictions_are_refused_in_one_line() {
+        refused(&["--off-cpu", "-F", "99"], "--off-cpu takes no samples");
+        refused(&["--wall", "-c", "1000"], "--wall needs a frequency");
+        refused(&["--wall", "-e", "cycles"], "--wall counts time");
+        refused(&["--min-block", "10"], "need --off-cpu or --wall");
+        refused(
+            &["--off-cpu", "--min-block", "10", "--max-block", "5"],
+            "--max-block must not be below --min-block",
+        );
+        refused(
+            &["--off-cpu", "--filter", "ip > 0"],
+            "does not apply to off-CPU",
+        );
+        refused(&["-p", "1", "--", "true"], "cannot be combined with -p");
+        refused(&["-o", "same", "--svg", "./same"], "are the same file");
+        refused(&["--stack-skip", "256", "--off-cpu"], "at most 255");
+    }
+
+    #[test]
+    fn numbers_are_bounded_before_use() {
+        refused(&["-c", "0"], "invalid period '0'");
+        refused(&["-c", "9223372036854775808"], "below 2^63");
+        refused(&["-F", "0"], "invalid frequency '0'");
+        refused(
+            &["--stack-storage-size", "0"],
+            "invalid --stack-storage-size",
+        );
+        let max = MAX_MAP_BYTES / MAP_BYTES_PER_ENTRY;
+        assert!(settings(&["--stack-storage-size", &max.to_string()]).is_ok());
+        refused(
+            &["--stack-storage-size", &(max + 1).to_string()],
+            "invalid --stack-storage-size",
+        );
+        refused(&["nan"], "invalid duration 'nan'");
+        refused(&["1e30"], "invalid duration '1e30'");
+        refused(&["-p", "0"], "PID");
+    }
+
+    #[test]
+    fn seconds_are_finite_positive_and_at_most_a_year() {
+        assert_eq!(
+            seconds("0.5", "x", 1.0).unwrap(),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            seconds("250", "x", 0.001).unwrap(),
+            Duration::from_millis(250)
+        );
+        for bad in ["0", "-1", "inf", "NaN", "", "1 s", "31536001"] {
+            assert!(seconds(bad, "x", 1.0).is_err(), "{bad}");
+        }
+    }
+}

@@ -333,13 +333,16 @@ fn pid_sees_only_that_process() {
 fn tid_sees_only_that_thread() {
     root_or_skip!();
     let _g = exclusive();
-    let mut child = Command::new(fixture("threads"))
-        .arg("4")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // It prints its threads' ids once they run: that is its readiness.
+    let mut child = Workload(
+        Command::new(fixture("threads"))
+            .arg("4")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut tids = std::collections::HashMap::new();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut reader = BufReader::new(child.0.stdout.take().unwrap());
     for _ in 0..2 {
         let mut line = String::new();
         reader.read_line(&mut line).unwrap();
