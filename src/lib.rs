@@ -12,7 +12,6 @@
 //! the side band's mappings and the symbolizer. Everything else is crate
 //! internal.
 
-
 pub(crate) mod bpf;
 pub(crate) mod cli;
 pub mod collect;
