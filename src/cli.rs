@@ -38,6 +38,32 @@ pub enum Sub {
     /// concurrent bprof session shares via BPF (bperf-style): nothing
     /// multiplexes however many sessions run.
     Stat(StatArgs),
+    /// A live view of the hottest functions, processes and threads,
+    /// refreshed from the kernel's counts (like `perf top`). Takes the same
+    /// targets, events, filters and --off-cpu as a profile.
+    Top(TopArgs),
+}
+
+/// `bprof top` options: a profile's (whose `-d` is `--delay` here, as in
+/// top) plus the refresh interval. Output files do not apply.
+#[derive(Debug, Args)]
+#[command(
+    mut_arg("delimited", |a| a.short(None).hide(true)),
+    mut_arg("folded", |a| a.hide(true)),
+    mut_arg("output", |a| a.hide(true)),
+    mut_arg("svg", |a| a.hide(true)),
+    mut_arg("stats_json", |a| a.hide(true)),
+    mut_arg("no_counts", |a| a.hide(true)),
+    after_help = "Keys: q quit, space pause, s sort (self/total/name), f functions/stacks,\n  p pick a process (arrows, Enter; Esc for all), Up/Down scroll.\nEach refresh shows the counts of the last interval.\n\nExamples:\n  bprof top                   every CPU, refreshed every second\n  bprof top -p 1234 -F 199    one process, 199 samples per second per CPU\n  bprof top --off-cpu -d 2    where threads block, refreshed every 2 s"
+)]
+pub struct TopArgs {
+    /// Refresh every SECONDS (at least 0.1) [default: 1].
+    #[arg(short = 'd', long = "delay", value_name = "SECONDS")]
+    pub delay: Option<String>,
+
+    /// Profiling options.
+    #[command(flatten)]
+    pub profile: ProfileArgs,
 }
 
 /// `bprof stat` options, mirroring perf stat.

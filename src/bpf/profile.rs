@@ -357,6 +357,19 @@ impl<'obj> ProfileProgram<'obj> {
         Ok(stats)
     }
 
+    /// Drains now and returns the current counters and every stack counted
+    /// since the last call (see `Collector::take`).
+    pub fn take(&mut self) -> Result<(Stats, Vec<RawStack>)> {
+        let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
+        let maps = collect::Maps {
+            count_slot: &self.skel.maps.count_slot,
+            kern_stacks: &self.skel.maps.kern_stacks,
+            user_stacks: &self.skel.maps.user_stacks,
+        };
+        let stacks = self.collector.take(&maps, &stats)?;
+        Ok((stats, stacks))
+    }
+
     /// After `detach`: the last drain, then the final counters (consistent
     /// with it, see `Collector::finish`) and every aggregated stack.
     pub fn finish(&mut self) -> Result<(Stats, Vec<RawStack>)> {

@@ -423,6 +423,17 @@ impl Collector {
             .collect()
     }
 
+    /// Drains now and hands over everything aggregated since the last call
+    /// (then forgets it): a live view's interval. The contents stay interned,
+    /// so memory grows with distinct stacks, not with time.
+    pub fn take(&mut self, maps: &Maps, stats: &Stats) -> Result<Vec<RawStack>> {
+        self.last_tick[0] = 0;
+        self.drain(maps, stats.count_keys)?;
+        let out = self.stacks();
+        self.agg.clear();
+        Ok(out)
+    }
+
     /// The sum of every aggregated count.
     pub fn total(&self) -> u64 {
         self.agg.values().sum()

@@ -9,3 +9,4 @@ pub(crate) mod summary;
 #[cfg(test)]
 mod golden;
 pub mod svg;
+pub mod top;

@@ -1,4 +1,5 @@
-//! Sessions: one profile ([`profile`]) or one `bprof stat` run ([`stat`]),
+//! Sessions: one profile ([`profile`]), one `bprof stat` run ([`stat`]) or
+//! one live `bprof top` ([`top`]),
 //! from validated settings to outputs and an exit code.
 
 pub(crate) mod profile;
@@ -6,6 +7,7 @@ pub(crate) mod runner;
 pub(crate) mod settings;
 pub(crate) mod signals;
 pub(crate) mod stat;
+pub(crate) mod top;
 
 use std::process::ExitCode;
 
@@ -35,6 +37,13 @@ pub fn run() -> ExitCode {
         bpf::profile::init_libbpf_logging(args.verbose > 1);
         return match stat::StatSettings::from_args(args) {
             Ok(s) => finish(stat::run(s)),
+            Err(e) => usage_error(e),
+        };
+    }
+    if let Some(cli::Sub::Top(args)) = cli.sub {
+        bpf::profile::init_libbpf_logging(args.profile.verbose > 1);
+        return match top::TopSettings::from_args(args) {
+            Ok(s) => finish(top::run(s)),
             Err(e) => usage_error(e),
         };
     }

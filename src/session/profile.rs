@@ -230,7 +230,7 @@ fn record(
 
 /// Opens the sampling events and attaches every program; returns the
 /// event actually sampled (cpu-clock where there is no PMU).
-fn attach(
+pub(crate) fn attach(
     settings: &ProfileSettings,
     cpus: &[u32],
     prog: &mut ProfileProgram,
@@ -271,7 +271,7 @@ fn attach(
 
 /// Whose mappings the side band reads at start: the -p/-L targets, none
 /// yet for a command (it has not exec'd), everyone system-wide.
-fn snapshot_scope(settings: &ProfileSettings, child: Option<u32>) -> Option<Vec<u32>> {
+pub(crate) fn snapshot_scope(settings: &ProfileSettings, child: Option<u32>) -> Option<Vec<u32>> {
     let t = &settings.target;
     if !t.pids.is_empty() || !t.tids.is_empty() {
         Some(t.pids.iter().chain(&t.tids).copied().collect())

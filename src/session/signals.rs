@@ -27,3 +27,8 @@ pub fn install() {
 pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
 }
+
+/// Asks the session to stop as a signal would (a live view's `q`).
+pub fn request_stop() {
+    STOP.store(true, Ordering::SeqCst);
+}

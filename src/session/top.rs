@@ -1,0 +1,375 @@
+//! `bprof top`: a profile that never ends in a file. The same programs,
+//! targets, events and filters as a profile; every refresh drains the count
+//! map, symbolizes the stacks it has not seen before (names are cached by
+//! stack across refreshes) and redraws the view (crate::output::top).
+//!
+//! The terminal is restored on every way out: `q` and Ctrl-C (keys in raw
+//! mode) and SIGTERM/SIGINT/SIGHUP end the tick loop, an error returns
+//! through the screen guard's Drop, and a panic hook restores it before the
+//! panic message is printed.
+
+use std::collections::HashMap;
+use std::io::{self, IsTerminal, Stdout};
+use std::mem::MaybeUninit;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use blazesym::symbolize::Symbolizer;
+use ratatui::backend::CrosstermBackend;
+use ratatui::crossterm::event::{self, Event, KeyEventKind};
+use ratatui::crossterm::{cursor, execute, terminal};
+use ratatui::Terminal;
+
+use crate::bpf::maps::TargetFrom;
+use crate::bpf::profile::ProfileProgram;
+use crate::cli::TopArgs;
+use crate::collect::sideband::{MmapIndex, Sideband};
+use crate::collect::stacks::{RawStack, UserFrame};
+use crate::events::sampling;
+use crate::events::Mode;
+use crate::output::folded::{self, FoldedOptions};
+use crate::output::top::{Action, Frames, Interval, Sample, View};
+use crate::session::profile::{self, ProfileSettings};
+use crate::session::runner::{self, End, Runner};
+use crate::session::settings::seconds;
+use crate::session::signals;
+use crate::symbolize::{self, UnknownStyle};
+
+/// Keys are read, and maps drained when due, this often.
+const TICK: Duration = Duration::from_millis(100);
+
+/// A cached stack not seen for this many refreshes is forgotten, so the
+/// cache follows what runs now rather than everything that ever ran.
+const FORGET_AFTER: u64 = 60;
+
+/// Test-only: set, `bprof top` panics after its first refresh, so the tests
+/// can check that a panic restores the terminal.
+pub const TEST_PANIC_ENV: &str = "BPROF_TOP_TEST_PANIC";
+
+/// Validated `bprof top` settings.
+pub struct TopSettings {
+    /// Everything a profile takes (outputs unused).
+    pub profile: ProfileSettings,
+    /// Refresh interval.
+    pub delay: Duration,
+}
+
+impl TopSettings {
+    /// Checks the command line with the profile's own checks, then what is
+    /// top's: the delay, no output files, a terminal on stdout.
+    pub fn from_args(args: TopArgs) -> Result<TopSettings> {
+        let p = &args.profile;
+        if p.folded || p.output.is_some() || p.svg.is_some() || p.stats_json.is_some() {
+            bail!(
+                "bprof top shows a live view only; -f, -o, --svg and --stats-json are for profiles"
+            );
+        }
+        let delay = match &args.delay {
+            Some(t) => seconds(t, "--delay", 1.0)?,
+            None => Duration::from_secs(1),
+        };
+        if delay < TICK {
+            bail!("invalid --delay: at least 0.1 seconds");
+        }
+        let profile = ProfileSettings::from_cli(args.profile)?;
+        if !io::stdout().is_terminal() {
+            bail!(
+                "bprof top needs a terminal on stdout (for a profile in a file: bprof -f or --svg)"
+            );
+        }
+        Ok(TopSettings { profile, delay })
+    }
+}
+
+/// Raw mode and the alternate screen, left again on Drop.
+struct Screen {
+    term: Terminal<CrosstermBackend<Stdout>>,
+}
+
+fn restore_terminal() {
+    let _ = terminal::disable_raw_mode();
+    let _ = execute!(io::stdout(), terminal::LeaveAlternateScreen, cursor::Show);
+}
+
+impl Screen {
+    fn enter() -> Result<Screen> {
+        terminal::enable_raw_mode().context("switching the terminal to raw mode")?;
+        let screen = Screen {
+            term: Terminal::new(CrosstermBackend::new(io::stdout()))?,
+        };
+        execute!(io::stdout(), terminal::EnterAlternateScreen, cursor::Hide)?;
+        Ok(screen)
+    }
+
+    fn draw(&mut self, view: &View) -> Result<()> {
+        self.term.draw(|f| view.draw(f))?;
+        Ok(())
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        restore_terminal();
+    }
+}
+
+/// Restores the terminal before any panic message, so it is readable and
+/// the shell usable. Installed before blazesym's quiet hook (which wraps
+/// it): a panic caught inside the ELF parser does not end the view.
+fn install_panic_hook() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        restore_terminal();
+        previous(info);
+    }));
+}
+
+/// A stack as the kernel gave it, minus thread and count: what its names
+/// depend on.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct StackKey {
+    tgid: u32,
+    comm: String,
+    kernel: Vec<u64>,
+    user: Vec<UserFrame>,
+    kernel_lost: bool,
+    user_lost: bool,
+    off_cpu: bool,
+}
+
+struct Named {
+    comm: Rc<str>,
+    frames: Frames,
+    seen: u64,
+}
+
+/// Names by stack across refreshes: each stack is symbolized once (blazesym
+/// keeps the files it parsed), so a steady workload costs no symbolization.
+struct NameCache {
+    named: HashMap<StackKey, Named>,
+    refresh: u64,
+    opts: FoldedOptions,
+    style: UnknownStyle,
+}
+
+impl NameCache {
+    fn new(opts: FoldedOptions, style: UnknownStyle) -> Self {
+        NameCache {
+            named: HashMap::new(),
+            refresh: 0,
+            opts,
+            style,
+        }
+    }
+
+    fn samples(
+        &mut self,
+        symbolizer: &Symbolizer,
+        raw: Vec<RawStack>,
+        index: &mut MmapIndex,
+    ) -> Vec<Sample> {
+        self.refresh += 1;
+        let keyed: Vec<(StackKey, u32, u64)> = raw
+            .into_iter()
+            .map(|s| {
+                let key = StackKey {
+                    tgid: s.tgid,
+                    comm: s.comm,
+                    kernel: s.kernel,
+                    user: s.user,
+                    kernel_lost: s.kernel_lost,
+                    user_lost: s.user_lost,
+                    off_cpu: s.off_cpu,
+                };
+                (key, s.tid, s.count)
+            })
+            .collect();
+        let new: Vec<RawStack> = keyed
+            .iter()
+            .filter(|(k, _, _)| !self.named.contains_key(k))
+            .map(|(k, tid, _)| RawStack {
+                tgid: k.tgid,
+                tid: *tid,
+                comm: k.comm.clone(),
+                kernel: k.kernel.clone(),
+                user: k.user.clone(),
+                kernel_lost: k.kernel_lost,
+                user_lost: k.user_lost,
+                off_cpu: k.off_cpu,
+                count: 1,
+            })
+            .collect();
+        if !new.is_empty() {
+            index.jit.prepare(&new);
+            let (stacks, _) = symbolize::symbolize_with(symbolizer, &new, index, self.style);
+            for (raw, stack) in new.into_iter().zip(stacks) {
+                // The folded line's own names, so top and -f agree.
+                let line = folded::lines(std::slice::from_ref(&stack), &self.opts)
+                    .pop()
+                    .map(|(l, _)| l)
+                    .unwrap_or_default();
+                let mut parts = line.split(';');
+                let comm: Rc<str> = Rc::from(parts.next().unwrap_or_default());
+                let frames: Frames = parts.map(Rc::from).collect();
+                let key = StackKey {
+                    tgid: raw.tgid,
+                    comm: raw.comm,
+                    kernel: raw.kernel,
+                    user: raw.user,
+                    kernel_lost: raw.kernel_lost,
+                    user_lost: raw.user_lost,
+                    off_cpu: raw.off_cpu,
+                };
+                self.named.insert(
+                    key,
+                    Named {
+                        comm,
+                        frames,
+                        seen: 0,
+                    },
+                );
+            }
+        }
+        let refresh = self.refresh;
+        let out = keyed
+            .into_iter()
+            .filter_map(|(k, tid, count)| {
+                let n = self.named.get_mut(&k)?;
+                n.seen = refresh;
+                Some(Sample {
+                    tgid: k.tgid,
+                    tid,
+                    comm: n.comm.clone(),
+                    frames: n.frames.clone(),
+                    count,
+                })
+            })
+            .collect();
+        if refresh % FORGET_AFTER == 0 {
+            self.named.retain(|_, n| n.seen + FORGET_AFTER > refresh);
+        }
+        out
+    }
+}
+
+fn title(settings: &ProfileSettings, event: sampling::Event) -> (String, &'static str) {
+    let what = settings.target.describe();
+    match settings.program.mode {
+        Mode::OnCpu => (format!("{event} at {}, {what}", settings.rate), "samples"),
+        Mode::OffCpu => (format!("off-CPU time, {what}"), "us blocked"),
+        Mode::Wall => (
+            format!("wall-clock time ({event} at {}), {what}", settings.rate),
+            "us",
+        ),
+    }
+}
+
+/// Runs the live view until `q`, a signal, the duration or the targets' end.
+pub fn run(s: TopSettings) -> Result<i32> {
+    let settings = &s.profile;
+    crate::bpf::preflight::check()?;
+    let cpus = if settings.target.cpus.is_empty() {
+        sampling::online_cpus()?
+    } else {
+        settings.target.cpus.clone()
+    };
+    let mut obj = MaybeUninit::uninit();
+    let mut prog = ProfileProgram::load(&mut obj, &settings.program)?;
+    // The view breaks counts down by thread.
+    prog.collector.merge_threads(false);
+    let runner = &mut Runner::new(
+        &settings.target,
+        settings.duration,
+        settings.ready_file.as_deref(),
+    )?;
+    if let Some(pid) = runner.child_pid() {
+        prog.add_tgid(pid, TargetFrom::Exec)?;
+    }
+    let mut sideband = Sideband::open(&cpus)?;
+    sideband.index.jit.max_size = settings.max_perf_map_size;
+    let symbolizer = symbolize::symbolizer();
+    let event = profile::attach(settings, &cpus, &mut prog, &symbolizer, settings.counts)?;
+    sideband.snapshot(profile::snapshot_scope(settings, runner.child_pid()).as_deref());
+    if let Some(pid) = runner.child_pid() {
+        sideband.index.jit.note_process(pid, true);
+    }
+    install_panic_hook();
+    let test_panic = std::env::var_os(TEST_PANIC_ENV).is_some();
+    let (title, unit) = title(settings, event);
+    let mut view = View::new(title, unit);
+    let mut names = NameCache::new(settings.folded, settings.unknown_style);
+
+    runner.start()?;
+    let mut screen = Screen::enter()?;
+    screen.draw(&view)?;
+    let mut shown = 0u64;
+    let mut last = Instant::now();
+    let end = runner.run(TICK, |ending| {
+        sideband.drain();
+        if ending {
+            return Ok(());
+        }
+        let mut redraw = false;
+        while event::poll(Duration::ZERO)? {
+            match event::read()? {
+                Event::Key(k) if k.kind == KeyEventKind::Press => match view.key(k) {
+                    Action::Quit => signals::request_stop(),
+                    Action::Redraw => redraw = true,
+                    Action::None => {}
+                },
+                Event::Resize(..) => redraw = true,
+                _ => {}
+            }
+        }
+        // Half a tick early rather than a tick late.
+        if last.elapsed() + TICK / 2 >= s.delay {
+            let (stats, raw) = prog.take()?;
+            let seconds = last.elapsed().as_secs_f64();
+            last = Instant::now();
+            let samples = names.samples(&symbolizer, raw, &mut sideband.index);
+            shown += samples.iter().map(|s| s.count).sum::<u64>();
+            view.update(Interval {
+                samples,
+                seconds,
+                counted: stats.counted_weight,
+                shown,
+                lost: stats.lost(),
+            });
+            redraw = true;
+            if test_panic {
+                panic!("{TEST_PANIC_ENV} is set: a forced panic (tests only)");
+            }
+        } else {
+            // Between refreshes only the maps' fill decides a drain.
+            prog.tick()?;
+        }
+        if redraw {
+            screen.draw(&view)?;
+        }
+        Ok(())
+    })?;
+    prog.detach();
+    let (stats, rest) = prog.finish()?;
+    drop(screen);
+    let taken = shown + rest.iter().map(|s| s.count).sum::<u64>();
+    let why = match end {
+        End::Duration => "the duration passed",
+        End::Signal => "stopped",
+        End::CommandExited(_) => "the command exited",
+        End::TargetsGone => "the targets exited",
+    };
+    eprintln!(
+        "bprof top: {why}; {} {unit} counted, {shown} shown, {} after the last refresh, {} samples lost to a full count map",
+        stats.counted_weight,
+        taken - shown,
+        stats.lost()
+    );
+    if taken != stats.counted_weight {
+        bail!(
+            "accounting error: the view took {taken} but the kernel counted {}",
+            stats.counted_weight
+        );
+    }
+    Ok(runner::exit_code(runner.finish(end), false))
+}
