@@ -357,8 +357,10 @@ impl<'obj> ProfileProgram<'obj> {
         Ok(stats)
     }
 
-    /// Drains now and returns the current counters and every stack counted
-    /// since the last call (see `Collector::take`).
+    /// Drains now and returns every stack counted since the last call (see
+    /// `Collector::take`) and the counters read after the drain: they
+    /// include what was counted since, so while sampling goes on they are
+    /// at least what all takes returned.
     pub fn take(&mut self) -> Result<(Stats, Vec<RawStack>)> {
         let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
         let maps = collect::Maps {
@@ -367,7 +369,8 @@ impl<'obj> ProfileProgram<'obj> {
             user_stacks: &self.skel.maps.user_stacks,
         };
         let stacks = self.collector.take(&maps, &stats)?;
-        Ok((stats, stacks))
+        let after = maps::read_stats(&self.skel.maps.profile_stats)?;
+        Ok((after, stacks))
     }
 
     /// After `detach`: the last drain, then the final counters (consistent

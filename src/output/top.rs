@@ -41,7 +41,8 @@ pub struct Interval {
     /// Its length in seconds.
     pub seconds: f64,
     /// Since the start: what the kernel counted, what reached the view, and
-    /// what was lost to a full count map.
+    /// what was lost to a full count map. `counted` is read after the
+    /// interval's drain, so it may hold a few samples more than `shown`.
     pub counted: u64,
     /// See `counted`.
     pub shown: u64,

@@ -1,0 +1,403 @@
+//! `bprof top` in a real terminal: tmux runs it in a pane, the tests type
+//! keys with send-keys and read the screen with capture-pane.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+/// A tmux server of its own (its own socket) with one 120x40 pane running
+/// a plain shell; killed when the test ends.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn new(tag: &str) -> Tmux {
+        let t = Tmux {
+            socket: format!("bprof-test-{}-{tag}", std::process::id()),
+        };
+        let st = t
+            .cmd()
+            .args(["new-session", "-d", "-x", "120", "-y", "40"])
+            .arg("env PS1='$ ' bash --norc --noprofile")
+            .status()
+            .expect("run tmux (scripts/install-deps.sh installs it)");
+        assert!(st.success(), "tmux new-session failed");
+        t.wait_for("shell prompt", Duration::from_secs(10), |s| s.contains('$'));
+        t
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new("tmux");
+        c.args(["-L", &self.socket]).stdin(Stdio::null());
+        c
+    }
+
+    /// Types `text` literally, then Enter.
+    fn line(&self, text: &str) {
+        self.keys(&["-l", text]);
+        self.keys(&["Enter"]);
+    }
+
+    /// send-keys with tmux key names (`q`, `Space`, `C-c`, `Enter`, `Escape`).
+    fn keys(&self, keys: &[&str]) {
+        let st = self
+            .cmd()
+            .args(["send-keys", "-t", "0"])
+            .args(keys)
+            .status()
+            .expect("tmux send-keys");
+        assert!(st.success());
+    }
+
+    fn capture(&self) -> String {
+        let out = self
+            .cmd()
+            .args(["capture-pane", "-p", "-t", "0"])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Whether the pane shows its alternate screen (a TUI left it on).
+    fn alternate_on(&self) -> bool {
+        let out = self
+            .cmd()
+            .args(["display-message", "-p", "-t", "0", "#{alternate_on}"])
+            .output()
+            .expect("tmux display-message");
+        String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+
+    /// Polls the screen until `ok` holds; fails with the screen if it never does.
+    fn wait_for(&self, what: &str, timeout: Duration, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let s = self.capture();
+            if ok(&s) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "never saw {what}; screen:\n{s}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd().arg("kill-server").status();
+    }
+}
+
+/// The header's "last X s: N samples" count.
+fn interval_total(screen: &str) -> Option<u64> {
+    let rest = screen.split_once(" s: ")?.1;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// The header's "since start: C counted, S shown" numbers.
+fn since_start(screen: &str) -> Option<(u64, u64)> {
+    let rest = screen.split_once("since start: ")?.1;
+    let mut w = rest.split_whitespace();
+    let counted = w.next()?.parse().ok()?;
+    w.next()?;
+    let shown = w.next()?.parse().ok()?;
+    Some((counted, shown))
+}
+
+/// Function rows: (self %, total %, self count, total count, name).
+fn function_rows(screen: &str) -> Vec<(f64, f64, u64, u64, String)> {
+    screen
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_matches(|c: char| c == '│' || c.is_whitespace());
+            let w: Vec<&str> = l.split_whitespace().collect();
+            if w.len() != 5 {
+                return None;
+            }
+            Some((
+                w[0].strip_suffix('%')?.parse().ok()?,
+                w[1].strip_suffix('%')?.parse().ok()?,
+                w[2].parse().ok()?,
+                w[3].parse().ok()?,
+                w[4].to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// The terminal settings as `stty -g` prints them inside the pane, through
+/// a file so the screen's wrapping does not matter.
+fn stty(t: &Tmux, file: &Path) -> String {
+    let _ = std::fs::remove_file(file);
+    t.line(&format!("stty -g > {}", file.display()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(file) {
+            if s.ends_with('\n') {
+                return s;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "stty never ran:\n{}",
+            t.capture()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts `bprof top ARGS` in the pane (stderr to `err`, its exit status
+/// printed as EXIT=N after) and waits until it has shown `refreshes`
+/// refreshes with samples.
+fn start_top(t: &Tmux, args: &str, env: &str, err: &Path) -> String {
+    t.line("clear");
+    t.line(&format!(
+        "{env} {} top {args} 2>{}; echo EXIT=$?",
+        env!("CARGO_BIN_EXE_bprof"),
+        err.display()
+    ));
+    t.wait_for("a refresh with samples", Duration::from_secs(60), |s| {
+        interval_total(s).is_some_and(|n| n > 0)
+    })
+}
+
+fn exit_status(t: &Tmux) -> i32 {
+    // The echo's own line, not the typed command's `EXIT=$?`.
+    let code = |s: &str| {
+        s.lines()
+            .find_map(|l| l.trim().strip_prefix("EXIT=")?.parse::<i32>().ok())
+    };
+    let s = t.wait_for("bprof top's exit", Duration::from_secs(60), |s| {
+        code(s).is_some()
+    });
+    code(&s).unwrap()
+}
+
+/// The final stderr line: counted = shown + after the last refresh.
+fn check_final_totals(err: &Path) {
+    let text = std::fs::read_to_string(err).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("bprof top: "))
+        .unwrap_or_else(|| panic!("no final line in:\n{text}"));
+    let nums: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    // counted, shown, after the last refresh, lost
+    assert_eq!(nums.len(), 4, "{line}");
+    assert_eq!(nums[0], nums[1] + nums[2], "{line}");
+    assert_eq!(nums[3], 0, "nothing lost here: {line}");
+    assert!(!text.contains("accounting error"), "{text}");
+}
+
+#[test]
+fn top_shows_631_like_a_folded_profile_and_its_keys_work() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("top_631");
+    let bin = fixture("work631");
+    let work = Workload::start(Command::new(&bin).arg("30"));
+    let pid = work.id();
+    let t = Tmux::new("631");
+    let before = stty(&t, &dir.join("stty-before"));
+    let err = dir.join("top.err");
+
+    // A folded profile of the same workload over the same seconds.
+    let ready = ready_path();
+    let mut folded = bprof()
+        .args(["-p", &pid.to_string(), "-F", "999", "-f", "--no-counts"])
+        .arg("--ready-file")
+        .arg(&ready)
+        .arg("8")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_ready(&ready, &mut folded);
+    // 3-second refreshes: enough samples for shares within a few points
+    // even when other work on the machine takes half the workload's CPU.
+    let first = start_top(&t, &format!("-p {pid} -F 999 -d 3"), "", &err);
+    let first = since_start(&first).map_or(0, |c| c.0);
+    // The next refresh: a whole interval.
+    let screen = t.wait_for("the next refresh", Duration::from_secs(10), |s| {
+        since_start(s).is_some_and(|c| c.0 > first)
+    });
+    let folded = folded.wait_with_output().unwrap();
+    assert!(folded.status.success());
+    let lines = parse_folded(&String::from_utf8_lossy(&folded.stdout));
+    let ftotal = total_for(&lines, "fx_work631");
+    // At 999 Hz for 8 s, less what the machine's other work takes from it.
+    assert!(ftotal > 2000, "{ftotal}");
+
+    // The rows add up to the header's interval total. The header's counted
+    // is read after its drain, so it is at least what was shown, and more
+    // only by what was counted in the moment since (the exact check is the
+    // final line's).
+    let rows = function_rows(&screen);
+    let n = interval_total(&screen).unwrap();
+    assert!(n > 800, "too few samples in 3 s at 999 Hz: {screen}");
+    assert_eq!(rows.iter().map(|r| r.2).sum::<u64>(), n, "{screen}");
+    let (counted, shown) = since_start(&screen).unwrap();
+    assert!(counted >= shown && counted - shown <= 10, "{screen}");
+    for (name, want) in [("heavy", 60.0), ("medium", 30.0), ("light", 10.0)] {
+        let row = rows
+            .iter()
+            .find(|r| r.4 == name)
+            .unwrap_or_else(|| panic!("no {name} row:\n{screen}"));
+        let leaf: u64 = lines
+            .iter()
+            .filter(|l| l.frames.last().is_some_and(|f| f == name))
+            .map(|l| l.count)
+            .sum();
+        let folded_share = pct(leaf, ftotal);
+        assert!(
+            (row.0 - want).abs() <= 5.0 && (row.0 - folded_share).abs() <= 5.0,
+            "{name}: top {:.1}%, folded {folded_share:.1}%, want {want}%\n{screen}",
+            row.0
+        );
+    }
+    assert!(rows.iter().any(|r| r.4 == "main" && r.1 > 95.0), "{screen}");
+
+    // Sort: total, then name.
+    t.keys(&["s"]);
+    let s = t.wait_for("sort by total", Duration::from_secs(5), |s| {
+        s.contains("sort: total")
+    });
+    let rows = function_rows(&s);
+    assert!(
+        rows[0].1 > 95.0,
+        "the first row is main's caller or main: {s}"
+    );
+    t.keys(&["s"]);
+    let s = t.wait_for("sort by name", Duration::from_secs(5), |s| {
+        s.contains("sort: name")
+    });
+    let names: Vec<String> = function_rows(&s).into_iter().map(|r| r.4).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted);
+    // Stacks, then back to functions.
+    t.keys(&["f"]);
+    t.wait_for("whole stacks", Duration::from_secs(5), |s| {
+        s.contains("fx_work631;") && s.contains("main;heavy")
+    });
+    t.keys(&["f"]);
+    t.wait_for("functions again", Duration::from_secs(5), |s| {
+        s.contains("FUNCTION")
+    });
+    // Narrow to the process: pick it, Enter; Esc shows all again.
+    t.keys(&["p"]);
+    t.wait_for("the process picker", Duration::from_secs(5), |s| {
+        s.contains("pick one")
+    });
+    t.keys(&["Enter"]);
+    t.wait_for("narrowed to the process", Duration::from_secs(5), |s| {
+        s.contains(&format!("(pid {pid})")) && s.contains(&format!("*{pid}"))
+    });
+    t.keys(&["Escape"]);
+    t.wait_for("all processes", Duration::from_secs(5), |s| {
+        s.contains("(all)")
+    });
+    // Pause: the numbers stay while samples keep coming.
+    t.keys(&["Space"]);
+    let paused = t.wait_for("paused", Duration::from_secs(5), |s| s.contains("[PAUSED]"));
+    std::thread::sleep(Duration::from_millis(3500));
+    assert_eq!(since_start(&t.capture()), since_start(&paused));
+    t.keys(&["Space"]);
+    t.wait_for("running again", Duration::from_secs(8), |s| {
+        !s.contains("[PAUSED]") && since_start(s) != since_start(&paused)
+    });
+
+    t.keys(&["q"]);
+    assert_eq!(
+        exit_status(&t),
+        0,
+        "{}",
+        std::fs::read_to_string(&err).unwrap()
+    );
+    assert!(!t.alternate_on(), "alternate screen left on");
+    assert_eq!(stty(&t, &dir.join("stty-after")), before, "terminal modes");
+    check_final_totals(&err);
+}
+
+#[test]
+fn top_restores_the_terminal_on_ctrl_c_sigterm_and_panic() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("top_restore");
+    let bin = fixture("work631");
+    let _work = Workload::start(Command::new(&bin).arg("60"));
+    let t = Tmux::new("restore");
+    let before = stty(&t, &dir.join("stty-before"));
+    let pidfile: PathBuf = dir.join("top.pid");
+    for how in ["ctrl-c", "sigterm", "panic"] {
+        let err = dir.join(format!("{how}.err"));
+        let env = if how == "panic" {
+            "BPROF_TOP_TEST_PANIC=1"
+        } else {
+            ""
+        };
+        let _ = std::fs::remove_file(&pidfile);
+        // `exec` keeps the pid the shell wrote.
+        t.line("clear");
+        t.line(&format!(
+            "sh -c 'echo $$ > {}; exec env {env} {} top -p {} 2>{}'; echo EXIT=$?",
+            pidfile.display(),
+            env!("CARGO_BIN_EXE_bprof"),
+            _work.id(),
+            err.display()
+        ));
+        let code = if how == "panic" {
+            exit_status(&t)
+        } else {
+            t.wait_for("a refresh", Duration::from_secs(60), |s| {
+                interval_total(s).is_some_and(|n| n > 0)
+            });
+            if how == "ctrl-c" {
+                t.keys(&["C-c"]);
+            } else {
+                let pid: i32 = std::fs::read_to_string(&pidfile)
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap();
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+            exit_status(&t)
+        };
+        let stderr = std::fs::read_to_string(&err).unwrap();
+        if how == "panic" {
+            assert_eq!(code, 101, "{stderr}");
+            assert!(stderr.contains("BPROF_TOP_TEST_PANIC"), "{stderr}");
+        } else {
+            assert_eq!(code, 0, "{how}: {stderr}");
+            check_final_totals(&err);
+        }
+        assert!(!t.alternate_on(), "{how}: alternate screen left on");
+        assert_eq!(
+            stty(&t, &dir.join(format!("stty-{how}"))),
+            before,
+            "{how}: terminal modes"
+        );
+    }
+}
+
+#[test]
+fn top_without_a_terminal_is_one_line_and_status_2() {
+    // Before anything is loaded: no root needed.
+    let out = run(bprof().args(["top", "1"]).stdout(Stdio::piped()));
+    let line = assert_one_line_error(&out);
+    assert!(line.contains("needs a terminal"), "{line}");
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(bprof().args(["top", "--svg", "x.svg"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert_one_line_error(&out);
+    let out = run(bprof().args(["top", "-d", "0.01"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert_one_line_error(&out);
+}
