@@ -33,12 +33,61 @@ pub fn check(path: &Path) -> Result<(), Reason> {
     // not hang bprof, nor a symlink lead it elsewhere.
     let mut checked = crate::fsafe::open_untrusted(path, crate::fsafe::Owner::Any, MAX_FILE)
         .map_err(|e| e.to_string())?;
+    // A file already checked is not read again (a live view symbolizes
+    // every refresh; reading a 150 MB library each time cost most of its CPU).
+    let id = checked.file.metadata().ok().map(|m| FileId::of(&m));
+    if let Some(r) = id.and_then(|id| CHECKED.with(|c| c.borrow().get(&id).cloned())) {
+        return r;
+    }
     let mut data = Vec::new();
     checked
         .file
         .read_to_end(&mut data)
         .map_err(|e| e.to_string())?;
-    check_bytes(&data)
+    let r = check_bytes(&data);
+    if let Some(id) = id {
+        CHECKED.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.len() >= MEMO_FILES {
+                c.clear();
+            }
+            c.insert(id, r.clone());
+        });
+    }
+    r
+}
+
+/// Files whose verdict is remembered, at most.
+const MEMO_FILES: usize = 4096;
+
+/// A file's identity and version: the same inode, size, mtime and ctime
+/// (which any write changes) is the same content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileId {
+    /// The identity of the file `m` describes.
+    pub(crate) fn of(m: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+thread_local! {
+    static CHECKED: std::cell::RefCell<std::collections::HashMap<FileId, Result<(), Reason>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
 /// Checks an ELF image in memory.

@@ -248,7 +248,34 @@ fn virt_offsets(path: &Path, offsets: &[u64]) -> Vec<Option<u64>> {
 
 /// Addresses of data objects in `path` (variables that no function shares):
 /// a garbage return address that lands in .data must not take their name.
-fn data_symbols(path: &Path) -> HashSet<u64> {
+fn data_symbols(path: &Path) -> std::rc::Rc<HashSet<u64>> {
+    // Remembered by file version: walking a large symbol table again on
+    // every refresh of a live view would cost more than everything else.
+    let id = fs::metadata(path)
+        .ok()
+        .map(|m| crate::symbolize::elfcheck::FileId::of(&m));
+    if let Some(d) = id.and_then(|id| DATA_SYMBOLS.with(|c| c.borrow().get(&id).cloned())) {
+        return d;
+    }
+    let d = std::rc::Rc::new(read_data_symbols(path));
+    if let Some(id) = id {
+        DATA_SYMBOLS.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.len() >= 1024 {
+                c.clear();
+            }
+            c.insert(id, d.clone());
+        });
+    }
+    d
+}
+
+thread_local! {
+    static DATA_SYMBOLS: std::cell::RefCell<HashMap<crate::symbolize::elfcheck::FileId, std::rc::Rc<HashSet<u64>>>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
+fn read_data_symbols(path: &Path) -> HashSet<u64> {
     let inspector = blazesym::inspect::Inspector::new();
     let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
         debug_syms: false,
@@ -300,7 +327,7 @@ pub fn symbolize_with(
     let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());
     let mut user_names: HashMap<UserKey, Vec<String>> = HashMap::new();
     // Parsed once per file however many processes map it.
-    let mut data_cache: HashMap<PathBuf, HashSet<u64>> = HashMap::new();
+    let mut data_cache: HashMap<PathBuf, std::rc::Rc<HashSet<u64>>> = HashMap::new();
     for ((id, tgid), offsets) in by_file {
         let path = finder.find(&id, tgid);
         let run = |p: &Path| symbolize_file(symbolizer, p, Input::FileOffset(&offsets));
