@@ -186,6 +186,12 @@ pub struct ProfileArgs {
     #[arg(long = "svg", value_name = "FILE")]
     pub svg: Option<PathBuf>,
 
+    /// Write a gzipped pprof profile (profile.proto) to FILE, for go tool
+    /// pprof, Pyroscope or Parca (may be combined with -f, -o and --svg).
+    /// Frames carry their build IDs, inlined functions and source lines.
+    #[arg(long = "pprof", value_name = "FILE")]
+    pub pprof: Option<PathBuf>,
+
     /// Keep only samples matching FILTER, in perf's --filter language
     /// (e.g. 'tid == 1234', 'cpu == 0 || cpu == 1, period > 1000',
     /// 'ip < 0xffffffff00000000', 'cgroup == /system.slice', 'comm == bash',

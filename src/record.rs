@@ -4,7 +4,7 @@
 use std::io::{self, IsTerminal, Write};
 use std::mem::MaybeUninit;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -14,7 +14,7 @@ use crate::events::{self, Event};
 use crate::maps::TargetFrom;
 use crate::output::file::OutputFile;
 use crate::output::stat::thousands;
-use crate::output::{folded, report, svg};
+use crate::output::{folded, pprof, report, svg};
 use crate::programs::{Mode, ProfileProgram};
 pub use crate::settings::Settings;
 use crate::shared::{Shared, DEFAULT_PIN_DIR};
@@ -48,6 +48,11 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         .as_deref()
         .map(OutputFile::create)
         .transpose()?;
+    let pprof_file = settings
+        .pprof
+        .as_deref()
+        .map(OutputFile::create)
+        .transpose()?;
     let cpus = if settings.target.cpus.is_empty() {
         events::online_cpus()?
     } else {
@@ -57,9 +62,10 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     // BPF programs.
     let mut obj = MaybeUninit::uninit();
     let mut prog = ProfileProgram::load(&mut obj, &settings.program)?;
-    // Folded stacks and flame graphs show no thread ids.
+    // Folded stacks and flame graphs show no thread ids (pprof does).
     prog.collector.merge_threads(
-        settings.folded_stdout || settings.folded_file.is_some() || settings.svg.is_some(),
+        (settings.folded_stdout || settings.folded_file.is_some() || settings.svg.is_some())
+            && settings.pprof.is_none(),
     );
 
     // The command is forked first but held before exec, so its PID is a
@@ -104,7 +110,8 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         eprintln!("bprof: no hardware PMU here: {}", no_pmu.join("; "));
     }
     prog.attach(fds, settings.program.follow_children)?;
-    let symbolizer = symbols::symbolizer();
+    // Source lines and inlined functions only where an output shows them.
+    let symbolizer = symbols::symbolizer_with(settings.pprof.is_some());
     if mode.off_cpu() {
         let skip = prog.attach_offcpu(settings.stack_skip, &symbolizer, settings.verbose)?;
         if settings.verbose {
@@ -140,6 +147,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     }
     signals::install();
     let started = Instant::now();
+    let started_at = SystemTime::now();
     if let Some(c) = child.as_mut() {
         c.start()?;
     }
@@ -205,8 +213,8 @@ pub fn run(settings: Settings) -> Result<Outcome> {
 
     // Stacks → symbols → outputs.
     sideband.index.jit.prepare(&raw);
-    let (stacks, sym_stats) =
-        symbols::symbolize_with(&symbolizer, &raw, &sideband.index, settings.unknown_style);
+    let (stacks, sym_stats, frames) =
+        symbols::symbolize_frames(&symbolizer, &raw, &sideband.index, settings.unknown_style);
     let t_sym = Instant::now();
     let lines = folded::lines(&stacks, &settings.folded);
     let mismatch = crate::collect::check_totals(&stats, drained_total, &lines);
@@ -271,11 +279,24 @@ pub fn run(settings: Settings) -> Result<Outcome> {
             f.commit(|w| svg::write(w, &lines, &opts).map_err(io::Error::other))?;
         }
     }
+    if let Some(f) = pprof_file {
+        if lines.is_empty() {
+            not_written.push(f.path().to_path_buf());
+        } else {
+            let meta = pprof_meta(&settings, event, started_at, elapsed);
+            let profile = pprof::build(&stacks, &frames, &settings.folded, &meta);
+            f.commit(|w| pprof::write(w, &profile))?;
+        }
+    }
     if settings.folded_stdout {
         folded::write(&mut io::stdout().lock(), &lines)
             .context("writing folded stacks to stdout")?;
     }
-    if !settings.folded_stdout && settings.folded_file.is_none() && settings.svg.is_none() {
+    if !settings.folded_stdout
+        && settings.folded_file.is_none()
+        && settings.svg.is_none()
+        && settings.pprof.is_none()
+    {
         report::write(&mut io::stdout().lock(), &stacks, None).context("writing the report")?;
     }
 
@@ -336,6 +357,56 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         );
     }
     Ok(Outcome { exit_code })
+}
+
+/// What a pprof file says about the profile besides its stacks.
+fn pprof_meta(
+    settings: &Settings,
+    event: Event,
+    start: SystemTime,
+    elapsed: Duration,
+) -> pprof::Meta {
+    use crate::events::Rate;
+    let kind = match settings.program.mode {
+        Mode::OffCpu => pprof::Kind::OffCpu,
+        Mode::Wall => pprof::Kind::Wall,
+        // Timer events count nanoseconds: a sample is worth its period.
+        Mode::OnCpu => match (event, settings.rate) {
+            (Event::CpuClock | Event::TaskClock, Rate::Frequency(hz)) => pprof::Kind::CpuTime {
+                period_ns: 1_000_000_000 / hz.max(1),
+            },
+            (Event::CpuClock | Event::TaskClock, Rate::Period(n)) => {
+                pprof::Kind::CpuTime { period_ns: n }
+            }
+            (e, Rate::Period(n)) => pprof::Kind::Events {
+                event: e.to_string(),
+                period: Some(n),
+            },
+            (e, Rate::Frequency(_)) => pprof::Kind::Events {
+                event: e.to_string(),
+                period: None,
+            },
+        },
+    };
+    let how = match settings.program.mode {
+        Mode::OffCpu => "off-CPU time".to_string(),
+        Mode::Wall => format!(
+            "wall-clock time: {event} at {} plus off-CPU time",
+            settings.rate
+        ),
+        Mode::OnCpu => format!("{event} at {}", settings.rate),
+    };
+    pprof::Meta {
+        kind,
+        start,
+        duration: elapsed,
+        comments: vec![format!(
+            "bprof {}: {}, {how}",
+            env!("CARGO_PKG_VERSION"),
+            settings.target.describe()
+        )],
+        kernel_build_id: pprof::kernel_build_id(),
+    }
 }
 
 /// Joins the shared counters for the profile's target; `None` (after saying

@@ -40,6 +40,8 @@ pub struct Settings {
     pub folded_file: Option<PathBuf>,
     /// Write the flame graph here.
     pub svg: Option<PathBuf>,
+    /// Write a pprof profile here.
+    pub pprof: Option<PathBuf>,
     /// Extra detail on stderr.
     pub verbose: bool,
     /// Count the target's cycles and instructions through the shared counters.
@@ -167,13 +169,22 @@ impl Settings {
                 MAX_MAP_BYTES >> 20
             );
         }
-        if let (Some(a), Some(b)) = (&cli.output, &cli.svg) {
-            if crate::output::file::same_file(a, b) {
-                bail!(
-                    "-o {} and --svg {} are the same file",
-                    a.display(),
-                    b.display()
-                );
+        let named = [
+            ("-o", &cli.output),
+            ("--svg", &cli.svg),
+            ("--pprof", &cli.pprof),
+        ];
+        for (i, (na, a)) in named.iter().enumerate() {
+            for (nb, b) in &named[i + 1..] {
+                if let (Some(a), Some(b)) = (a, b) {
+                    if crate::output::file::same_file(a, b) {
+                        bail!(
+                            "{na} {} and {nb} {} are the same file",
+                            a.display(),
+                            b.display()
+                        );
+                    }
+                }
             }
         }
         let filter = crate::filter::parse_all(&cli.filter)?;
@@ -227,6 +238,7 @@ impl Settings {
             folded_stdout: cli.folded && cli.output.is_none(),
             folded_file: cli.output,
             svg: cli.svg,
+            pprof: cli.pprof,
             verbose: cli.verbose > 0,
             counts: !cli.no_counts,
             max_perf_map_size,
