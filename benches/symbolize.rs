@@ -7,10 +7,10 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use bprof::buildid;
-use bprof::sideband::{Mapping, MmapIndex};
-use bprof::stacks::{RawStack, UserFrame};
-use bprof::symbols;
+use bprof::collect::sideband::{Mapping, MmapIndex};
+use bprof::collect::stacks::{RawStack, UserFrame};
+use bprof::symbolize as symbols;
+use bprof::symbolize::buildid;
 
 const FRAMES: usize = 100_000;
 /// Frames per synthetic stack: a realistic depth.

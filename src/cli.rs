@@ -92,7 +92,7 @@ pub struct StatArgs {
     pub for_each_cgroup: Option<String>,
 
     /// bpffs directory where the shared counters are pinned.
-    #[arg(long = "bpf-pin-dir", alias = "bpf-attr-map", value_name = "DIR", default_value = crate::shared::DEFAULT_PIN_DIR)]
+    #[arg(long = "bpf-pin-dir", alias = "bpf-attr-map", value_name = "DIR", default_value = crate::bpf::shared_counters::DEFAULT_PIN_DIR)]
     pub pin_dir: PathBuf,
 
     /// Extra detail (sharing state); twice (-vv) also libbpf's messages.

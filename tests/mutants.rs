@@ -125,8 +125,8 @@ fn hostile_thousands_of_mutants_never_abort_or_panic() {
         let path = dir.join(format!("m{i}"));
         std::fs::write(&path, &m).unwrap();
         // A fresh symbolizer: blazesym caches parsed files.
-        let sym = bprof::symbols::symbolizer();
-        let names = bprof::symbols::symbolize_file(
+        let sym = bprof::symbolize::symbolizer();
+        let names = bprof::symbolize::symbolize_file(
             &sym,
             &path,
             blazesym::symbolize::Input::FileOffset(&offsets_to_name),

@@ -362,12 +362,12 @@ fn an_address_on_a_data_object_is_never_named_after_it() {
         *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
     }
     let me = std::process::id();
-    let mut index = bprof::sideband::MmapIndex::default();
+    let mut index = bprof::collect::sideband::MmapIndex::default();
     index
         .by_build_id
         .entry(id)
         .or_default()
-        .insert(bprof::sideband::Mapping {
+        .insert(bprof::collect::sideband::Mapping {
             pid: me,
             path: bin.clone(),
         });
@@ -375,11 +375,11 @@ fn an_address_on_a_data_object_is_never_named_after_it() {
         file_offset_of(&bin, "table"),
         file_offset_of(&bin, "lookup_slot"),
     );
-    let frame = |offset| bprof::stacks::UserFrame::File {
+    let frame = |offset| bprof::collect::stacks::UserFrame::File {
         build_id: id,
         offset,
     };
-    let raw = vec![bprof::stacks::RawStack {
+    let raw = vec![bprof::collect::stacks::RawStack {
         tgid: me,
         pid: me,
         comm: "fx_data".into(),
@@ -391,8 +391,8 @@ fn an_address_on_a_data_object_is_never_named_after_it() {
         off_cpu: false,
         count: 1,
     }];
-    let sym = bprof::symbols::symbolizer();
-    let (stacks, stats) = bprof::symbols::symbolize(&sym, &raw, &index);
+    let sym = bprof::symbolize::symbolizer();
+    let (stacks, stats) = bprof::symbolize::symbolize(&sym, &raw, &index);
     assert_eq!(stacks[0].user[0], "lookup_slot");
     assert_eq!(stacks[0].user[1], format!("fx_data+{:#x}", data_off + 8));
     assert_eq!((stats.sampled_frames, stats.sampled_unknown), (2, 1));

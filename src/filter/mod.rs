@@ -15,10 +15,10 @@
 use std::fmt;
 
 /// The most entries the BPF program walks (perf's bound too).
-pub const MAX_FILTER_ENTRIES: usize = 64;
+pub const MAX_FILTER_ENTRIES: usize = crate::bpf::abi::MAX_FILTERS;
 
 /// Longest comm the kernel keeps (TASK_COMM_LEN - 1).
-const COMM_MAX: usize = 15;
+const COMM_MAX: usize = crate::bpf::abi::COMM_LEN - 1;
 
 /// A sample property a test looks at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -278,7 +278,7 @@ impl fmt::Display for FilterError {
 impl std::error::Error for FilterError {}
 
 mod parse;
-pub use parse::{parse, parse_all};
+pub use parse::parse_all;
 
 #[cfg(test)]
 mod tests;

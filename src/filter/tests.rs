@@ -1,5 +1,6 @@
 //! Unit and property tests of the filter parser.
 
+use super::parse::parse;
 use super::*;
 use proptest::prelude::*;
 

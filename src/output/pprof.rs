@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use prost::Message;
 
 use crate::output::folded::{FoldedOptions, OFF_CPU_FRAME};
-use crate::symbols::{Frames, Module, Stack};
+use crate::symbolize::{Frames, Module, Stack};
 
 /// profile.proto's `Profile`.
 #[derive(Clone, PartialEq, Message)]
@@ -553,7 +553,7 @@ pub fn kernel_build_id() -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::symbols::{FrameLine, Location as Loc};
+    use crate::symbolize::{FrameLine, Location as Loc};
 
     fn line(name: &str, sys: &str) -> FrameLine {
         FrameLine {

@@ -4,7 +4,7 @@
 
 use std::io::{self, Write};
 
-use crate::symbols::Stack;
+use crate::symbolize::Stack;
 
 /// Writes the report of the `limit` hottest stacks (all when `None`).
 pub fn write(out: &mut dyn Write, stacks: &[Stack], limit: Option<usize>) -> io::Result<()> {

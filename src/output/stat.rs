@@ -3,8 +3,8 @@
 
 use std::io::{self, Write};
 
-use crate::counters::EventSpec;
-use crate::stat::Reading;
+use crate::bpf::counting::Reading;
+use crate::events::counting::EventSpec;
 
 /// How counts are printed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 //! system-wide (what `perf record` does too). Only these small records go
 //! through the ring buffers; samples never do. With `task` set it also
 //! reports process exits, when a JIT process's perf map must be opened
-//! before it is gone (see [`crate::jit`]).
+//! before it is gone (see [`crate::symbolize::jit`]).
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{Context, Result};
 use perf_event_open_sys::bindings as pb;
 
-use crate::events;
-use crate::jit::{self, JitFiles};
-use crate::stacks::BUILD_ID_SIZE;
+use crate::collect::stacks::BUILD_ID_SIZE;
+use crate::events::sampling;
+use crate::symbolize::jit::{self, JitFiles};
 
 /// Data pages per CPU (a power of two): 256 KiB holds thousands of records.
 const DATA_PAGES: usize = 64;
@@ -70,14 +70,14 @@ impl Sideband {
         let mut rings = Vec::with_capacity(cpus.len());
         for &cpu in cpus {
             let mut attr =
-                events::base_attr(pb::PERF_TYPE_SOFTWARE, pb::PERF_COUNT_SW_DUMMY as u64);
+                sampling::base_attr(pb::PERF_TYPE_SOFTWARE, pb::PERF_COUNT_SW_DUMMY as u64);
             attr.set_mmap(1);
             attr.set_mmap2(1);
             attr.set_build_id(1);
             // PERF_RECORD_EXIT (and FORK): a JIT's files are opened at its exit.
             attr.set_task(1);
             attr.set_exclude_kernel(1);
-            let fd = events::open(&mut attr, -1, cpu as i32)
+            let fd = sampling::open(&mut attr, -1, cpu as i32)
                 .with_context(|| format!("opening the mmap side-band event on CPU {cpu}"))?;
             // SAFETY: mapping a perf event fd as documented in perf_event_open(2).
             let base = unsafe {
@@ -127,7 +127,7 @@ impl Sideband {
         for &pid in pids {
             self.index
                 .without_build_id
-                .extend(crate::buildid::executable_mappings(pid));
+                .extend(crate::symbolize::buildid::executable_mappings(pid));
             // Its user, should it exit during the profile; -p targets are
             // also watched for a perf map from the start.
             self.index.jit.note_process(pid, watch);

@@ -9,20 +9,20 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::counters::EventSpec;
-use crate::events::{self, Event};
-use crate::maps::TargetFrom;
+use crate::bpf::counting::{Scope, StatProgram};
+use crate::bpf::maps::TargetFrom;
+use crate::bpf::profile::{Mode, ProfileProgram};
+use crate::bpf::shared_counters::{Shared, DEFAULT_PIN_DIR};
+use crate::collect::sideband::Sideband;
+use crate::collect::stacks::Stats;
+use crate::events::counting::EventSpec;
+use crate::events::sampling::{self, Event};
 use crate::output::file::OutputFile;
 use crate::output::stat::thousands;
 use crate::output::{folded, pprof, report, svg};
-use crate::programs::{Mode, ProfileProgram};
-pub use crate::settings::Settings;
-use crate::shared::{Shared, DEFAULT_PIN_DIR};
-use crate::sideband::Sideband;
-use crate::signals;
-use crate::stacks::Stats;
-use crate::stat::{Scope, StatProgram};
-use crate::symbols::{self, SymbolStats};
+pub use crate::session::settings::Settings;
+use crate::session::signals;
+use crate::symbolize::{self, SymbolStats};
 use crate::target::Child;
 
 const TICK: Duration = Duration::from_millis(100);
@@ -36,7 +36,7 @@ pub struct Outcome {
 
 /// Runs one profile from start to written outputs.
 pub fn run(settings: Settings) -> Result<Outcome> {
-    crate::preflight::check()?;
+    crate::bpf::preflight::check()?;
     // Prepared up front, so an unwritable path fails before the profile.
     let folded_file = settings
         .folded_file
@@ -54,7 +54,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         .map(OutputFile::create)
         .transpose()?;
     let cpus = if settings.target.cpus.is_empty() {
-        events::online_cpus()?
+        sampling::online_cpus()?
     } else {
         settings.target.cpus.clone()
     };
@@ -94,7 +94,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
 
     let mode = settings.program.mode;
     let (event, fds) = if mode.on_cpu() {
-        events::open_sampling(settings.event, settings.rate, &cpus)?
+        sampling::open_sampling(settings.event, settings.rate, &cpus)?
     } else {
         (settings.event, Vec::new())
     };
@@ -111,7 +111,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     }
     prog.attach(fds, settings.program.follow_children)?;
     // Source lines and inlined functions only where an output shows them.
-    let symbolizer = symbols::symbolizer_with(settings.pprof.is_some());
+    let symbolizer = symbolize::symbolizer_with(settings.pprof.is_some());
     if mode.off_cpu() {
         let skip = prog.attach_offcpu(settings.stack_skip, &symbolizer, settings.verbose)?;
         if settings.verbose {
@@ -214,7 +214,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     // Stacks → symbols → outputs.
     sideband.index.jit.prepare(&raw);
     let (stacks, sym_stats, frames) =
-        symbols::symbolize_frames(&symbolizer, &raw, &sideband.index, settings.unknown_style);
+        symbolize::symbolize_frames(&symbolizer, &raw, &sideband.index, settings.unknown_style);
     let t_sym = Instant::now();
     let lines = folded::lines(&stacks, &settings.folded);
     let mismatch = crate::collect::check_totals(&stats, drained_total, &lines);
@@ -301,7 +301,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     }
 
     sideband.index.jit.report(settings.verbose);
-    let refused = symbols::refused_files();
+    let refused = symbolize::refused_files();
     if settings.verbose {
         for (path, why) in &refused {
             eprintln!("bprof: skipped {} as malformed: {why}", path.display());
@@ -366,7 +366,7 @@ fn pprof_meta(
     start: SystemTime,
     elapsed: Duration,
 ) -> pprof::Meta {
-    use crate::events::Rate;
+    use crate::events::sampling::Rate;
     let kind = match settings.program.mode {
         Mode::OffCpu => pprof::Kind::OffCpu,
         Mode::Wall => pprof::Kind::Wall,
@@ -428,7 +428,7 @@ fn try_start_counts<'obj>(
     child: Option<u32>,
 ) -> Result<Option<StatProgram<'obj>>> {
     let specs = EventSpec::parse_list("cycles,instructions")?;
-    let online = events::online_cpus()?;
+    let online = sampling::online_cpus()?;
     let scope = Scope {
         cpus: settings.target.cpus.clone(),
         pids: settings.target.pids.clone(),
@@ -474,7 +474,7 @@ fn progress_bar(duration: Option<Duration>) -> ProgressBar {
 }
 
 /// "N cycles, M instructions, X insn per cycle" for what could be counted.
-fn counts_text(c: &crate::stat::Counts) -> Option<String> {
+fn counts_text(c: &crate::bpf::counting::Counts) -> Option<String> {
     let (cycles, insns) = (c.first().copied().flatten()?, c.get(1).copied().flatten()?);
     let (cy, ins) = (cycles.scaled(), insns.scaled());
     let ipc = if cy > 0 {

@@ -1,5 +1,7 @@
 //! What to profile: CPUs, processes, threads, or a command bprof starts.
 
+pub(crate) mod cgroup;
+
 use std::cell::Cell;
 use std::ffi::CString;
 use std::io;

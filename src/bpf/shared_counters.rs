@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 
-use crate::counters::EventSpec;
+use crate::bpf::abi;
+use crate::events::counting::EventSpec;
 
 /// The default pin directory.
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/bprof-stat";
@@ -41,8 +42,6 @@ pub const STATE_DIR: &str = "/run/bprof";
 /// How long a session waits for the setup lock before it gives up.
 pub const LOCK_WAIT: Duration = Duration::from_secs(10);
 
-/// Distinct attributes all sessions together can share (BPROF_STAT_MAX_SLOTS).
-pub const MAX_SLOTS: u32 = 64;
 const ATTR_KEY: usize = 32;
 
 /// Where one requested event is counted.
@@ -318,7 +317,7 @@ impl Session {
             MapType::PerfEventArray,
             4,
             4,
-            MAX_SLOTS * nr_cpus,
+            abi::STAT_MAX_SLOTS * nr_cpus,
             flags,
         )?;
         let attrs = pinned(
@@ -327,7 +326,7 @@ impl Session {
             MapType::Hash,
             ATTR_KEY as u32,
             4,
-            MAX_SLOTS,
+            abi::STAT_MAX_SLOTS,
             0,
         )?;
         let mut events = Vec::with_capacity(specs.len());
@@ -345,7 +344,7 @@ impl Session {
                 .filter_map(|k| attrs.lookup(&k, MapFlags::ANY).ok().flatten())
                 .map(|v| u32::from_ne_bytes(v[..4].try_into().unwrap_or_default()))
                 .collect();
-            let slot = (0..MAX_SLOTS)
+            let slot = (0..abi::STAT_MAX_SLOTS)
                 .find(|s| !used.contains(s))
                 .context("all shared counter slots are in use")?;
             if open_slot(&array, spec, slot, nr_cpus, cpus)? {

@@ -6,6 +6,13 @@
 //! Only frames the kernel could not tie to a file (JIT code, a busy mm lock)
 //! need the live process (`/proc/PID/maps`, perf-PID.map).
 
+pub mod buildid;
+pub(crate) mod debuginfod;
+pub(crate) mod elfcheck;
+pub(crate) mod jit;
+pub(crate) mod jitdump;
+pub(crate) mod perfmap;
+
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::ops::ControlFlow;
@@ -15,9 +22,9 @@ use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::{MaybeDefault, Pid};
 
-use crate::buildid::FileFinder;
-use crate::sideband::MmapIndex;
-use crate::stacks::{RawStack, UserFrame, BUILD_ID_SIZE};
+use crate::collect::sideband::MmapIndex;
+use crate::collect::stacks::{RawStack, UserFrame, BUILD_ID_SIZE};
+use crate::symbolize::buildid::FileFinder;
 use crate::target;
 
 /// Shown for a frame no source could name, as perf and bcc do.
@@ -239,14 +246,14 @@ fn build_id_debug_file(id: &[u8; BUILD_ID_SIZE]) -> Option<PathBuf> {
 
 /// Symbolizes addresses in the ELF file `path`, which is hostile input: it
 /// is checked first (sizes that would make blazesym allocate without bound
-/// abort the process, see crate::elfcheck), and a panic inside blazesym on
+/// abort the process, see crate::symbolize::elfcheck), and a panic inside blazesym on
 /// it costs only its frames. Empty when the file was refused.
 pub fn symbolize_file<'s>(
     symbolizer: &'s Symbolizer,
     path: &Path,
     input: Input<&[u64]>,
 ) -> Vec<Symbolized<'s>> {
-    if let Err(why) = crate::elfcheck::check(path) {
+    if let Err(why) = crate::symbolize::elfcheck::check(path) {
         note_refused(path, &why);
         return Vec::new();
     }
@@ -388,7 +395,7 @@ pub fn symbolize_frames(
     let mut names = Names::default();
     let mut frames = Frames::default();
     let mut unknown_keys: HashSet<UserKey> = HashSet::new();
-    let mut debuginfod = crate::debuginfod::Client::from_env();
+    let mut debuginfod = crate::symbolize::debuginfod::Client::from_env();
 
     let kaddrs: BTreeSet<u64> = raw.iter().flat_map(kernel_keys).collect();
     let kernel_names = symbolize_kernel(symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
@@ -489,7 +496,7 @@ pub fn symbolize_frames(
     }
     for (pid, ips) in by_pid {
         // JIT code: from the perf map / jitdump bprof opened safely, for
-        // live and exited processes alike (see crate::jit).
+        // live and exited processes alike (see crate::symbolize::jit).
         let jit = index.jit.names(pid, &ips);
         let resolved = target::alive(pid).then(|| {
             // Files only: blazesym would open /tmp/perf-PID.map as root

@@ -4,27 +4,9 @@
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::skel::profile::types;
-use crate::stacks::{Stats, UserFrame, BUILD_ID_SIZE};
-
-/// Skeleton types made of integers only, with no implicit padding, so any
-/// byte pattern of the right size is a valid value and every byte is set.
-pub trait Plain: Copy {}
-impl Plain for types::profile_stats {}
-impl Plain for types::filter_entry {}
-
-/// Reads a `Plain` value from the start of `bytes`, if long enough.
-pub fn read_plain<T: Plain>(bytes: &[u8]) -> Option<T> {
-    (bytes.len() >= std::mem::size_of::<T>())
-        // SAFETY: T is Plain (every bit pattern valid) and the length is checked.
-        .then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
-}
-
-/// The bytes of a value, to write it into a map.
-pub fn plain_bytes<T: Plain>(v: &T) -> &[u8] {
-    // SAFETY: T is Plain: no padding, so all size_of::<T>() bytes are initialised.
-    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
-}
+use crate::bpf::abi::{self, read_plain};
+use crate::bpf::skel::profile::types;
+use crate::collect::stacks::{Stats, UserFrame};
 
 /// When a process in `target_tgids` (shared by the profile and stat
 /// objects) starts to count.
@@ -81,8 +63,7 @@ pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
 }
 
 /// `struct sample_key` (profile.h): the count map's key, as generated.
-pub type SampleKey = types::sample_key;
-impl Plain for SampleKey {}
+pub type SampleKey = abi::sample_key;
 
 /// Parses `struct kern_stack` (profile.h): IPs, leaf first, zero-padded.
 pub fn parse_kernel_stack(bytes: &[u8]) -> Vec<u64> {
@@ -93,18 +74,10 @@ pub fn parse_kernel_stack(bytes: &[u8]) -> Vec<u64> {
         .collect()
 }
 
-// The record layout read_user_stack parses.
-const _: () = assert!(std::mem::size_of::<types::bpf_stack_build_id>() == 32);
-
-/// `struct bpf_stack_build_id` statuses (uapi/linux/bpf.h).
-const BPF_STACK_BUILD_ID_VALID: i32 = 1;
-const BPF_STACK_BUILD_ID_IP: i32 = 2;
-
-/// Parses `struct user_stack` (profile.h): `nr` records of
-/// `struct bpf_stack_build_id` {status: i32, build_id: [u8; 20], offset or ip: u64}.
+/// Parses `struct user_stack` (profile.h): `nr` frame records.
 pub fn parse_user_stack(bytes: &[u8]) -> Vec<UserFrame> {
-    let record = std::mem::size_of::<types::bpf_stack_build_id>();
-    let start = std::mem::offset_of!(types::user_stack, frames);
+    let record = std::mem::size_of::<abi::frame_record>();
+    let start = std::mem::offset_of!(abi::user_stack, frames);
     let nr = bytes.get(..4).map_or(0, |b| {
         u32::from_ne_bytes(b.try_into().unwrap_or_default()) as usize
     });
@@ -115,18 +88,15 @@ pub fn parse_user_stack(bytes: &[u8]) -> Vec<UserFrame> {
         .chunks_exact(record)
         .take(nr)
     {
-        let status = i32::from_ne_bytes(rec[0..4].try_into().unwrap_or_default());
-        let value = u64::from_ne_bytes(rec[24..32].try_into().unwrap_or_default());
-        match status {
-            BPF_STACK_BUILD_ID_VALID => {
-                let mut build_id = [0u8; BUILD_ID_SIZE];
-                build_id.copy_from_slice(&rec[4..4 + BUILD_ID_SIZE]);
-                frames.push(UserFrame::File {
-                    build_id,
-                    offset: value,
-                });
-            }
-            BPF_STACK_BUILD_ID_IP => frames.push(UserFrame::Ip(value)),
+        let Some(f) = read_plain::<abi::frame_record>(rec) else {
+            break;
+        };
+        match f.status {
+            abi::FRAME_FILE => frames.push(UserFrame::File {
+                build_id: f.build_id,
+                offset: f.offset,
+            }),
+            abi::FRAME_IP => frames.push(UserFrame::Ip(f.offset)),
             _ => break,
         }
     }

@@ -9,16 +9,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::cgroup;
+use crate::bpf::counting::{Counts, Scope, StatProgram};
+use crate::bpf::maps::TargetFrom;
+use crate::bpf::shared_counters::Shared;
 use crate::cli::StatArgs;
-use crate::counters::{EventSpec, DEFAULT_EVENTS};
-use crate::events;
-use crate::maps::TargetFrom;
+use crate::events::counting::{EventSpec, DEFAULT_EVENTS};
+use crate::events::sampling;
 use crate::output::stat::{write_lines, Format, Line};
-use crate::settings::seconds;
-use crate::shared::Shared;
-use crate::signals;
-use crate::stat::{Counts, Scope, StatProgram};
+use crate::session::settings::seconds;
+use crate::session::signals;
+use crate::target::cgroup;
 use crate::target::{self, Child, Target};
 
 /// A validated `bprof stat` request.
@@ -51,14 +51,14 @@ impl Settings {
             a.event.join(",")
         };
         let events = EventSpec::parse_list(&list)?;
-        if events.len() > crate::stat::MAX_EVENTS {
+        if events.len() > crate::bpf::abi::STAT_MAX_EVENTS {
             bail!(
                 "at most {} events per session ({} given)",
-                crate::stat::MAX_EVENTS,
+                crate::bpf::abi::STAT_MAX_EVENTS,
                 events.len()
             );
         }
-        let online = events::online_cpus().context("reading the online CPUs")?;
+        let online = sampling::online_cpus().context("reading the online CPUs")?;
         let mut target = Target {
             command: a.command.clone(),
             ..Default::default()
@@ -164,8 +164,8 @@ fn join(v: &[u32]) -> String {
 
 /// Runs the count; returns the exit code (the command's, if any).
 pub fn run(s: Settings) -> Result<i32> {
-    crate::preflight::check()?;
-    let online = events::online_cpus()?;
+    crate::bpf::preflight::check()?;
+    let online = sampling::online_cpus()?;
     let mut obj = MaybeUninit::uninit();
     let mut prog = StatProgram::load(&mut obj, &s.pin_dir, &s.events, &s.scope, &online)?;
     let unsupported: Vec<&EventSpec> = s

@@ -9,19 +9,12 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, ProgramInput};
 
-use crate::cgroup::CgroupId;
-use crate::counters::EventSpec;
-use crate::maps::{self, TargetFrom};
-use crate::shared::{Session, Shared};
-use crate::skel::stat::{StatSkel, StatSkelBuilder};
-
-/// BPROF_STAT_SYNC in bpf/stat.h.
-const SYNC: u64 = 0x6270_7266;
-
-/// Events one session can count (one BPF map slot each).
-pub const MAX_EVENTS: usize = 8;
-/// `--for-each-cgroup` entries.
-pub const MAX_CGROUPS: usize = 16;
+use crate::bpf::abi::{self, read_plain};
+use crate::bpf::maps::{self, TargetFrom};
+use crate::bpf::shared_counters::{Session, Shared};
+use crate::bpf::skel::stat::{StatSkel, StatSkelBuilder};
+use crate::events::counting::EventSpec;
+use crate::target::cgroup::CgroupId;
 
 /// Whose counts a session keeps.
 #[derive(Debug, Clone, Default)]
@@ -101,15 +94,17 @@ impl<'obj> StatProgram<'obj> {
         scope: &Scope,
         online: &[u32],
     ) -> Result<Self> {
-        if specs.len() > MAX_EVENTS {
+        if specs.len() > abi::STAT_MAX_EVENTS {
             bail!(
-                "at most {MAX_EVENTS} events per session ({} given)",
+                "at most {} events per session ({} given)",
+                abi::STAT_MAX_EVENTS,
                 specs.len()
             );
         }
-        if scope.cgroups.len() > MAX_CGROUPS {
+        if scope.cgroups.len() > abi::STAT_MAX_CGROUPS {
             bail!(
-                "at most {MAX_CGROUPS} cgroups ({} given)",
+                "at most {} cgroups ({} given)",
+                abi::STAT_MAX_CGROUPS,
                 scope.cgroups.len()
             );
         }
@@ -241,7 +236,7 @@ impl<'obj> StatProgram<'obj> {
         for &cpu in &self.cpus {
             // args[0] marks a sync; the real tracepoint's is a bool.
             let mut ctx = [0u8; 32];
-            ctx[..8].copy_from_slice(&SYNC.to_ne_bytes());
+            ctx[..8].copy_from_slice(&abi::STAT_SYNC.to_ne_bytes());
             let input = ProgramInput {
                 context_in: Some(&mut ctx),
                 cpu,
@@ -267,7 +262,7 @@ impl<'obj> StatProgram<'obj> {
                     counts.push(None);
                     continue;
                 };
-                let key = (block as u32 * MAX_EVENTS as u32 + slot).to_ne_bytes();
+                let key = (block as u32 * abi::STAT_MAX_EVENTS as u32 + slot).to_ne_bytes();
                 let per_cpu = self
                     .skel
                     .maps
@@ -275,13 +270,13 @@ impl<'obj> StatProgram<'obj> {
                     .lookup_percpu(&key, MapFlags::ANY)?
                     .unwrap_or_default();
                 let mut r = Reading::default();
-                for v in per_cpu {
-                    let word = |i: usize| {
-                        u64::from_ne_bytes(v[i * 8..i * 8 + 8].try_into().unwrap_or_default())
-                    };
-                    r.counter += word(0);
-                    r.enabled += word(1);
-                    r.running += word(2);
+                for v in per_cpu
+                    .iter()
+                    .filter_map(|v| read_plain::<abi::stat_value>(v))
+                {
+                    r.counter += v.counter;
+                    r.enabled += v.enabled;
+                    r.running += v.running;
                 }
                 counts.push(Some(r));
             }

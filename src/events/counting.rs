@@ -8,7 +8,7 @@ use std::os::fd::OwnedFd;
 use anyhow::{bail, Result};
 use perf_event_open_sys::bindings as pb;
 
-use crate::events;
+use crate::events::sampling;
 
 /// One event to count, as the user named it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,10 +191,10 @@ impl EventSpec {
 
     /// Opens a counting (not sampling) event on `cpu` for every task.
     pub fn open_on_cpu(&self, cpu: u32) -> io::Result<OwnedFd> {
-        let mut attr = events::base_attr(self.type_, self.config);
+        let mut attr = sampling::base_attr(self.type_, self.config);
         attr.set_exclude_user(self.exclude_user as u64);
         attr.set_exclude_kernel(self.exclude_kernel as u64);
-        events::open(&mut attr, -1, cpu as i32)
+        sampling::open(&mut attr, -1, cpu as i32)
     }
 
     /// Whether the counts are nanoseconds (shown as msec).

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::bpf::profile::{Mode, ProfileOptions};
 use crate::cli::ProfileArgs;
-use crate::events::{self, Event, Rate};
+use crate::events::sampling::{self, Event, Rate};
 use crate::filter::Term;
 use crate::output::folded;
-use crate::programs::{Mode, ProfileOptions};
 use crate::target::{self, Target};
 
 /// Frequency when neither -F nor -c is given (profile.py's default).
@@ -49,7 +49,7 @@ pub struct Settings {
     /// Cap on a perf map or jitdump read (`--max-perf-map-size`).
     pub max_perf_map_size: u64,
     /// How frames without a symbol are shown (`--unknown-as-module`).
-    pub unknown_style: crate::symbols::UnknownStyle,
+    pub unknown_style: crate::symbolize::UnknownStyle,
 }
 
 fn parse_u64(s: &str, what: &str) -> Result<u64> {
@@ -61,7 +61,7 @@ fn parse_u64(s: &str, what: &str) -> Result<u64> {
 impl Settings {
     /// Checks the command line; every error is one line for the user.
     pub fn from_cli(cli: ProfileArgs) -> Result<Settings> {
-        let online = events::online_cpus().context("reading the online CPUs")?;
+        let online = sampling::online_cpus().context("reading the online CPUs")?;
         let mut target = Target::default();
         if let Some(c) = &cli.cpu {
             target.cpus = target::parse_cpu_list(c)?;
@@ -203,7 +203,7 @@ impl Settings {
         let filter_entries = if filter.is_empty() {
             Vec::new()
         } else {
-            crate::programs::compile_filter(&filter)?
+            crate::bpf::profile::compile_filter(&filter)?
         };
         let max_perf_map_size = parse_u64(&cli.max_perf_map_size, "--max-perf-map-size")?;
         let kernel_stacks = !cli.user_stacks_only;
@@ -243,9 +243,9 @@ impl Settings {
             counts: !cli.no_counts,
             max_perf_map_size,
             unknown_style: if cli.unknown_as_module {
-                crate::symbols::UnknownStyle::Module
+                crate::symbolize::UnknownStyle::Module
             } else {
-                crate::symbols::UnknownStyle::Offset
+                crate::symbolize::UnknownStyle::Offset
             },
         })
     }
@@ -276,10 +276,19 @@ pub fn seconds(text: &str, what: &str, unit: f64) -> Result<Duration> {
 }
 
 /// Kernel memory one `--stack-storage-size` entry can take when every map
-/// is full: a count-map key and value, a kernel stack (127 IPs), a user
-/// stack (127 build-ID records), their dedup and cache entries, and the
-/// kernel's per-element overhead (about 64 bytes per element, five maps).
-pub const MAP_BYTES_PER_ENTRY: u64 = 48 + 1016 + 4072 + 3 * 48 + 5 * 64;
+/// is full: a count-map key and u64 value, a kernel stack, a user stack,
+/// their dedup and cache entries (about 48 bytes each), and the kernel's
+/// per-element overhead (about 64 bytes per element, five maps).
+pub const MAP_BYTES_PER_ENTRY: u64 = {
+    use crate::bpf::abi;
+    use std::mem::size_of;
+    (size_of::<abi::sample_key>()
+        + 8
+        + size_of::<abi::kern_stack>()
+        + size_of::<abi::user_stack>()
+        + 3 * 48
+        + 5 * 64) as u64
+};
 
 /// The most kernel memory bprof's maps may take: 1 GiB.
 pub const MAX_MAP_BYTES: u64 = 1 << 30;

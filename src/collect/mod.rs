@@ -17,6 +17,9 @@
 //! id still held in the kernel (an LRU cache, a blocked thread's off-CPU
 //! record) stays resolvable from the copy.
 
+pub mod sideband;
+pub mod stacks;
+
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::rc::Rc;
@@ -26,8 +29,8 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::libbpf_sys;
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 
-use crate::maps::{comm_string, parse_kernel_stack, parse_user_stack, SampleKey};
-use crate::stacks::{RawStack, Stats, UserFrame};
+use crate::bpf::maps::{comm_string, parse_kernel_stack, parse_user_stack, SampleKey};
+use crate::collect::stacks::{RawStack, Stats, UserFrame};
 
 /// A drain runs at least this often, so the kernel maps stay small.
 pub const DRAIN_EVERY: Duration = Duration::from_secs(1);
@@ -95,9 +98,6 @@ pub struct DrainStats {
     /// Distinct stack contents held in user space.
     pub contents: u64,
 }
-
-/// `enum sample_kind` in profile.h.
-const SAMPLE_OFF_CPU: u32 = 1;
 
 /// The maps a collector reads, borrowed from the loaded skeleton.
 pub struct Maps<'a> {
@@ -290,7 +290,7 @@ impl Collector {
                     key.pid
                 },
                 comm: key.comm,
-                off_cpu: key.kind == SAMPLE_OFF_CPU,
+                off_cpu: key.kind == crate::bpf::abi::SAMPLE_OFF_CPU,
                 kernel: if self.want_kernel {
                     kernel
                 } else {
@@ -470,7 +470,7 @@ fn negative(id: i32) -> Option<StackRef> {
 }
 
 fn read_key(bytes: &[u8]) -> Option<SampleKey> {
-    crate::maps::read_plain::<SampleKey>(bytes)
+    crate::bpf::abi::read_plain::<SampleKey>(bytes)
 }
 
 /// Calls `f` on every entry of a hash map, with the batch syscalls: from

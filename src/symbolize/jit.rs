@@ -18,9 +18,9 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::collect::stacks::{RawStack, UserFrame};
 use crate::fsafe::{self, Checked, Owner, Refused};
-use crate::stacks::{RawStack, UserFrame};
-use crate::{jitdump, perfmap};
+use crate::symbolize::{jitdump, perfmap};
 
 /// Default cap on a perf map or jitdump (`--max-perf-map-size`).
 pub const DEFAULT_MAX_SIZE: u64 = 64 << 20;

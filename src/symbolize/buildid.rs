@@ -6,8 +6,8 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::sideband::{Mapping, MmapIndex};
-use crate::stacks::BUILD_ID_SIZE;
+use crate::collect::sideband::{Mapping, MmapIndex};
+use crate::collect::stacks::BUILD_ID_SIZE;
 
 /// A build ID, zero-padded to the size the kernel reports.
 pub type BuildId = [u8; BUILD_ID_SIZE];
@@ -15,10 +15,10 @@ pub type BuildId = [u8; BUILD_ID_SIZE];
 /// Reads a file's build ID, padded like the kernel's.
 pub fn read(path: &Path) -> Option<BuildId> {
     // Hostile input: checked before blazesym parses it.
-    if let Err(why) = crate::elfcheck::check(path) {
+    if let Err(why) = crate::symbolize::elfcheck::check(path) {
         // Not every mapped file is ELF; only a malformed ELF is news.
-        if why != crate::elfcheck::NOT_ELF {
-            crate::symbols::note_refused(path, &why);
+        if why != crate::symbolize::elfcheck::NOT_ELF {
+            crate::symbolize::note_refused(path, &why);
         }
         return None;
     }

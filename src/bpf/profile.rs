@@ -8,13 +8,14 @@ use blazesym::symbolize::Symbolizer;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
-use crate::cgroup;
+use crate::bpf::abi::plain_bytes;
+use crate::bpf::maps::{self, TargetFrom};
+use crate::bpf::skel::profile::types::{filter_entry, filter_op, filter_term};
+use crate::bpf::skel::profile::{ProfileSkel, ProfileSkelBuilder};
+use crate::collect::stacks::{RawStack, Stats};
 use crate::collect::{self, Collector};
 use crate::filter::{self, Filter, Op, Term, Value};
-use crate::maps::{self, plain_bytes, TargetFrom};
-use crate::skel::profile::types::{filter_entry, filter_op, filter_term};
-use crate::skel::profile::{ProfileSkel, ProfileSkelBuilder};
-use crate::stacks::{RawStack, Stats};
+use crate::target::cgroup;
 
 /// How the profile program is configured before load.
 #[derive(Debug, Clone)]
@@ -329,18 +330,18 @@ impl<'obj> ProfileProgram<'obj> {
             .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
             .take_while(|&ip| ip != 0)
             .collect();
-        let names = crate::symbols::kernel_names(symbolizer, &ips);
+        let names = crate::symbolize::kernel_names(symbolizer, &ips);
         // BPF JIT images live outside the kernel text and kallsyms may not
         // name them (or name them after a nearby data symbol): a real frame
         // is in the text and not a BPF or tracing frame.
-        let text = crate::symbols::kernel_text_range();
+        let text = crate::symbolize::kernel_text_range();
         let skip = ips
             .iter()
             .zip(&names)
             .position(|(&ip, n)| {
                 text.is_none_or(|(lo, hi)| (lo..hi).contains(&ip))
                     && n.as_deref()
-                        .is_some_and(|n| !crate::symbols::is_bpf_frame(n))
+                        .is_some_and(|n| !crate::symbolize::is_bpf_frame(n))
             })
             .context(
                 "measuring the stack skip: the raw stack held only BPF frames (use --stack-skip N)",
