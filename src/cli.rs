@@ -192,6 +192,14 @@ pub struct ProfileArgs {
     #[arg(long = "pprof", value_name = "FILE")]
     pub pprof: Option<PathBuf>,
 
+    /// Write one profile every SECONDS (at least 1) for as long as bprof
+    /// runs, to files named by patterns in -o, --svg and --pprof: %t the
+    /// interval's start (UTC, 20261125T114000Z), %s the same in epoch
+    /// seconds, %n its number, %d its length in seconds, %% a '%'. E.g.
+    /// --every 10 --pprof 'out/%t.pb.gz'.
+    #[arg(long = "every", value_name = "SECONDS")]
+    pub every: Option<String>,
+
     /// Keep only samples matching FILTER, in perf's --filter language
     /// (e.g. 'tid == 1234', 'cpu == 0 || cpu == 1, period > 1000',
     /// 'ip < 0xffffffff00000000', 'cgroup == /system.slice', 'comm == bash',

@@ -408,3 +408,78 @@ fn pprof_keeps_mangled_names_and_inlined_functions() {
         raw.locations
     );
 }
+
+#[test]
+fn every_interval_gets_its_own_files_and_together_they_hold_every_sample() {
+    let _g = exclusive();
+    let dir = scratch("pprof-every");
+    let bin = fixture("work631");
+    let out = run(bprof()
+        .args(["-F", "199", "--every", "1", "--pprof"])
+        .arg(dir.join("%n-%t.pb.gz"))
+        .arg("-o")
+        .arg(dir.join("%n.folded"))
+        .arg("--")
+        .arg(&bin)
+        .arg("3.5"));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let pprofs: Vec<&String> = names.iter().filter(|n| n.ends_with(".pb.gz")).collect();
+    // 3.5 s in 1 s intervals: 4 (the last one short), maybe 5 with start-up.
+    assert!((4..=5).contains(&pprofs.len()), "{names:?}");
+    let mut total = 0;
+    let mut last_time = String::new();
+    for (i, p) in pprofs.iter().enumerate() {
+        let n = format!("{:06}", i + 1);
+        assert!(p.starts_with(&format!("{n}-2")), "{p}: %n then %t");
+        let folded =
+            parse_folded(&std::fs::read_to_string(dir.join(format!("{n}.folded"))).unwrap());
+        let raw = pprof_raw(&dir.join(p));
+        // Each interval's pprof is its folded file.
+        assert_eq!(refold(&raw, 0), folded_map(&folded), "interval {n}");
+        total += folded.iter().map(|l| l.count).sum::<u64>();
+        // Each says when it started and how long it ran, in order.
+        let text = go_pprof(&["-raw"], &dir.join(p));
+        let time = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Time: "))
+            .unwrap()
+            .to_string();
+        assert!(time > last_time, "{time} after {last_time}");
+        last_time = time;
+        let secs: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Duration: "))
+            .unwrap()
+            .trim_end_matches('.')
+            .parse()
+            .unwrap();
+        if i + 1 < pprofs.len() {
+            assert!((0.9..1.3).contains(&secs), "interval {n}: {secs} s");
+        }
+    }
+    // Together the intervals hold everything counted: nothing falls
+    // between two files.
+    assert_eq!(total, summary_count(&stderr), "{stderr}");
+    assert!(total > 500, "{total}");
+}
+
+#[test]
+fn every_needs_a_pattern_per_file() {
+    for (args, says) in [
+        (&["--every", "10", "--pprof", "a.pb.gz"][..], "its own file"),
+        (&["--every", "10", "-f"][..], "-o FILE"),
+        (&["--every", "10"][..], "writes files"),
+        (&["--every", "0.5", "-o", "%t"][..], "at least 1 second"),
+        (&["--every", "10", "-o", "%q"][..], "unknown escape"),
+    ] {
+        let out = run(bprof().args(args).arg("1"));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(assert_one_line_error(&out).contains(says), "{args:?}");
+    }
+}

@@ -378,6 +378,18 @@ impl<'obj> ProfileProgram<'obj> {
         Ok(stats)
     }
 
+    /// While recording with `--every`: drains now and returns the stacks
+    /// counted since the last interval (see `Collector::take_interval`).
+    pub fn interval(&mut self) -> Result<Vec<RawStack>> {
+        let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
+        let maps = collect::Maps {
+            count_slot: &self.skel.maps.count_slot,
+            kern_stacks: &self.skel.maps.kern_stacks,
+            user_stacks: &self.skel.maps.user_stacks,
+        };
+        self.collector.take_interval(&maps, &stats)
+    }
+
     /// After `detach`: the last drain, then the final counters (consistent
     /// with it, see `Collector::finish`) and every aggregated stack.
     pub fn finish(&mut self) -> Result<(Stats, Vec<RawStack>)> {

@@ -20,6 +20,7 @@ use crate::events::sampling::{self, Event};
 use crate::output::file::OutputFile;
 use crate::output::stat::thousands;
 use crate::output::{folded, pprof, report, svg};
+use crate::session::periodic;
 pub use crate::session::settings::Settings;
 use crate::session::signals;
 use crate::symbolize::{self, SymbolStats};
@@ -38,21 +39,20 @@ pub struct Outcome {
 pub fn run(settings: Settings) -> Result<Outcome> {
     crate::bpf::preflight::check()?;
     // Prepared up front, so an unwritable path fails before the profile.
-    let folded_file = settings
-        .folded_file
-        .as_deref()
-        .map(OutputFile::create)
-        .transpose()?;
-    let svg_file = settings
-        .svg
-        .as_deref()
-        .map(OutputFile::create)
-        .transpose()?;
-    let pprof_file = settings
-        .pprof
-        .as_deref()
-        .map(OutputFile::create)
-        .transpose()?;
+    // Periodic outputs are patterns: one file per interval, each checked
+    // now by preparing (and dropping) the first interval's.
+    let prepare = |p: &Option<std::path::PathBuf>| -> Result<Option<OutputFile>> {
+        let Some(p) = p else { return Ok(None) };
+        if settings.every.is_some() {
+            let first = periodic::expand(p, SystemTime::now(), 1, Duration::ZERO);
+            OutputFile::create(&first)?;
+            return Ok(None);
+        }
+        OutputFile::create(p).map(Some)
+    };
+    let folded_file = prepare(&settings.folded_file)?;
+    let svg_file = prepare(&settings.svg)?;
+    let pprof_file = prepare(&settings.pprof)?;
     let cpus = if settings.target.cpus.is_empty() {
         sampling::online_cpus()?
     } else {
@@ -148,6 +148,9 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     signals::install();
     let started = Instant::now();
     let started_at = SystemTime::now();
+    let mut periodic = settings
+        .every
+        .map(|every| periodic::Periodic::new(every, started, started_at));
     if let Some(c) = child.as_mut() {
         c.start()?;
     }
@@ -175,6 +178,17 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         }
         if settings.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
+        }
+        if let Some(p) = periodic.as_mut().filter(|p| p.due(Instant::now())) {
+            let raw = prog.interval()?;
+            p.write(
+                &settings,
+                event,
+                &symbolizer,
+                &mut sideband.index,
+                raw,
+                Instant::now(),
+            )?;
         }
         // Drains the kernel maps before they fill; also the progress count.
         let samples = prog.tick().map(|s| s.counted).unwrap_or(0);
@@ -205,7 +219,18 @@ pub fn run(settings: Settings) -> Result<Outcome> {
 
     // Maps → stacks.
     let t_end = Instant::now();
-    let (stats, raw) = prog.finish()?;
+    let (stats, mut raw) = prog.finish()?;
+    if let Some(p) = periodic.as_mut() {
+        // The last interval, however short.
+        p.write(
+            &settings,
+            event,
+            &symbolizer,
+            &mut sideband.index,
+            std::mem::take(&mut raw),
+            t_end,
+        )?;
+    }
     let drains = prog.collector.stats;
     let drained_total = prog.collector.total();
     drop(prog);
@@ -217,7 +242,14 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         symbolize::symbolize_frames(&symbolizer, &raw, &sideband.index, settings.unknown_style);
     let t_sym = Instant::now();
     let lines = folded::lines(&stacks, &settings.folded);
-    let mismatch = crate::collect::check_totals(&stats, drained_total, &lines);
+    let mismatch = match &periodic {
+        Some(p) => crate::collect::check_totals(&stats, drained_total, &[(String::new(), p.total)]),
+        None => crate::collect::check_totals(&stats, drained_total, &lines),
+    };
+    let (unique, sym_stats) = match &periodic {
+        Some(p) => (p.stacks, p.sym),
+        None => (stacks.len(), sym_stats),
+    };
     if settings.verbose {
         let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;
         eprintln!(
@@ -312,10 +344,20 @@ pub fn run(settings: Settings) -> Result<Outcome> {
             refused.len()
         );
     }
+    if let Some(p) = &periodic {
+        eprintln!(
+            "bprof: {} files written{}",
+            p.files,
+            match p.empty {
+                0 => String::new(),
+                n => format!("; {n} intervals had no samples and no files"),
+            }
+        );
+    }
     summary(
         &stats,
         &sym_stats,
-        stacks.len(),
+        unique,
         sideband.index.lost,
         event,
         &settings,
@@ -360,7 +402,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
 }
 
 /// What a pprof file says about the profile besides its stacks.
-fn pprof_meta(
+pub(crate) fn pprof_meta(
     settings: &Settings,
     event: Event,
     start: SystemTime,

@@ -42,6 +42,8 @@ pub struct Settings {
     pub svg: Option<PathBuf>,
     /// Write a pprof profile here.
     pub pprof: Option<PathBuf>,
+    /// `--every`: one set of output files per interval.
+    pub every: Option<Duration>,
     /// Extra detail on stderr.
     pub verbose: bool,
     /// Count the target's cycles and instructions through the shared counters.
@@ -187,6 +189,29 @@ impl Settings {
                 }
             }
         }
+        let every = match &cli.every {
+            None => None,
+            Some(text) => {
+                let d = seconds(text, "--every", 1.0)?;
+                if d < Duration::from_secs(1) {
+                    bail!("invalid --every '{text}': at least 1 second");
+                }
+                if cli.folded && cli.output.is_none() {
+                    bail!("--every writes files: give -o FILE (with %t) instead of -f");
+                }
+                let mut any = false;
+                for (name, p) in named {
+                    if let Some(p) = p {
+                        crate::session::periodic::check_pattern(name, p)?;
+                        any = true;
+                    }
+                }
+                if !any {
+                    bail!("--every writes files: give -o, --svg or --pprof with a pattern such as 'out/%t.pb.gz'");
+                }
+                Some(d)
+            }
+        };
         let filter = crate::filter::parse_all(&cli.filter)?;
         if mode.off_cpu() {
             // Off-CPU time has no sampled ip or period.
@@ -239,6 +264,7 @@ impl Settings {
             folded_file: cli.output,
             svg: cli.svg,
             pprof: cli.pprof,
+            every,
             verbose: cli.verbose > 0,
             counts: !cli.no_counts,
             max_perf_map_size,
