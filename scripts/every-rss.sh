@@ -2,40 +2,57 @@
 # Periodic-profile memory benchmark (as root): a shortened stand-in for an
 # hour of `bprof --every 10`, sampling bprof's RSS to show it stays flat.
 #
-#   scripts/every-rss.sh [SECONDS] [EVERY]     (default 600 and 10)
+#   scripts/every-rss.sh [SECONDS] [EVERY] [DEPTH]   (default 600, 10, 10)
 #
 # bprof profiles system-wide at 999 Hz, writing a pprof and a folded file
-# per interval, while fixtures/manystacks.c walks random paths of a 2^15-path
-# call tree and replaces its thread every second (new count-map keys all the
-# time, and thread ids kept: pprof output has a tid label). Every 5 s the
-# script samples bprof's VmRSS. It reports the RSS after the first minute and
-# at the end, the growth between them per hour, and checks that the
-# intervals add up to what bprof counted. Results go to stdout and
-# target/every-rss/.
+# per interval, while fixtures/manystacks.c walks random paths of a
+# 2^DEPTH-path call tree and replaces its thread every second (new count-map
+# keys all the time, and thread ids kept: pprof output has a tid label), and
+# a new short-lived process (fixtures/shortlived.c) starts every 0.2 s (new
+# pids, new mappings). Every 5 s the script samples bprof's VmRSS. It reports
+# the RSS after the first minute and at the end, the growth between them per
+# hour, and checks that the intervals add up to what bprof counted. Results
+# go to stdout and target/every-rss/.
+#
+# DEPTH bounds the distinct stacks: bprof keeps each distinct stack content
+# for the whole run (the kernel may name it again), so with DEPTH 15 memory
+# grows until the tree's ~2^15 paths (times their leaf addresses) have all
+# been seen; that is the workload's size, not the run's length.
 set -eu
 secs=${1:-600}
 every=${2:-10}
+depth=${3:-10}
 cd "$(dirname "$0")/.."
 out=target/every-rss
 rm -rf "$out"
 mkdir -p "$out/files"
 cargo build --release -q
 gcc -O1 -g -fno-omit-frame-pointer -pthread -o "$out/fx_manystacks" fixtures/manystacks.c
+gcc -O1 -g -fno-omit-frame-pointer -o "$out/fx_shortlived" fixtures/shortlived.c
 
-"$out/fx_manystacks" "$((secs + 5))" 1 15 1000 &
+"$out/fx_manystacks" "$((secs + 5))" 1 "$depth" 1000 &
 work=$!
+end=$(($(date +%s) + secs + 5))
+(while [ "$(date +%s)" -lt "$end" ]; do "$out/fx_shortlived"; sleep 0.2; done) &
+churn=$!
 target/release/bprof -v -F 999 --every "$every" --pprof "$out/files/%n.pb.gz" \
 	-o "$out/files/%n.folded" "$secs" 2>"$out/stderr.txt" &
 bprof=$!
+clk=$(getconf CLK_TCK)
 : >"$out/rss.tsv"
 start=$(date +%s)
-while kill -0 "$bprof" 2>/dev/null; do
+# Until bprof exits (a zombie still answers kill -0: read its state).
+while grep -q '^State:[^Z]*$' "/proc/$bprof/status" 2>/dev/null; do
 	rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$bprof/status" 2>/dev/null || true)
+	# utime + stime so far (fields 14, 15 after the comm).
+	cpu=$(sed 's/.*) //' "/proc/$bprof/stat" 2>/dev/null | awk -v c="$clk" '{printf "%.1f", ($12 + $13) / c}' || true)
+	[ -n "$cpu" ] && echo "$cpu" >"$out/cpu.txt"
 	[ -n "$rss" ] && printf '%s\t%s\n' "$(($(date +%s) - start))" "$rss" >>"$out/rss.tsv"
 	sleep 5
 done
-wait "$bprof" || { echo "bprof failed:"; tail -5 "$out/stderr.txt"; kill "$work" 2>/dev/null; exit 1; }
-kill "$work" 2>/dev/null || true
+wait "$bprof" || { echo "bprof failed:"; tail -5 "$out/stderr.txt"; kill "$work" "$churn" 2>/dev/null; exit 1; }
+kill "$work" "$churn" 2>/dev/null || true
+wait 2>/dev/null || true
 
 summary=$(grep ' unique stacks' "$out/stderr.txt")
 samples=$(echo "$summary" | sed 's/^bprof: \([0-9]*\) samples.*/\1/')
@@ -45,6 +62,7 @@ files=$(ls "$out"/files/*.pb.gz | wc -l)
 echo "$summary"
 grep -E ' files written| drains read ' "$out/stderr.txt" || true
 echo "intervals: $files pprof files; folded total $folded, samples $samples, lost $lost"
+echo "bprof CPU: $(cat "$out/cpu.txt") s over $secs s"
 # RSS (KiB) at the first sample past 60 s, at the end, and the maximum.
 awk -v secs="$secs" '
 	$1 >= 60 && first == "" { first = $2; t0 = $1 }

@@ -282,7 +282,8 @@ fn pprof_of_a_known_workload_reads_back_as_its_folded_stacks() {
     assert_eq!(refold(&raw, 0), folded);
     let total: u64 = folded.values().sum();
     assert_eq!(total, summary_count(&stderr), "{stderr}");
-    assert!(total > 300, "{total} samples of 2 s at 199 Hz");
+    // Not 398: the fixture shares 2 CPUs with whatever else runs.
+    assert!(total > 100, "{total} samples of 2 s at 199 Hz");
     // Each sample's CPU time is its period (1/199 s).
     assert_eq!(raw.period, 1_000_000_000 / 199);
     for (v, _, _) in &raw.samples {

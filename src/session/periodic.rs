@@ -8,7 +8,13 @@
 //! `20261125T114000Z`), `%s` the same in seconds since the epoch, `%n` the
 //! interval's number (from 1, six digits), `%d` its length in seconds, `%%`
 //! a `%`. pprof files also carry their start and duration inside.
+//!
+//! What user space remembers across intervals is bounded too: the
+//! symbolizer (which caches every file it parsed) is renewed every
+//! [`SYMBOLIZER_LIFE`], and the side band's mappings of processes that have
+//! exited are forgotten once their last samples were written.
 
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -26,6 +32,11 @@ use crate::output::file::OutputFile;
 use crate::output::{folded, pprof, svg};
 use crate::session::settings::Settings;
 use crate::symbolize::{self, SymbolStats};
+
+/// How long one symbolizer (and its cache of parsed files) serves periodic
+/// profiles before a fresh one replaces it: on a machine that keeps
+/// starting new binaries its cache would otherwise grow for the whole run.
+pub const SYMBOLIZER_LIFE: Duration = Duration::from_secs(60);
 
 /// The start of an interval as `%t` writes it: ISO 8601 basic format, UTC.
 pub fn compact_time(t: SystemTime) -> String {
@@ -113,6 +124,10 @@ pub struct Periodic {
     pub stacks: usize,
     /// Symbolization, summed over intervals.
     pub sym: SymbolStats,
+    /// The symbolizer, and when it was made.
+    symbolizer: Option<(Symbolizer, Instant)>,
+    /// Processes already gone at the end of the last interval.
+    gone: HashSet<u32>,
 }
 
 impl Periodic {
@@ -130,6 +145,8 @@ impl Periodic {
             total: 0,
             stacks: 0,
             sym: SymbolStats::default(),
+            symbolizer: None,
+            gone: HashSet::new(),
         }
     }
 
@@ -146,7 +163,6 @@ impl Periodic {
         &mut self,
         settings: &Settings,
         event: Event,
-        symbolizer: &Symbolizer,
         index: &mut MmapIndex,
         raw: Vec<RawStack>,
         now: Instant,
@@ -161,10 +177,23 @@ impl Periodic {
         self.from = now;
         self.from_at = start + length;
 
+        if self
+            .symbolizer
+            .as_ref()
+            .is_none_or(|(_, made)| made.elapsed() >= SYMBOLIZER_LIFE)
+        {
+            self.symbolizer = None;
+            let fresh = symbolize::symbolizer_with(settings.pprof.is_some());
+            self.symbolizer = Some((fresh, Instant::now()));
+        }
+        let Some((symbolizer, _)) = &self.symbolizer else {
+            unreachable!("made above")
+        };
         index.jit.prepare(&raw);
         let (stacks, sym, frames) =
             symbolize::symbolize_frames(symbolizer, &raw, index, settings.unknown_style);
         drop(raw);
+        forget_gone(index, &mut self.gone);
         let lines = folded::lines(&stacks, &settings.folded);
         let total: u64 = lines.iter().map(|(_, c)| c).sum();
         self.total += total;
@@ -217,6 +246,28 @@ impl Periodic {
         }
         Ok(())
     }
+}
+
+/// Forgets the mappings of processes that were gone at the end of the last
+/// interval too: their samples were counted before they exited, so by now
+/// (one drain later) every one of them has been written.
+fn forget_gone(index: &mut MmapIndex, gone: &mut HashSet<u32>) {
+    let mut pids: HashSet<u32> = index.without_build_id.iter().map(|m| m.pid).collect();
+    pids.extend(index.by_build_id.values().flatten().map(|m| m.pid));
+    let now_gone: HashSet<u32> = pids
+        .into_iter()
+        .filter(|&p| !crate::target::alive(p))
+        .collect();
+    // Gone at both ends: not a reused pid's new process.
+    let forget: HashSet<u32> = now_gone.intersection(gone).copied().collect();
+    if !forget.is_empty() {
+        index.without_build_id.retain(|m| !forget.contains(&m.pid));
+        index.by_build_id.retain(|_, ms| {
+            ms.retain(|m| !forget.contains(&m.pid));
+            !ms.is_empty()
+        });
+    }
+    *gone = now_gone;
 }
 
 #[cfg(test)]

@@ -181,14 +181,7 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         }
         if let Some(p) = periodic.as_mut().filter(|p| p.due(Instant::now())) {
             let raw = prog.interval()?;
-            p.write(
-                &settings,
-                event,
-                &symbolizer,
-                &mut sideband.index,
-                raw,
-                Instant::now(),
-            )?;
+            p.write(&settings, event, &mut sideband.index, raw, Instant::now())?;
         }
         // Drains the kernel maps before they fill; also the progress count.
         let samples = prog.tick().map(|s| s.counted).unwrap_or(0);
@@ -225,7 +218,6 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         p.write(
             &settings,
             event,
-            &symbolizer,
             &mut sideband.index,
             std::mem::take(&mut raw),
             t_end,
