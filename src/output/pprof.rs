@@ -743,4 +743,36 @@ mod tests {
             "nanoseconds"
         );
     }
+
+    #[test]
+    fn hardware_events_count_events_only_with_a_fixed_period() {
+        let (stacks, frames) = sample_frames();
+        let meta = |period| Meta {
+            kind: Kind::Events {
+                event: "cycles".into(),
+                period,
+            },
+            start: UNIX_EPOCH,
+            duration: Duration::from_secs(1),
+            comments: vec![],
+            kernel_build_id: None,
+        };
+        let fixed = build(
+            &stacks,
+            &frames,
+            &FoldedOptions::default(),
+            &meta(Some(1000)),
+        );
+        let types: Vec<&str> = fixed
+            .sample_type
+            .iter()
+            .map(|t| fixed.string_table[t.r#type as usize].as_str())
+            .collect();
+        assert_eq!(types, ["samples", "cycles"]);
+        assert_eq!(fixed.sample[0].value, [3, 3000]);
+        // At a frequency the kernel varies the period: only samples.
+        let freq = build(&stacks, &frames, &FoldedOptions::default(), &meta(None));
+        assert_eq!(freq.sample_type.len(), 1);
+        assert_eq!(freq.sample[0].value, [3]);
+    }
 }
