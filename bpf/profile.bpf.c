@@ -465,7 +465,7 @@ int do_sample(struct bpf_perf_event_data *ctx)
 		}
 	}
 	key.tgid = tgid;
-	key.pid = pid;
+	key.tid = pid;
 	key.kind = SAMPLE_ON_CPU;
 	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, &key.kern_stack_id, &key.user_stack_id);
 	/* --wall counts time: a cpu-clock sample's period is its nanoseconds. */
@@ -536,7 +536,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 			return 0;
 		}
 		key.tgid = next->tgid;
-		key.pid = next->pid;
+		key.tid = next->pid;
 		bpf_probe_read_kernel_str(key.comm, sizeof(key.comm), next->comm);
 		key.kern_stack_id = start->kern_stack_id;
 		key.user_stack_id = start->user_stack_id;

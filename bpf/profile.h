@@ -21,7 +21,7 @@ enum profile_limits {
 /* One key of the in-kernel count map: a thread and the two stacks it was in. */
 struct sample_key {
 	__u32 tgid;
-	__u32 pid;
+	__u32 tid; /* thread id (the kernel's task pid) */
 	/* Ids into kern_stacks / user_stacks; negative when not taken or lost. */
 	__s32 kern_stack_id;
 	__s32 user_stack_id;

@@ -4,15 +4,17 @@
 #
 #   scripts/every-rss.sh [SECONDS] [EVERY] [DEPTH]   (default 600, 10, 10)
 #
-# bprof profiles system-wide at 999 Hz, writing a pprof and a folded file
-# per interval, while fixtures/manystacks.c walks random paths of a
+# bprof profiles a workload at 999 Hz, writing a pprof and a folded file per
+# interval. In the workload, fixtures/manystacks.c walks random paths of a
 # 2^DEPTH-path call tree and replaces its thread every second (new count-map
 # keys all the time, and thread ids kept: pprof output has a tid label), and
 # a new short-lived process (fixtures/shortlived.c) starts every 0.2 s (new
-# pids, new mappings). Every 5 s the script samples bprof's VmRSS. It reports
-# the RSS after the first minute and at the end, the growth between them per
-# hour, and checks that the intervals add up to what bprof counted. Results
-# go to stdout and target/every-rss/.
+# pids, new mappings). SCOPE=-a profiles the whole machine instead (then
+# RSS also depends on what else runs). Every 5 s the script samples bprof's
+# VmRSS. It reports the RSS after two minutes and at the end, the
+# growth between them per hour, bprof's CPU time, and checks that the
+# intervals add up to what bprof counted. Results go to stdout and
+# target/every-rss/.
 #
 # DEPTH bounds the distinct stacks: bprof keeps each distinct stack content
 # for the whole run (the kernel may name it again), so with DEPTH 15 memory
@@ -30,13 +32,25 @@ cargo build --release -q
 gcc -O1 -g -fno-omit-frame-pointer -pthread -o "$out/fx_manystacks" fixtures/manystacks.c
 gcc -O1 -g -fno-omit-frame-pointer -o "$out/fx_shortlived" fixtures/shortlived.c
 
+# The workload runs as bprof's COMMAND (its whole process tree is
+# profiled, nothing else), or beside a system-wide bprof with SCOPE=-a.
+cat >"$out/workload.sh" <<WORKLOAD
+trap 'pkill -P \$\$; exit 0' TERM
 "$out/fx_manystacks" "$((secs + 5))" 1 "$depth" 1000 &
-work=$!
-end=$(($(date +%s) + secs + 5))
-(while [ "$(date +%s)" -lt "$end" ]; do "$out/fx_shortlived"; sleep 0.2; done) &
-churn=$!
+end=\$((\$(date +%s) + $secs + 5))
+while [ "\$(date +%s)" -lt "\$end" ]; do "$out/fx_shortlived"; sleep 0.2; done
+wait
+WORKLOAD
+if [ "${SCOPE:-}" = "-a" ]; then
+	sh "$out/workload.sh" &
+	work=$!
+	set -- "$secs"
+else
+	work=
+	set -- "$secs" -- sh "$out/workload.sh"
+fi
 target/release/bprof -v -F 999 --every "$every" --pprof "$out/files/%n.pb.gz" \
-	-o "$out/files/%n.folded" "$secs" 2>"$out/stderr.txt" &
+	-o "$out/files/%n.folded" "$@" 2>"$out/stderr.txt" &
 bprof=$!
 clk=$(getconf CLK_TCK)
 : >"$out/rss.tsv"
@@ -50,9 +64,17 @@ while grep -q '^State:[^Z]*$' "/proc/$bprof/status" 2>/dev/null; do
 	[ -n "$rss" ] && printf '%s\t%s\n' "$(($(date +%s) - start))" "$rss" >>"$out/rss.tsv"
 	sleep 5
 done
-wait "$bprof" || { echo "bprof failed:"; tail -5 "$out/stderr.txt"; kill "$work" "$churn" 2>/dev/null; exit 1; }
-kill "$work" "$churn" 2>/dev/null || true
-wait 2>/dev/null || true
+status=0
+wait "$bprof" || status=$?
+if [ -n "$work" ]; then
+	pkill -P "$work" 2>/dev/null || true
+	kill "$work" 2>/dev/null || true
+	wait 2>/dev/null || true
+fi
+# A command stopped at the end of DURATION exits with its signal's status.
+if ! grep -q ' unique stacks' "$out/stderr.txt"; then
+	echo "bprof failed ($status):"; tail -5 "$out/stderr.txt"; exit 1
+fi
 
 summary=$(grep ' unique stacks' "$out/stderr.txt")
 samples=$(echo "$summary" | sed 's/^bprof: \([0-9]*\) samples.*/\1/')
@@ -63,9 +85,10 @@ echo "$summary"
 grep -E ' files written| drains read ' "$out/stderr.txt" || true
 echo "intervals: $files pprof files; folded total $folded, samples $samples, lost $lost"
 echo "bprof CPU: $(cat "$out/cpu.txt") s over $secs s"
-# RSS (KiB) at the first sample past 60 s, at the end, and the maximum.
+# RSS (KiB) at the first sample past 120 s (two symbolizer lives: the
+# first minute parses every file once), at the end, and the maximum.
 awk -v secs="$secs" '
-	$1 >= 60 && first == "" { first = $2; t0 = $1 }
+	$1 >= 120 && first == "" { first = $2; t0 = $1 }
 	{ last = $2; t1 = $1; if ($2 > max) max = $2 }
 	END {
 		printf "bprof RSS: %.1f MiB at %d s, %.1f MiB at %d s, max %.1f MiB", first / 1024, t0, last / 1024, t1, max / 1024

@@ -12,8 +12,6 @@
 //! the side band's mappings and the symbolizer. Everything else is crate
 //! internal.
 
-#![warn(missing_docs)]
-
 pub(crate) mod bpf;
 pub(crate) mod cli;
 pub mod collect;

@@ -46,28 +46,7 @@ pub struct ProfileOptions {
     pub max_block_ns: u64,
 }
 
-/// What a session counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Timed samples of running threads (the default).
-    OnCpu,
-    /// Microseconds threads spent blocked (`--off-cpu`).
-    OffCpu,
-    /// Both, in microseconds: on-CPU time plus all switched-out time (`--wall`).
-    Wall,
-}
-
-impl Mode {
-    /// Whether perf_event samples are taken.
-    pub fn on_cpu(self) -> bool {
-        self != Mode::OffCpu
-    }
-
-    /// Whether switched-out time is counted.
-    pub fn off_cpu(self) -> bool {
-        self != Mode::OnCpu
-    }
-}
+pub(crate) use crate::events::Mode;
 
 /// Encodes a parsed filter as the map entries profile.bpf.c walks:
 /// single tests stand alone, OR groups are bracketed by GROUP_BEGIN/END.
@@ -120,7 +99,7 @@ pub fn compile_filter(f: &Filter) -> Result<Vec<filter_entry>> {
                         *d = *s as i8;
                     }
                 }
-                Value::Mode(m) => e.value = u64::from(*m == filter::Mode::Kernel),
+                Value::Mode(m) => e.value = u64::from(*m == filter::CpuMode::Kernel),
             }
             out.push(e);
         }

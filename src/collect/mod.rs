@@ -50,7 +50,7 @@ enum StackRef {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct AggKey {
     tgid: u32,
-    pid: u32,
+    tid: u32,
     comm: [i8; 16],
     off_cpu: bool,
     kernel: StackRef,
@@ -287,10 +287,10 @@ impl Collector {
             };
             let k = AggKey {
                 tgid: key.tgid,
-                pid: if self.merge_threads {
+                tid: if self.merge_threads {
                     key.tgid
                 } else {
-                    key.pid
+                    key.tid
                 },
                 comm: key.comm,
                 off_cpu: key.kind == crate::bpf::abi::SAMPLE_OFF_CPU,
@@ -408,7 +408,7 @@ impl Collector {
             .iter()
             .map(|(k, &count)| RawStack {
                 tgid: k.tgid,
-                pid: k.pid,
+                tid: k.tid,
                 comm: comm_string(&k.comm),
                 kernel: match k.kernel {
                     StackRef::Content(c) => kernel[c as usize].to_vec(),

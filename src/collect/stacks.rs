@@ -25,7 +25,7 @@ pub struct RawStack {
     /// Process id.
     pub tgid: u32,
     /// Thread id.
-    pub pid: u32,
+    pub tid: u32,
     /// Thread name at the time of the sample.
     pub comm: String,
     /// Kernel frames, leaf first.

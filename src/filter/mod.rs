@@ -131,18 +131,18 @@ impl fmt::Display for Op {
 
 /// User or kernel mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mode {
+pub enum CpuMode {
     /// The sample hit user code.
     User,
     /// The sample hit kernel code.
     Kernel,
 }
 
-impl fmt::Display for Mode {
+impl fmt::Display for CpuMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Mode::User => "user",
-            Mode::Kernel => "kernel",
+            CpuMode::User => "user",
+            CpuMode::Kernel => "kernel",
         })
     }
 }
@@ -157,7 +157,7 @@ pub enum Value {
     /// A thread name, NUL-padded as the kernel stores it.
     Comm([u8; 16]),
     /// A mode.
-    Mode(Mode),
+    Mode(CpuMode),
 }
 
 /// One test: `term op value`.

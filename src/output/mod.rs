@@ -5,4 +5,8 @@ pub mod folded;
 pub mod pprof;
 pub mod report;
 pub mod stat;
+pub(crate) mod summary;
+
+#[cfg(test)]
+mod golden;
 pub mod svg;

@@ -494,7 +494,7 @@ pub fn build(stacks: &[Stack], frames: &Frames, opts: &FoldedOptions, meta: &Met
                 },
                 Label {
                     key: k_tid,
-                    num: i64::from(s.pid),
+                    num: i64::from(s.tid),
                     ..Default::default()
                 },
                 Label {
@@ -601,7 +601,7 @@ mod tests {
         };
         let stack = |kernel_locs: Vec<u32>, user_locs: Vec<u32>, off_cpu, count| Stack {
             tgid: 10,
-            pid: 11,
+            tid: 11,
             comm: "app".into(),
             kernel: vec![],
             user: vec![],

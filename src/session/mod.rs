@@ -3,6 +3,7 @@
 
 pub(crate) mod periodic;
 pub(crate) mod profile;
+pub(crate) mod runner;
 pub(crate) mod settings;
 pub(crate) mod signals;
 pub(crate) mod stat;
@@ -33,14 +34,14 @@ pub fn run() -> ExitCode {
     };
     if let Some(cli::Sub::Stat(args)) = cli.sub {
         bpf::profile::init_libbpf_logging(args.verbose > 1);
-        return match stat::Settings::from_args(args) {
+        return match stat::StatSettings::from_args(args) {
             Ok(s) => finish(stat::run(s)),
             Err(e) => usage_error(e),
         };
     }
     let cli = cli.profile;
     bpf::profile::init_libbpf_logging(cli.verbose > 1);
-    let settings = match profile::Settings::from_cli(cli) {
+    let settings = match profile::ProfileSettings::from_cli(cli) {
         Ok(s) => s,
         Err(e) => return usage_error(e),
     };

@@ -30,7 +30,7 @@ use crate::collect::stacks::RawStack;
 use crate::events::sampling::Event;
 use crate::output::file::OutputFile;
 use crate::output::{folded, pprof, svg};
-use crate::session::settings::Settings;
+use crate::session::settings::ProfileSettings;
 use crate::symbolize::{self, SymbolStats};
 
 /// How long one symbolizer (and its cache of parsed files) serves periodic
@@ -161,7 +161,7 @@ impl Periodic {
     /// symbolizes them and writes its files.
     pub fn write(
         &mut self,
-        settings: &Settings,
+        settings: &ProfileSettings,
         event: Event,
         index: &mut MmapIndex,
         raw: Vec<RawStack>,

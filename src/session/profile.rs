@@ -1,30 +1,30 @@
 //! One profiling session, stage by stage: target and events → BPF programs →
 //! maps → stacks → symbols → outputs.
 
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, IsTerminal};
 use std::mem::MaybeUninit;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
+use blazesym::symbolize::Symbolizer;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::bpf::counting::{Scope, StatProgram};
 use crate::bpf::maps::TargetFrom;
-use crate::bpf::profile::{Mode, ProfileProgram};
+use crate::bpf::profile::ProfileProgram;
 use crate::bpf::shared_counters::{Shared, DEFAULT_PIN_DIR};
 use crate::collect::sideband::Sideband;
-use crate::collect::stacks::Stats;
 use crate::events::counting::EventSpec;
 use crate::events::sampling::{self, Event};
 use crate::output::file::OutputFile;
-use crate::output::stat::thousands;
+use crate::output::stat::cycles_text;
+use crate::output::summary::Summary;
 use crate::output::{folded, pprof, report, svg};
-use crate::session::periodic;
-pub use crate::session::settings::Settings;
-use crate::session::signals;
-use crate::symbolize::{self, SymbolStats};
-use crate::target::Child;
+use crate::session::periodic::{self, Periodic};
+use crate::session::runner::{self, End, Runner};
+pub use crate::session::settings::ProfileSettings;
+use crate::symbolize;
 
 const TICK: Duration = Duration::from_millis(100);
 
@@ -35,24 +35,56 @@ pub struct Outcome {
     pub exit_code: i32,
 }
 
+/// The output files, created before the profile so an unwritable path fails
+/// before anything is recorded.
+struct Files {
+    folded: Option<OutputFile>,
+    svg: Option<OutputFile>,
+    pprof: Option<OutputFile>,
+    stats_json: Option<OutputFile>,
+}
+
+impl Files {
+    fn create(settings: &ProfileSettings) -> Result<Files> {
+        let create =
+            |p: &Option<std::path::PathBuf>| p.as_deref().map(OutputFile::create).transpose();
+        // Periodic outputs are patterns, one file per interval: each is
+        // checked now by preparing (and dropping) the first interval's.
+        let pattern = |p: &Option<std::path::PathBuf>| -> Result<Option<OutputFile>> {
+            if settings.every.is_none() {
+                return create(p);
+            }
+            if let Some(p) = p {
+                OutputFile::create(&periodic::expand(p, SystemTime::now(), 1, Duration::ZERO))?;
+            }
+            Ok(None)
+        };
+        Ok(Files {
+            folded: pattern(&settings.folded_file)?,
+            svg: pattern(&settings.svg)?,
+            pprof: pattern(&settings.pprof)?,
+            stats_json: create(&settings.stats_json)?,
+        })
+    }
+}
+
+/// What recording produced, before maps are read.
+struct Recorded {
+    end: End,
+    elapsed: Duration,
+    event: Event,
+    counts: Option<String>,
+    status: Option<crate::target::ExitStatus>,
+    /// When recording started (the pprof files' start time).
+    started_at: SystemTime,
+    /// `--every`: the intervals written so far.
+    periodic: Option<Periodic>,
+}
+
 /// Runs one profile from start to written outputs.
-pub fn run(settings: Settings) -> Result<Outcome> {
+pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     crate::bpf::preflight::check()?;
-    // Prepared up front, so an unwritable path fails before the profile.
-    // Periodic outputs are patterns: one file per interval, each checked
-    // now by preparing (and dropping) the first interval's.
-    let prepare = |p: &Option<std::path::PathBuf>| -> Result<Option<OutputFile>> {
-        let Some(p) = p else { return Ok(None) };
-        if settings.every.is_some() {
-            let first = periodic::expand(p, SystemTime::now(), 1, Duration::ZERO);
-            OutputFile::create(&first)?;
-            return Ok(None);
-        }
-        OutputFile::create(p).map(Some)
-    };
-    let folded_file = prepare(&settings.folded_file)?;
-    let svg_file = prepare(&settings.svg)?;
-    let pprof_file = prepare(&settings.pprof)?;
+    let files = Files::create(&settings)?;
     let cpus = if settings.target.cpus.is_empty() {
         sampling::online_cpus()?
     } else {
@@ -67,161 +99,37 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         (settings.folded_stdout || settings.folded_file.is_some() || settings.svg.is_some())
             && settings.pprof.is_none(),
     );
-
     // The command is forked first but held before exec, so its PID is a
     // target before it runs a single instruction; it counts from its exec
     // on (perf's enable_on_exec), not during bprof's own pre-exec code.
-    let mut child = match settings.target.command.as_slice() {
-        [] => None,
-        argv => {
-            let c = Child::spawn(argv)?;
-            prog.add_tgid(c.pid, TargetFrom::Exec)?;
-            Some(c)
-        }
-    };
-
-    // Events, then attach.
+    let mut runner = Runner::new(
+        &settings.target,
+        settings.duration,
+        settings.ready_file.as_deref(),
+    )?;
+    if let Some(pid) = runner.child_pid() {
+        prog.add_tgid(pid, TargetFrom::Exec)?;
+    }
     let mut sideband = Sideband::open(&cpus)?;
     sideband.index.jit.max_size = settings.max_perf_map_size;
-    // Cycles and instructions of the same target, through the counters
-    // shared with every other bprof session.
-    let mut stat_obj = MaybeUninit::uninit();
-    let counter = if settings.counts {
-        start_counts(&mut stat_obj, &settings, child.as_ref().map(|c| c.pid))
-    } else {
-        None
-    };
-
-    let mode = settings.program.mode;
-    let (event, fds) = if mode.on_cpu() {
-        sampling::open_sampling(settings.event, settings.rate, &cpus)?
-    } else {
-        (settings.event, Vec::new())
-    };
-    // One line for everything the missing PMU changes.
-    let mut no_pmu = Vec::new();
-    if event != settings.event {
-        no_pmu.push(format!("sampling {event} instead of {}", settings.event));
-    }
-    if settings.counts && counter.is_none() {
-        no_pmu.push("cycles and instructions not counted".to_string());
-    }
-    if !no_pmu.is_empty() {
-        eprintln!("bprof: no hardware PMU here: {}", no_pmu.join("; "));
-    }
-    prog.attach(fds, settings.program.follow_children)?;
     // Source lines and inlined functions only where an output shows them.
     let symbolizer = symbolize::symbolizer_with(settings.pprof.is_some());
-    if mode.off_cpu() {
-        let skip = prog.attach_offcpu(settings.stack_skip, &symbolizer, settings.verbose)?;
-        if settings.verbose {
-            let how = if settings.stack_skip.is_some() {
-                "--stack-skip"
-            } else {
-                "measured"
-            };
-            eprintln!("bprof: off-CPU kernel stacks skip {skip} BPF/tracepoint frames ({how})");
-        }
-    }
-    // After the side band is open, so no process falls between the two.
-    let scope: Option<Vec<u32>> =
-        if !settings.target.pids.is_empty() || !settings.target.tids.is_empty() {
-            Some(
-                settings
-                    .target
-                    .pids
-                    .iter()
-                    .chain(&settings.target.tids)
-                    .copied()
-                    .collect(),
-            )
-        } else if child.is_some() {
-            Some(Vec::new())
-        } else {
-            None
-        };
-    sideband.snapshot(scope.as_deref());
-    if let Some(c) = &child {
-        // Its user and perf map, should it be short-lived.
-        sideband.index.jit.note_process(c.pid, true);
-    }
-    signals::install();
-    let started = Instant::now();
-    let started_at = SystemTime::now();
-    let mut periodic = settings
-        .every
-        .map(|every| periodic::Periodic::new(every, started, started_at));
-    if let Some(c) = child.as_mut() {
-        c.start()?;
-    }
-
-    // Record until the duration, a signal, or the target's end.
-    let progress = progress_bar(settings.duration);
-    let ticker = crossbeam_channel::tick(TICK);
-    let mut exit_status = None;
-    let mut interrupted = false;
-    loop {
-        let _ = ticker.recv();
-        sideband.drain();
-        if signals::stop_requested() {
-            interrupted = true;
-            break;
-        }
-        if let Some(c) = &child {
-            if let Some(st) = c.try_wait() {
-                exit_status = Some(st);
-                break;
-            }
-        }
-        if settings.target.exited() {
-            break;
-        }
-        if settings.duration.is_some_and(|d| started.elapsed() >= d) {
-            break;
-        }
-        if let Some(p) = periodic.as_mut().filter(|p| p.due(Instant::now())) {
-            let raw = prog.interval()?;
-            p.write(&settings, event, &mut sideband.index, raw, Instant::now())?;
-        }
-        // Drains the kernel maps before they fill; also the progress count.
-        let samples = prog.tick().map(|s| s.counted).unwrap_or(0);
-        if !progress.is_hidden() {
-            progress.set_position(started.elapsed().as_millis() as u64);
-            progress.set_message(format!("{samples} samples"));
-        }
-    }
-    let elapsed = started.elapsed();
-    let counts = counter.and_then(|c| match c.sync().and_then(|_| c.read()) {
-        Ok(blocks) => blocks.into_iter().next(),
-        Err(e) => {
-            eprintln!("bprof: reading cycles and instructions failed: {e:#}");
-            None
-        }
-    });
-    prog.detach();
-    progress.finish_and_clear();
-    sideband.drain();
-
-    // A command still running when the profile ends is asked to stop, so its
-    // status can be reported (as perf stat does with --timeout).
-    if let Some(c) = &child {
-        if exit_status.is_none() {
-            exit_status = Some(c.stop());
-        }
-    }
+    let mut recorded = record(
+        &settings,
+        &cpus,
+        &mut runner,
+        &mut prog,
+        &mut sideband,
+        &symbolizer,
+    )?;
 
     // Maps → stacks.
     let t_end = Instant::now();
     let (stats, mut raw) = prog.finish()?;
-    if let Some(p) = periodic.as_mut() {
+    if let Some(p) = recorded.periodic.as_mut() {
         // The last interval, however short.
-        p.write(
-            &settings,
-            event,
-            &mut sideband.index,
-            std::mem::take(&mut raw),
-            t_end,
-        )?;
+        let raw = std::mem::take(&mut raw);
+        p.write(&settings, recorded.event, &mut sideband.index, raw, t_end)?;
     }
     let drains = prog.collector.stats;
     let drained_total = prog.collector.total();
@@ -234,16 +142,17 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         symbolize::symbolize_frames(&symbolizer, &raw, &sideband.index, settings.unknown_style);
     let t_sym = Instant::now();
     let lines = folded::lines(&stacks, &settings.folded);
-    let mismatch = match &periodic {
+    let mismatch = match &recorded.periodic {
+        // Every interval's files together.
         Some(p) => crate::collect::check_totals(&stats, drained_total, &[(String::new(), p.total)]),
         None => crate::collect::check_totals(&stats, drained_total, &lines),
     };
-    let (unique, sym_stats) = match &periodic {
+    let (unique_stacks, sym_stats) = match &recorded.periodic {
         Some(p) => (p.stacks, p.sym),
         None => (stacks.len(), sym_stats),
     };
+    let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;
     if settings.verbose {
-        let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;
         eprintln!(
             "bprof: after recording: maps read in {:.1} ms, {} unique frames symbolized in {:.1} ms, first output at {:.1} ms",
             ms(t_end, t_maps),
@@ -252,110 +161,34 @@ pub fn run(settings: Settings) -> Result<Outcome> {
             ms(t_end, Instant::now())
         );
     }
-    // Files first, then stdout: a closed pipe (`| head`) must not cost them.
-    // With nothing to write, an existing file is left as it was.
-    let mut not_written = Vec::new();
-    if let Some(f) = folded_file {
-        if lines.is_empty() {
-            not_written.push(f.path().to_path_buf());
-        } else {
-            f.commit(|w| folded::write(w, &lines))?;
-        }
-    }
-    let what = settings.target.describe();
-    let mut no_svg = None;
-    if let Some(f) = svg_file {
-        let total: u64 = lines.iter().map(|(_, c)| c).sum();
-        let (kind, subtitle, unit) = match mode {
-            Mode::OnCpu => (
-                "",
-                format!("{:.2} s, {event} at {}, {} samples", elapsed.as_secs_f64(), settings.rate, stats.counted),
-                "samples",
-            ),
-            Mode::OffCpu => (
-                " off-CPU time",
-                format!("{:.2} s, {:.3} s blocked (counts are microseconds)", elapsed.as_secs_f64(), total as f64 / 1e6),
-                "us",
-            ),
-            Mode::Wall => (
-                " wall-clock time",
-                format!(
-                    "{:.2} s, on-CPU {event} at {} plus off-CPU time, frames ending in [off-cpu] are blocked (counts are microseconds)",
-                    elapsed.as_secs_f64(),
-                    settings.rate
-                ),
-                "us",
-            ),
-        };
-        let subtitle = match counts.as_ref().and_then(counts_text) {
-            Some(c) => format!("{subtitle}; {c}"),
-            None => subtitle,
-        };
-        let opts = svg::SvgOptions {
-            title: format!("bprof{kind}: {what}"),
-            subtitle: Some(subtitle),
-            count_name: unit.into(),
-        };
-        if lines.is_empty() {
-            // Told after the summary, which says where the samples went.
-            no_svg = Some(f.path().to_path_buf());
-        } else {
-            f.commit(|w| svg::write(w, &lines, &opts).map_err(io::Error::other))?;
-        }
-    }
-    if let Some(f) = pprof_file {
-        if lines.is_empty() {
-            not_written.push(f.path().to_path_buf());
-        } else {
-            let meta = pprof_meta(&settings, event, started_at, elapsed);
-            let profile = pprof::build(&stacks, &frames, &settings.folded, &meta);
-            f.commit(|w| pprof::write(w, &profile))?;
-        }
-    }
-    if settings.folded_stdout {
-        folded::write(&mut io::stdout().lock(), &lines)
-            .context("writing folded stacks to stdout")?;
-    }
-    if !settings.folded_stdout
-        && settings.folded_file.is_none()
-        && settings.svg.is_none()
-        && settings.pprof.is_none()
-    {
-        report::write(&mut io::stdout().lock(), &stacks, None).context("writing the report")?;
-    }
+    let summary = Summary {
+        stats,
+        symbols: sym_stats,
+        unique_stacks,
+        sideband_lost: sideband.index.lost,
+        event: recorded.event,
+        rate: settings.rate,
+        mode: settings.program.mode,
+        what: settings.target.describe(),
+        filtered: !settings.program.filter.is_empty(),
+        elapsed: recorded.elapsed,
+        interrupted: recorded.end == End::Signal,
+        first_output_ms: ms(t_end, Instant::now()),
+    };
+    let unwritten = write_outputs(
+        &settings, files, &summary, &stacks, &frames, &lines, &recorded,
+    )?;
 
     sideband.index.jit.report(settings.verbose);
-    let refused = symbolize::refused_files();
-    if settings.verbose {
-        for (path, why) in &refused {
-            eprintln!("bprof: skipped {} as malformed: {why}", path.display());
-        }
-    } else if !refused.is_empty() {
-        eprintln!(
-            "bprof: {} files skipped as malformed; their frames show module+offset (-v names them)",
-            refused.len()
-        );
+    report_refused(settings.verbose);
+    if let Some(p) = &recorded.periodic {
+        let empty = match p.empty {
+            0 => String::new(),
+            n => format!("; {n} intervals had no samples and no files"),
+        };
+        eprintln!("bprof: {} files written{empty}", p.files);
     }
-    if let Some(p) = &periodic {
-        eprintln!(
-            "bprof: {} files written{}",
-            p.files,
-            match p.empty {
-                0 => String::new(),
-                n => format!("; {n} intervals had no samples and no files"),
-            }
-        );
-    }
-    summary(
-        &stats,
-        &sym_stats,
-        unique,
-        sideband.index.lost,
-        event,
-        &settings,
-        elapsed,
-        interrupted,
-    );
+    summary.write(&mut io::stderr().lock(), settings.verbose)?;
     if settings.verbose {
         eprintln!("bprof: {}", crate::collect::describe(&drains, &stats));
     }
@@ -365,41 +198,242 @@ pub fn run(settings: Settings) -> Result<Outcome> {
             drains.unresolved
         );
     }
-    if let Some(text) = counts.as_ref().and_then(counts_text) {
+    if let Some(text) = &recorded.counts {
         eprintln!("bprof: {text}");
     }
-    let exit_code = match exit_status {
-        Some(st) => {
-            eprintln!("bprof: command exited with {}", st.describe());
-            st.as_shell_code()
-        }
-        None => 0,
-    };
+    let exit_code = runner::exit_code(recorded.status, false);
     if let Some(m) = mismatch {
         bail!("{m}");
     }
-    for path in not_written {
-        eprintln!(
-            "bprof: no samples were recorded, so nothing was written to {} (left as it was)",
-            path.display()
-        );
-    }
-    if let Some(path) = no_svg {
-        bail!(
-            "no samples were recorded, so no flame graph was written to {}",
-            path.display()
-        );
-    }
+    unwritten.report()?;
     Ok(Outcome { exit_code })
+}
+
+/// Attaches everything, runs the target and records until the end; leaves
+/// the programs detached and the command stopped.
+fn record(
+    settings: &ProfileSettings,
+    cpus: &[u32],
+    runner: &mut Runner,
+    prog: &mut ProfileProgram,
+    sideband: &mut Sideband,
+    symbolizer: &Symbolizer,
+) -> Result<Recorded> {
+    // Cycles and instructions of the same target, through the counters
+    // shared with every other bprof session.
+    let mut stat_obj = MaybeUninit::uninit();
+    let counter = if settings.counts {
+        start_counts(&mut stat_obj, settings, runner.child_pid())
+    } else {
+        None
+    };
+    let event = attach(settings, cpus, prog, symbolizer, counter.is_some())?;
+    // After the side band is open, so no process falls between the two.
+    sideband.snapshot(snapshot_scope(settings, runner.child_pid()).as_deref());
+    if let Some(pid) = runner.child_pid() {
+        // Its user and perf map, should it be short-lived.
+        sideband.index.jit.note_process(pid, true);
+    }
+    runner.start()?;
+    let started_at = SystemTime::now();
+    let mut periodic = settings
+        .every
+        .map(|every| Periodic::new(every, Instant::now(), started_at));
+
+    // Record until the duration, a signal, or the target's end.
+    let progress = progress_bar(settings.duration);
+    let end = runner.run(TICK, |last| {
+        sideband.drain();
+        if let Some(p) = periodic.as_mut().filter(|p| !last && p.due(Instant::now())) {
+            let raw = prog.interval()?;
+            p.write(settings, event, &mut sideband.index, raw, Instant::now())?;
+        }
+        if !last {
+            // Drains the kernel maps before they fill; also the progress count.
+            let samples = prog.tick().map(|s| s.counted).unwrap_or(0);
+            if !progress.is_hidden() {
+                progress.set_position(runner.elapsed().as_millis() as u64);
+                progress.set_message(format!("{samples} samples"));
+            }
+        }
+        Ok(())
+    })?;
+    let elapsed = runner.elapsed();
+    let counts = counter.and_then(|c| match c.sync().and_then(|_| c.read()) {
+        Ok(blocks) => blocks.into_iter().next(),
+        Err(e) => {
+            eprintln!("bprof: reading cycles and instructions failed: {e:#}");
+            None
+        }
+    });
+    prog.detach();
+    progress.finish_and_clear();
+    sideband.drain();
+    Ok(Recorded {
+        end,
+        elapsed,
+        event,
+        counts: counts.as_deref().and_then(cycles_text),
+        status: runner.finish(end),
+        started_at,
+        periodic,
+    })
+}
+
+/// Opens the sampling events and attaches every program; returns the
+/// event actually sampled (cpu-clock where there is no PMU).
+fn attach(
+    settings: &ProfileSettings,
+    cpus: &[u32],
+    prog: &mut ProfileProgram,
+    symbolizer: &Symbolizer,
+    counting: bool,
+) -> Result<Event> {
+    let mode = settings.program.mode;
+    let (event, fds) = if mode.on_cpu() {
+        sampling::open_sampling(settings.event, settings.rate, cpus)?
+    } else {
+        (settings.event, Vec::new())
+    };
+    // One line for everything the missing PMU changes.
+    let mut no_pmu = Vec::new();
+    if event != settings.event {
+        no_pmu.push(format!("sampling {event} instead of {}", settings.event));
+    }
+    if settings.counts && !counting {
+        no_pmu.push("cycles and instructions not counted".to_string());
+    }
+    if !no_pmu.is_empty() {
+        eprintln!("bprof: no hardware PMU here: {}", no_pmu.join("; "));
+    }
+    prog.attach(fds, settings.program.follow_children)?;
+    if mode.off_cpu() {
+        let skip = prog.attach_offcpu(settings.stack_skip, symbolizer, settings.verbose)?;
+        if settings.verbose {
+            let how = if settings.stack_skip.is_some() {
+                "--stack-skip"
+            } else {
+                "measured"
+            };
+            eprintln!("bprof: off-CPU kernel stacks skip {skip} BPF/tracepoint frames ({how})");
+        }
+    }
+    Ok(event)
+}
+
+/// Whose mappings the side band reads at start: the -p/-L targets, none
+/// yet for a command (it has not exec'd), everyone system-wide.
+fn snapshot_scope(settings: &ProfileSettings, child: Option<u32>) -> Option<Vec<u32>> {
+    let t = &settings.target;
+    if !t.pids.is_empty() || !t.tids.is_empty() {
+        Some(t.pids.iter().chain(&t.tids).copied().collect())
+    } else if child.is_some() {
+        Some(Vec::new())
+    } else {
+        None
+    }
+}
+
+/// Outputs that had nothing to hold, told after the summary (which says
+/// where the samples went).
+struct Unwritten {
+    folded: Option<std::path::PathBuf>,
+    pprof: Option<std::path::PathBuf>,
+    svg: Option<std::path::PathBuf>,
+}
+
+impl Unwritten {
+    fn report(self) -> Result<()> {
+        for path in self.folded.into_iter().chain(self.pprof) {
+            eprintln!(
+                "bprof: no samples were recorded, so nothing was written to {} (left as it was)",
+                path.display()
+            );
+        }
+        if let Some(path) = self.svg {
+            bail!(
+                "no samples were recorded, so no flame graph was written to {}",
+                path.display()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Files first, then stdout: a closed pipe (`| head`) must not cost them.
+/// With nothing to write, an existing file is left as it was.
+fn write_outputs(
+    settings: &ProfileSettings,
+    files: Files,
+    summary: &Summary,
+    stacks: &[symbolize::Stack],
+    frames: &symbolize::Frames,
+    lines: &[(String, u64)],
+    recorded: &Recorded,
+) -> Result<Unwritten> {
+    let mut unwritten = Unwritten {
+        folded: None,
+        pprof: None,
+        svg: None,
+    };
+    if let Some(f) = files.folded {
+        if lines.is_empty() {
+            unwritten.folded = Some(f.path().to_path_buf());
+        } else {
+            f.commit(|w| folded::write(w, lines))?;
+        }
+    }
+    if let Some(f) = files.svg {
+        let total: u64 = lines.iter().map(|(_, c)| c).sum();
+        let opts = svg::SvgOptions::for_profile(summary, total, recorded.counts.clone());
+        if lines.is_empty() {
+            unwritten.svg = Some(f.path().to_path_buf());
+        } else {
+            f.commit(|w| svg::write(w, lines, &opts).map_err(io::Error::other))?;
+        }
+    }
+    if let Some(f) = files.pprof {
+        if lines.is_empty() {
+            unwritten.pprof = Some(f.path().to_path_buf());
+        } else {
+            let meta = pprof_meta(
+                settings,
+                recorded.event,
+                recorded.started_at,
+                recorded.elapsed,
+            );
+            let profile = pprof::build(stacks, frames, &settings.folded, &meta);
+            f.commit(|w| pprof::write(w, &profile))?;
+        }
+    }
+    if let Some(f) = files.stats_json {
+        f.commit(|w| {
+            serde_json::to_writer_pretty(&mut *w, &summary.json())?;
+            writeln!(w)
+        })?;
+    }
+    if settings.folded_stdout {
+        folded::write(&mut io::stdout().lock(), lines)
+            .context("writing folded stacks to stdout")?;
+    }
+    if !settings.folded_stdout
+        && settings.folded_file.is_none()
+        && settings.svg.is_none()
+        && settings.pprof.is_none()
+    {
+        report::write(&mut io::stdout().lock(), stacks, None).context("writing the report")?;
+    }
+    Ok(unwritten)
 }
 
 /// What a pprof file says about the profile besides its stacks.
 pub(crate) fn pprof_meta(
-    settings: &Settings,
+    settings: &ProfileSettings,
     event: Event,
     start: SystemTime,
     elapsed: Duration,
 ) -> pprof::Meta {
+    use crate::bpf::profile::Mode;
     use crate::events::sampling::Rate;
     let kind = match settings.program.mode {
         Mode::OffCpu => pprof::Kind::OffCpu,
@@ -443,11 +477,26 @@ pub(crate) fn pprof_meta(
     }
 }
 
+/// Files refused as malformed: named with -v, counted otherwise.
+fn report_refused(verbose: bool) {
+    let refused = symbolize::refused_files();
+    if verbose {
+        for (path, why) in &refused {
+            eprintln!("bprof: skipped {} as malformed: {why}", path.display());
+        }
+    } else if !refused.is_empty() {
+        eprintln!(
+            "bprof: {} files skipped as malformed; their frames show module+offset (-v names them)",
+            refused.len()
+        );
+    }
+}
+
 /// Joins the shared counters for the profile's target; `None` (after saying
 /// why, unless it is just a missing PMU) when they cannot count here.
 fn start_counts<'obj>(
     obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-    settings: &Settings,
+    settings: &ProfileSettings,
     child: Option<u32>,
 ) -> Option<StatProgram<'obj>> {
     try_start_counts(obj, settings, child).unwrap_or_else(|e| {
@@ -458,7 +507,7 @@ fn start_counts<'obj>(
 
 fn try_start_counts<'obj>(
     obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-    settings: &Settings,
+    settings: &ProfileSettings,
     child: Option<u32>,
 ) -> Result<Option<StatProgram<'obj>>> {
     let specs = EventSpec::parse_list("cycles,instructions")?;
@@ -504,103 +553,5 @@ fn progress_bar(duration: Option<Duration>) -> ProgressBar {
             );
             pb
         }
-    }
-}
-
-/// "N cycles, M instructions, X insn per cycle" for what could be counted.
-fn counts_text(c: &crate::bpf::counting::Counts) -> Option<String> {
-    let (cycles, insns) = (c.first().copied().flatten()?, c.get(1).copied().flatten()?);
-    let (cy, ins) = (cycles.scaled(), insns.scaled());
-    let ipc = if cy > 0 {
-        format!(", {:.2} insn per cycle", ins as f64 / cy as f64)
-    } else {
-        String::new()
-    };
-    Some(format!(
-        "{} cycles, {} instructions{ipc}",
-        thousands(cy),
-        thousands(ins)
-    ))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn summary(
-    stats: &Stats,
-    sym: &SymbolStats,
-    unique: usize,
-    sideband_lost: u64,
-    event: Event,
-    settings: &Settings,
-    elapsed: Duration,
-    interrupted: bool,
-) {
-    // Over the samples, as a user sees them in the graph, not over the
-    // distinct addresses.
-    let unknown_pct = if sym.sampled_frames == 0 {
-        0.0
-    } else {
-        100.0 * sym.sampled_unknown as f64 / sym.sampled_frames as f64
-    };
-    let mut e = io::stderr().lock();
-    let interrupted = if interrupted { ", interrupted" } else { "" };
-    let what = settings.target.describe();
-    let secs = elapsed.as_secs_f64();
-    match settings.program.mode {
-        Mode::OnCpu => {
-            let _ = writeln!(
-                e,
-                "bprof: {} samples of {what} over {secs:.2} s ({event}, {}){interrupted}, {} lost, {unique} unique stacks, {unknown_pct:.1}% of sampled frames unknown",
-                stats.counted, settings.rate, stats.lost(),
-            );
-        }
-        Mode::OffCpu | Mode::Wall => {
-            let _ = writeln!(
-                e,
-                "bprof: {} off-CPU blocks{} of {what} over {secs:.2} s{interrupted}, {} lost, {unique} unique stacks, {unknown_pct:.1}% of sampled frames unknown",
-                stats.blocks_counted,
-                if settings.program.mode == Mode::Wall { format!(" and {} on-CPU samples ({event}, {})", stats.counted.saturating_sub(stats.blocks_counted), settings.rate) } else { String::new() },
-                stats.lost(),
-            );
-            if stats.blocks_outside > 0 {
-                let _ = writeln!(
-                    e,
-                    "bprof: {} blocks outside --min-block/--max-block ignored",
-                    stats.blocks_outside
-                );
-            }
-        }
-    }
-    if !settings.program.filter.is_empty() {
-        let _ = writeln!(e, "bprof: {} samples dropped by filter", stats.filtered);
-    }
-    if stats.count_map_full > 0 {
-        let _ = writeln!(
-            e,
-            "bprof: {} samples lost: the count map was full (raise --stack-storage-size)",
-            stats.count_map_full
-        );
-    }
-    if stats.kern_stack_lost + stats.user_stack_lost > 0 {
-        let _ = writeln!(
-            e,
-            "bprof: {} kernel and {} user stacks lost to a full stack map or hash collisions (raise --stack-storage-size); those samples show [Missed ... Stack]",
-            stats.kern_stack_lost, stats.user_stack_lost
-        );
-    }
-    if stats.no_stack > 0 {
-        let _ = writeln!(e, "bprof: {} samples had no usable stack", stats.no_stack);
-    }
-    if sideband_lost > 0 {
-        let _ = writeln!(
-            e,
-            "bprof: {sideband_lost} mmap records lost; some exited processes may show [unknown]"
-        );
-    }
-    if settings.verbose {
-        let _ = writeln!(
-            e,
-            "bprof: program runs {}, idle skipped {}, other processes {}, filtered {}, user stacks from the cache {}",
-            stats.samples, stats.idle, stats.not_target, stats.filtered, stats.user_stack_cached
-        );
     }
 }

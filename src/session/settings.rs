@@ -1,5 +1,5 @@
 //! Checking a profiling request: the command line becomes validated
-//! [`Settings`] before anything is loaded, so bad input is one line and
+//! [`ProfileSettings`] before anything is loaded, so bad input is one line and
 //! exit status 2.
 
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::bpf::profile::{Mode, ProfileOptions};
-use crate::cli::ProfileArgs;
+use crate::cli::{ProfileArgs, TargetArgs};
 use crate::events::sampling::{self, Event, Rate};
 use crate::filter::Term;
 use crate::output::folded;
@@ -19,7 +19,7 @@ const DEFAULT_HZ: u64 = 49;
 
 /// A validated profiling request.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub struct ProfileSettings {
     /// What to profile.
     pub target: Target,
     /// The event asked for (may fall back to cpu-clock).
@@ -44,6 +44,10 @@ pub struct Settings {
     pub pprof: Option<PathBuf>,
     /// `--every`: one set of output files per interval.
     pub every: Option<Duration>,
+    /// Created once recording begins (`--ready-file`).
+    pub ready_file: Option<PathBuf>,
+    /// Write the summary as JSON here (`--stats-json`).
+    pub stats_json: Option<PathBuf>,
     /// Extra detail on stderr.
     pub verbose: bool,
     /// Count the target's cycles and instructions through the shared counters.
@@ -60,25 +64,13 @@ fn parse_u64(s: &str, what: &str) -> Result<u64> {
         .map_err(|_| anyhow!("invalid {what} '{s}': expected a positive whole number"))
 }
 
-impl Settings {
+impl ProfileSettings {
     /// Checks the command line; every error is one line for the user.
-    pub fn from_cli(cli: ProfileArgs) -> Result<Settings> {
-        let online = sampling::online_cpus().context("reading the online CPUs")?;
-        let mut target = Target::default();
-        if let Some(c) = &cli.cpu {
-            target.cpus = target::parse_cpu_list(c)?;
-        }
-        if let Some(p) = &cli.pid {
-            target.pids = target::parse_id_list(p, "PID")?;
-        }
-        if let Some(t) = &cli.tid {
-            target.tids = target::parse_id_list(t, "TID")?;
-        }
-        target.command = cli.command.clone();
+    pub fn from_cli(cli: ProfileArgs) -> Result<ProfileSettings> {
+        let (target, duration) = target_and_duration(&cli.target)?;
         if !target.command.is_empty() && (!target.pids.is_empty() || !target.tids.is_empty()) {
             bail!("a COMMAND cannot be combined with -p or -L");
         }
-        target.validate(&online)?;
 
         let rate = match (&cli.frequency, &cli.count) {
             (_, Some(c)) => {
@@ -157,11 +149,6 @@ impl Settings {
             }
             None => None,
         };
-        let duration = cli
-            .duration
-            .as_deref()
-            .map(|d| seconds(d, "duration", 1.0))
-            .transpose()?;
         let stack_storage_size = parse_u64(&cli.stack_storage_size, "--stack-storage-size")?;
         if stack_storage_size == 0 || stack_storage_size * MAP_BYTES_PER_ENTRY > MAX_MAP_BYTES {
             bail!(
@@ -233,7 +220,7 @@ impl Settings {
         let max_perf_map_size = parse_u64(&cli.max_perf_map_size, "--max-perf-map-size")?;
         let kernel_stacks = !cli.user_stacks_only;
         let user_stacks = !cli.kernel_stacks_only;
-        Ok(Settings {
+        Ok(ProfileSettings {
             program: ProfileOptions {
                 kernel_stacks,
                 user_stacks,
@@ -265,6 +252,8 @@ impl Settings {
             svg: cli.svg,
             pprof: cli.pprof,
             every,
+            stats_json: cli.stats_json,
+            ready_file: cli.target.ready_file.clone(),
             verbose: cli.verbose > 0,
             counts: !cli.no_counts,
             max_perf_map_size,
@@ -275,6 +264,32 @@ impl Settings {
             },
         })
     }
+}
+
+/// Parses and checks the target flags and duration every session takes:
+/// CPUs against the possible ones, lists of IDs, the command.
+pub fn target_and_duration(a: &TargetArgs) -> Result<(Target, Option<Duration>)> {
+    let online = sampling::online_cpus().context("reading the online CPUs")?;
+    let mut target = Target {
+        command: a.command.clone(),
+        ..Default::default()
+    };
+    if let Some(c) = &a.cpu {
+        target.cpus = target::parse_cpu_list(c)?;
+    }
+    if let Some(p) = &a.pid {
+        target.pids = target::parse_id_list(p, "PID")?;
+    }
+    if let Some(t) = &a.tid {
+        target.tids = target::parse_id_list(t, "TID")?;
+    }
+    target.validate(&online)?;
+    let duration = a
+        .duration
+        .as_deref()
+        .map(|d| seconds(d, "duration", 1.0))
+        .transpose()?;
+    Ok((target, duration))
 }
 
 /// The longest duration or interval bprof accepts: a year.
@@ -318,3 +333,91 @@ pub const MAP_BYTES_PER_ENTRY: u64 = {
 
 /// The most kernel memory bprof's maps may take: 1 GiB.
 pub const MAX_MAP_BYTES: u64 = 1 << 30;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Cli;
+    use clap::Parser;
+
+    fn settings(args: &[&str]) -> Result<ProfileSettings> {
+        let cli = Cli::try_parse_from(std::iter::once("bprof").chain(args.iter().copied()))
+            .map_err(|e| anyhow!("{e}"))?;
+        ProfileSettings::from_cli(cli.profile)
+    }
+
+    fn refused(args: &[&str], want: &str) {
+        let e = format!("{:#}", settings(args).expect_err("refused"));
+        assert!(e.contains(want), "{args:?}: {e}");
+        assert!(!e.contains('\n'), "{args:?}: one line: {e}");
+    }
+
+    #[test]
+    fn defaults_and_flags_become_settings() {
+        let s = settings(&["-F", "99", "-U", "-d", "--stats-json", "s.json", "2.5"]).unwrap();
+        assert_eq!(s.rate, Rate::Frequency(99));
+        assert_eq!(s.duration, Some(Duration::from_millis(2500)));
+        assert!(!s.program.kernel_stacks && s.program.user_stacks);
+        assert!(s.folded.delimiter);
+        assert_eq!(s.stats_json, Some(PathBuf::from("s.json")));
+        let s = settings(&["--wall", "-L", "1"]).unwrap();
+        assert_eq!(s.program.mode, Mode::Wall);
+        assert_eq!(s.event, Event::CpuClock);
+        assert_eq!(s.target.tids, vec![1]);
+        assert_eq!(settings(&[]).unwrap().rate, Rate::Frequency(DEFAULT_HZ));
+    }
+
+    #[test]
+    fn contradictions_are_refused_in_one_line() {
+        refused(&["--off-cpu", "-F", "99"], "--off-cpu takes no samples");
+        refused(&["--wall", "-c", "1000"], "--wall needs a frequency");
+        refused(&["--wall", "-e", "cycles"], "--wall counts time");
+        refused(&["--min-block", "10"], "need --off-cpu or --wall");
+        refused(
+            &["--off-cpu", "--min-block", "10", "--max-block", "5"],
+            "--max-block must not be below --min-block",
+        );
+        refused(
+            &["--off-cpu", "--filter", "ip > 0"],
+            "does not apply to off-CPU",
+        );
+        refused(&["-p", "1", "--", "true"], "cannot be combined with -p");
+        refused(&["-o", "same", "--svg", "./same"], "are the same file");
+        refused(&["--stack-skip", "256", "--off-cpu"], "at most 255");
+    }
+
+    #[test]
+    fn numbers_are_bounded_before_use() {
+        refused(&["-c", "0"], "invalid period '0'");
+        refused(&["-c", "9223372036854775808"], "below 2^63");
+        refused(&["-F", "0"], "invalid frequency '0'");
+        refused(
+            &["--stack-storage-size", "0"],
+            "invalid --stack-storage-size",
+        );
+        let max = MAX_MAP_BYTES / MAP_BYTES_PER_ENTRY;
+        assert!(settings(&["--stack-storage-size", &max.to_string()]).is_ok());
+        refused(
+            &["--stack-storage-size", &(max + 1).to_string()],
+            "invalid --stack-storage-size",
+        );
+        refused(&["nan"], "invalid duration 'nan'");
+        refused(&["1e30"], "invalid duration '1e30'");
+        refused(&["-p", "0"], "PID");
+    }
+
+    #[test]
+    fn seconds_are_finite_positive_and_at_most_a_year() {
+        assert_eq!(
+            seconds("0.5", "x", 1.0).unwrap(),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            seconds("250", "x", 0.001).unwrap(),
+            Duration::from_millis(250)
+        );
+        for bad in ["0", "-1", "inf", "NaN", "", "1 s", "31536001"] {
+            assert!(seconds(bad, "x", 1.0).is_err(), "{bad}");
+        }
+    }
+}

@@ -7,7 +7,7 @@ use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use crate::bpf::counting::{Counts, Scope, StatProgram};
 use crate::bpf::maps::TargetFrom;
@@ -16,14 +16,14 @@ use crate::cli::StatArgs;
 use crate::events::counting::{EventSpec, DEFAULT_EVENTS};
 use crate::events::sampling;
 use crate::output::stat::{write_lines, Format, Line};
-use crate::session::settings::seconds;
-use crate::session::signals;
+use crate::session::runner::{self, Runner};
+use crate::session::settings::{seconds, target_and_duration};
 use crate::target::cgroup;
-use crate::target::{self, Child, Target};
+use crate::target::Target;
 
 /// A validated `bprof stat` request.
 #[derive(Debug)]
-pub struct Settings {
+pub struct StatSettings {
     /// Events in output order.
     pub events: Vec<EventSpec>,
     /// Targets as given (for validation and the header).
@@ -36,15 +36,17 @@ pub struct Settings {
     pub interval: Option<Duration>,
     /// Output format.
     pub format: Format,
+    /// Created once counting begins (`--ready-file`).
+    pub ready_file: Option<PathBuf>,
     /// Where the shared counters are pinned.
     pub pin_dir: PathBuf,
     /// Extra detail.
     pub verbose: bool,
 }
 
-impl Settings {
+impl StatSettings {
     /// Checks the arguments; every error is one line.
-    pub fn from_args(a: StatArgs) -> Result<Settings> {
+    pub fn from_args(a: StatArgs) -> Result<StatSettings> {
         let list = if a.event.is_empty() {
             DEFAULT_EVENTS.to_string()
         } else {
@@ -58,27 +60,13 @@ impl Settings {
                 events.len()
             );
         }
-        let online = sampling::online_cpus().context("reading the online CPUs")?;
-        let mut target = Target {
-            command: a.command.clone(),
-            ..Default::default()
-        };
-        if let Some(c) = &a.cpu {
-            target.cpus = target::parse_cpu_list(c)?;
-        }
-        if let Some(p) = &a.pid {
-            target.pids = target::parse_id_list(p, "PID")?;
-        }
-        if let Some(t) = &a.tid {
-            target.tids = target::parse_id_list(t, "TID")?;
-        }
+        let (target, duration) = target_and_duration(&a.target)?;
         let picked = [a.all_cpus, !target.pids.is_empty(), !target.tids.is_empty()];
         if picked.iter().filter(|&&b| b).count() > 1
             || (!target.command.is_empty() && (picked[1] || picked[2]))
         {
             bail!("choose one of -a, -p, -t or a COMMAND (-a and -C may time a COMMAND)");
         }
-        target.validate(&online)?;
         let cgroups = match &a.for_each_cgroup {
             Some(list) => {
                 if !target.pids.is_empty() || !target.tids.is_empty() {
@@ -98,11 +86,6 @@ impl Settings {
             }
             None => Vec::new(),
         };
-        let duration = a
-            .duration
-            .as_deref()
-            .map(|d| seconds(d, "duration", 1.0))
-            .transpose()?;
         let interval = match a.interval.as_deref() {
             Some(ms) => {
                 let v = seconds(ms, "interval (-I)", 0.001)?;
@@ -130,13 +113,14 @@ impl Settings {
             follow_children: !target.command.is_empty() && !system_wide,
             cgroups,
         };
-        Ok(Settings {
+        Ok(StatSettings {
             events,
             target,
             scope,
             duration,
             interval,
             format,
+            ready_file: a.target.ready_file.clone(),
             pin_dir: a.pin_dir,
             verbose: a.verbose > 0,
         })
@@ -163,7 +147,7 @@ fn join(v: &[u32]) -> String {
 }
 
 /// Runs the count; returns the exit code (the command's, if any).
-pub fn run(s: Settings) -> Result<i32> {
+pub fn run(s: StatSettings) -> Result<i32> {
     crate::bpf::preflight::check()?;
     let online = sampling::online_cpus()?;
     let mut obj = MaybeUninit::uninit();
@@ -195,68 +179,38 @@ pub fn run(s: Settings) -> Result<i32> {
             s.events.len() - unsupported.len() - prog.session.created
         );
     }
-    let mut child = match s.target.command.as_slice() {
-        [] => None,
-        argv => {
-            let c = Child::spawn(argv)?;
-            if s.scope.follow_children {
-                prog.add_tgid(c.pid, TargetFrom::Exec)?;
-            }
-            Some(c)
-        }
-    };
+    let mut runner = Runner::new(&s.target, s.duration, s.ready_file.as_deref())?;
+    if let (Some(pid), true) = (runner.child_pid(), s.scope.follow_children) {
+        prog.add_tgid(pid, TargetFrom::Exec)?;
+    }
     prog.attach(s.scope.follow_children)?;
     // Counting starts at attach's sync: whatever the programs charged while
     // they were being attached (the cgroup program runs first) is not in
     // the window. Before the command starts, so none of it is missed.
     let base = prog.read()?;
-    signals::install();
-    let start = Instant::now();
-    if let Some(c) = child.as_mut() {
-        c.start()?;
-    }
+    runner.start()?;
 
     let mut out = io::stdout().lock();
     let tick = s.interval.map_or(Duration::from_millis(50), |i| {
         i.min(Duration::from_millis(50))
     });
-    let ticker = crossbeam_channel::tick(tick);
     let mut last = base.clone();
-    let mut next_print = s.interval.map(|i| start + i);
-    let mut exit_status = None;
-    loop {
-        let _ = ticker.recv();
-        let mut done =
-            signals::stop_requested() || s.duration.is_some_and(|d| start.elapsed() >= d);
-        if let Some(c) = &child {
-            if let Some(st) = c.try_wait() {
-                exit_status = Some(st);
-                done = true;
-            }
+    let mut next_print = s.interval.map(|i| Instant::now() + i);
+    let end = runner.run(tick, |done| {
+        let (Some(interval), Some(due)) = (s.interval, next_print) else {
+            return Ok(());
+        };
+        if Instant::now() >= due || done {
+            prog.sync()?;
+            let now = prog.read()?;
+            let delta: Vec<Counts> = now.iter().zip(&last).map(|(n, l)| diff(n, l)).collect();
+            let at = runner.elapsed().as_secs_f64();
+            print_blocks(&mut out, &s, &delta, interval.as_secs_f64(), Some(at))?;
+            last = now;
+            next_print = Some(due + interval);
         }
-        if s.target.exited() {
-            done = true;
-        }
-        if let (Some(interval), Some(due)) = (s.interval, next_print) {
-            if Instant::now() >= due || done {
-                prog.sync()?;
-                let now = prog.read()?;
-                let delta: Vec<Counts> = now.iter().zip(&last).map(|(n, l)| diff(n, l)).collect();
-                print_blocks(
-                    &mut out,
-                    &s,
-                    &delta,
-                    interval.as_secs_f64(),
-                    Some(start.elapsed().as_secs_f64()),
-                )?;
-                last = now;
-                next_print = Some(due + interval);
-            }
-        }
-        if done {
-            break;
-        }
-    }
+        Ok(())
+    })?;
     prog.sync()?;
     let totals: Vec<Counts> = prog
         .read()?
@@ -264,12 +218,8 @@ pub fn run(s: Settings) -> Result<i32> {
         .zip(&base)
         .map(|(n, b)| diff(n, b))
         .collect();
-    let elapsed = start.elapsed();
-    if let Some(c) = &child {
-        if exit_status.is_none() {
-            exit_status = Some(c.stop());
-        }
-    }
+    let elapsed = runner.elapsed();
+    let status = runner.finish(end);
     if s.interval.is_none() {
         if s.format == Format::Human {
             writeln!(out, "\n Performance counter stats for {}:\n", s.header())?;
@@ -284,15 +234,7 @@ pub fn run(s: Settings) -> Result<i32> {
         }
     }
     out.flush()?;
-    Ok(match exit_status {
-        Some(st) => {
-            if st != target::ExitStatus::Code(0) {
-                eprintln!("bprof: command exited with {}", st.describe());
-            }
-            st.as_shell_code()
-        }
-        None => 0,
-    })
+    Ok(runner::exit_code(status, true))
 }
 
 fn diff(now: &Counts, before: &Counts) -> Counts {
@@ -305,7 +247,7 @@ fn diff(now: &Counts, before: &Counts) -> Counts {
 /// Prints the target block, or one block per cgroup with --for-each-cgroup.
 fn print_blocks(
     out: &mut dyn Write,
-    s: &Settings,
+    s: &StatSettings,
     blocks: &[Counts],
     seconds: f64,
     ts: Option<f64>,

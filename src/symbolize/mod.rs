@@ -36,7 +36,7 @@ pub struct Stack {
     /// Process id.
     pub tgid: u32,
     /// Thread id.
-    pub pid: u32,
+    pub tid: u32,
     /// Thread name.
     pub comm: String,
     /// Kernel function names, leaf first (inlined frames included).
@@ -562,7 +562,7 @@ pub fn symbolize_frames(
             let user_locs: Vec<u32> = user_keys(s).map(|k| user_names[&k]).collect();
             Stack {
                 tgid: s.tgid,
-                pid: s.pid,
+                tid: s.tid,
                 comm: s.comm.clone(),
                 kernel: names_of(&kernel_locs),
                 user: names_of(&user_locs),

@@ -1,10 +1,8 @@
 //! Bad input: one clear line on stderr, a non-zero exit, never a panic.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 fn err_of(args: &[&str]) -> String {
     assert_one_line_error(&run(bprof().args(args)))
@@ -12,6 +10,8 @@ fn err_of(args: &[&str]) -> String {
 
 #[test]
 fn unknown_pid() {
+    root_or_skip!();
+    let _g = exclusive();
     let line = err_of(&["-p", "4000000", "1"]);
     assert!(line.contains("no such process: 4000000"), "{line}");
     let line = err_of(&["-p", "abc", "1"]);
@@ -20,10 +20,11 @@ fn unknown_pid() {
 
 #[test]
 fn bad_frequency_period_duration_and_event() {
+    let _g = exclusive();
     for (args, want) in [
         (&["-F", "0", "1"][..], "invalid frequency '0'"),
         (&["-F", "abc", "1"][..], "invalid frequency 'abc'"),
-        (&["-F", "-5", "1"][..], ""),
+        (&["-F", "-5", "1"][..], "unexpected argument '-5'"),
         (&["-F", "10000000", "1"][..], "invalid frequency '10000000'"),
         (&["-c", "0", "1"][..], "invalid period '0'"),
         (&["-F", "99", "-c", "100", "1"][..], "cannot be used with"),
@@ -46,6 +47,8 @@ fn bad_frequency_period_duration_and_event() {
 
 #[test]
 fn command_not_found() {
+    root_or_skip!();
+    let _g = exclusive();
     let line = err_of(&["-f", "--", "/definitely/not/here"]);
     assert!(line.contains("command not found"), "{line}");
     let line = err_of(&["-f", "--", "no-such-command-bprof"]);
@@ -57,6 +60,8 @@ fn command_not_found() {
 
 #[test]
 fn unwritable_output() {
+    root_or_skip!();
+    let _g = exclusive();
     let line = err_of(&["-o", "/nonexistent-dir/out.folded", "1"]);
     assert!(
         line.contains("cannot write /nonexistent-dir/out.folded"),
@@ -68,6 +73,8 @@ fn unwritable_output() {
 
 #[test]
 fn not_privileged() {
+    root_or_skip!();
+    let _g = exclusive();
     let out = run(Command::new("setpriv")
         .args([
             "--reuid=65534",
@@ -88,6 +95,8 @@ fn not_privileged() {
 
 #[test]
 fn kernel_without_btf() {
+    root_or_skip!();
+    let _g = exclusive();
     let out = run(bprof()
         .env("BPROF_KERNEL_BTF", "/nonexistent/btf/vmlinux")
         .arg("1"));
@@ -100,6 +109,7 @@ fn kernel_without_btf() {
 /// exit 2, never a panic (101) or an abort (134).
 #[test]
 fn hostile_numeric_extremes_are_refused_before_use() {
+    let _g = exclusive();
     for (args, want) in [
         (&["1e300"][..], "invalid duration '1e300'"),
         (&["nan"][..], "invalid duration 'nan'"),

@@ -1,12 +1,10 @@
 //! `bprof stat`: counting through shared per-CPU counters (run as root).
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const PIN_DIR: &str = "/sys/fs/bpf/bprof-stat";
 
@@ -61,12 +59,32 @@ fn task_clock_of(bin: &Path, args: &[&str]) -> f64 {
     value(&csv(&stat(&a)), "task-clock")
 }
 
+/// BPF_MAP_TYPE_PERF_EVENT_ARRAY.
+const PERF_EVENT_ARRAY: u32 = 4;
+
+/// Ids of the BPF maps of this type that process `pid` holds an fd of.
+fn bpf_maps_of(pid: u32, map_type: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|info| {
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name)?.trim().parse::<u32>().ok())
+            };
+            (field("map_type:")? == map_type).then(|| field("map_id:"))?
+        })
+        .collect()
+}
+
 fn nothing_pinned() -> bool {
     !Path::new(PIN_DIR).exists()
 }
 
 #[test]
 fn software_counts_agree_with_perf_stat() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("spinsleep");
     let ev = "task-clock,context-switches,page-faults";
@@ -111,6 +129,7 @@ fn software_counts_agree_with_perf_stat() {
 /// medians of several runs hide the odd outlier either way.
 #[test]
 fn a_command_is_counted_from_its_exec() {
+    root_or_skip!();
     let _g = exclusive();
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -141,6 +160,7 @@ fn a_command_is_counted_from_its_exec() {
 
 #[test]
 fn instructions_of_a_known_loop() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("insns");
     let out = stat(&[
@@ -186,6 +206,7 @@ fn instructions_of_a_known_loop() {
 
 #[test]
 fn ten_sessions_share_one_set_of_counters_and_stay_exact() {
+    root_or_skip!();
     let _g = exclusive();
     assert!(nothing_pinned());
     let children: Vec<_> = (0..10)
@@ -207,21 +228,26 @@ fn ten_sessions_share_one_set_of_counters_and_stay_exact() {
                 .unwrap()
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(1000));
+    // Ready when every session holds the shared array: read from the
+    // sessions' own fds, not from every map on the machine.
+    let arrays = |pid: u32| -> Vec<u32> { bpf_maps_of(pid, PERF_EVENT_ARRAY) };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while children.iter().any(|c| arrays(c.id()).is_empty()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sessions never attached"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // One shared array of perf events, whatever the number of sessions, and
     // no session holds a perf event fd of its own.
-    let maps = String::from_utf8_lossy(
-        &Command::new("bpftool")
-            .args(["map", "show"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .to_string();
+    let mut ids: Vec<u32> = children.iter().flat_map(|c| arrays(c.id())).collect();
+    ids.sort_unstable();
+    ids.dedup();
     assert_eq!(
-        maps.matches("perf_event_array  name events").count(),
+        ids.len(),
         1,
-        "{maps}"
+        "perf event arrays held by the sessions: {ids:?}"
     );
     let perf_fds = children
         .iter()
@@ -265,15 +291,18 @@ fn ten_sessions_share_one_set_of_counters_and_stay_exact() {
 
 #[test]
 fn counts_with_and_without_sharing_agree() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("work631");
     let alone = task_clock_of(&bin, &["1"]);
+    let ready = ready_path();
     let mut other = bprof()
-        .args(["stat", "-e", "task-clock", "-a", "5"])
+        .args(["stat", "-e", "task-clock", "-a", "5", "--ready-file"])
+        .arg(&ready)
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    wait_ready(&ready, &mut other);
     let shared = task_clock_of(&bin, &["1"]);
     interrupt(other.id());
     let _ = other.wait();
@@ -286,10 +315,10 @@ fn counts_with_and_without_sharing_agree() {
 
 #[test]
 fn pid_children_and_cpu_scopes() {
+    root_or_skip!();
     let _g = exclusive();
     // -p: a live process that spins half of the time.
-    let mut s = Command::new(fixture("spinsleep")).arg("4").spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let s = Workload::start(Command::new(fixture("spinsleep")).arg("4"));
     let ms = value(
         &csv(&stat(&[
             "-x",
@@ -302,7 +331,7 @@ fn pid_children_and_cpu_scopes() {
         ])),
         "task-clock",
     );
-    let _ = (s.kill(), s.wait());
+    drop(s);
     assert!(within(ms, 500.0, 20.0), "{ms}");
 
     // --: the command's children count too, and its status is returned.
@@ -327,13 +356,12 @@ fn pid_children_and_cpu_scopes() {
     assert_eq!(out.status.code(), Some(3));
 
     // -C: a process pinned to CPU 1 has no time on CPU 0.
-    let mut w = Command::new("taskset")
-        .args(["-c", "1"])
-        .arg(fixture("work631"))
-        .arg("4")
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let w = Workload::start(
+        Command::new("taskset")
+            .args(["-c", "1"])
+            .arg(fixture("work631"))
+            .arg("4"),
+    );
     let pid = w.id().to_string();
     let on1 = value(
         &csv(&stat(&[
@@ -363,7 +391,7 @@ fn pid_children_and_cpu_scopes() {
         ])),
         "task-clock",
     );
-    let _ = (w.kill(), w.wait());
+    drop(w);
     assert!(within(on1, 1000.0, 10.0), "{on1}");
     assert!(on0 < 20.0, "{on0}");
 }
@@ -372,6 +400,7 @@ fn pid_children_and_cpu_scopes() {
 /// `perf stat -a -- sleep N` users expect), and says so in the header.
 #[test]
 fn system_wide_while_a_command_runs() {
+    root_or_skip!();
     let _g = exclusive();
     let out = stat(&["-x", ",", "-e", "task-clock", "-a", "--", "sleep", "0.5"]);
     let line = String::from_utf8_lossy(&out.stdout).to_string();
@@ -391,6 +420,7 @@ fn system_wide_while_a_command_runs() {
 
 #[test]
 fn for_each_cgroup() {
+    root_or_skip!();
     let _g = exclusive();
     let root = cgroup2_root();
     let busy = format!("bprof-stat-busy-{}", std::process::id());
@@ -399,7 +429,7 @@ fn for_each_cgroup() {
     for d in [&busy, &idle, &child] {
         std::fs::create_dir_all(Path::new(&root).join(d)).unwrap();
     }
-    let mut w = Command::new(fixture("work631")).arg("4").spawn().unwrap();
+    let w = Workload::start(Command::new(fixture("work631")).arg("4"));
     std::fs::write(
         Path::new(&root).join(&child).join("cgroup.procs"),
         w.id().to_string(),
@@ -423,7 +453,7 @@ fn for_each_cgroup() {
         "1",
     ]);
     let ran = ran_ms() - before;
-    let _ = (w.kill(), w.wait());
+    drop(w);
     for d in [&child, &busy, &idle] {
         let _ = std::fs::remove_dir(Path::new(&root).join(d));
     }
@@ -451,6 +481,7 @@ fn for_each_cgroup() {
 
 #[test]
 fn interval_output_is_monotonic() {
+    root_or_skip!();
     let _g = exclusive();
     let out = stat(&[
         "-x",
@@ -485,6 +516,7 @@ fn interval_output_is_monotonic() {
 
 #[test]
 fn human_and_json_output() {
+    root_or_skip!();
     let _g = exclusive();
     let out = stat(&["-e", "task-clock,context-switches,cycles", "-a", "0.5"]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -509,13 +541,17 @@ fn human_and_json_output() {
 
 #[test]
 fn stale_pins_of_a_crashed_session_are_replaced() {
+    root_or_skip!();
     let _g = exclusive();
+    let ready = ready_path();
     let mut crashed = bprof()
-        .args(["stat", "-e", "task-clock", "-a", "30"])
+        .args(["stat", "-e", "task-clock", "-a", "30", "--ready-file"])
+        .arg(&ready)
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    wait_ready(&ready, &mut crashed);
+    // SIGKILL: a crash, which cannot clean up.
     let _ = (crashed.kill(), crashed.wait());
     assert!(
         Path::new(PIN_DIR).exists(),
@@ -531,6 +567,7 @@ fn stale_pins_of_a_crashed_session_are_replaced() {
 
 #[test]
 fn bad_stat_input() {
+    let _g = exclusive();
     for (args, want) in [
         (&["stat", "-e", "bogus", "1"][..], "unknown event 'bogus'"),
         (&["stat", "-e", "", "1"][..], "empty event list"),
@@ -581,25 +618,9 @@ fn bounded_stat(args: &[&str]) -> Output {
         .args(args))
 }
 
-fn wait_for(path: &str) {
-    for _ in 0..500 {
-        if Path::new(path).exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("{path} never appeared");
-}
-
-/// Waits until a background `bprof stat` has joined (its pins exist) and
-/// has had time to install its signal handlers.
-fn wait_joined() {
-    wait_for(&format!("{PIN_DIR}/sessions"));
-    std::thread::sleep(Duration::from_millis(500));
-}
-
 #[test]
 fn hostile_lock_paths_are_not_followed_and_a_held_lock_is_bounded() {
+    root_or_skip!();
     let _g = exclusive();
     // Where the lock used to live: a symlink planted there must not make root
     // truncate its target (the lock now lives in root's own 0700 directory).
@@ -649,6 +670,7 @@ fn hostile_lock_paths_are_not_followed_and_a_held_lock_is_bounded() {
 
 #[test]
 fn hostile_pin_dir_made_by_another_user_is_refused() {
+    root_or_skip!();
     let _g = exclusive();
     assert!(nothing_pinned());
     use std::os::unix::fs::MetadataExt;
@@ -689,14 +711,26 @@ fn hostile_pin_dir_made_by_another_user_is_refused() {
 
 #[test]
 fn hostile_a_session_in_a_pid_namespace_keeps_the_host_sessions_pins() {
+    root_or_skip!();
     let _g = exclusive();
-    let host = bprof()
-        .args(["stat", "-x", ",", "-e", "task-clock", "-a", "30"])
+    let ready = ready_path();
+    let mut host = bprof()
+        .args([
+            "stat",
+            "-x",
+            ",",
+            "-e",
+            "task-clock",
+            "-a",
+            "30",
+            "--ready-file",
+        ])
+        .arg(&ready)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_joined();
+    wait_ready(&ready, &mut host);
     // Inside a new PID namespace the host session's pid means nothing.
     let inner = run(Command::new("timeout")
         .args(["-s", "KILL", "60", "unshare", "-p", "-f", "--mount-proc"])
@@ -725,19 +759,22 @@ fn hostile_a_session_in_a_pid_namespace_keeps_the_host_sessions_pins() {
 
 #[test]
 fn hostile_modes_do_not_depend_on_the_umask() {
+    root_or_skip!();
     let _g = exclusive();
     use std::os::unix::fs::MetadataExt;
+    let ready = ready_path();
     let mut s = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "umask 000; exec {} stat -e task-clock -a 30",
-            env!("CARGO_BIN_EXE_bprof")
+            "umask 000; exec {} stat -e task-clock -a 30 --ready-file {}",
+            env!("CARGO_BIN_EXE_bprof"),
+            ready.display()
         ))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_joined();
+    wait_ready(&ready, &mut s);
     let mode = |p: &str| std::fs::symlink_metadata(p).unwrap().mode() & 0o777;
     let (dir, state, pin) = (
         mode(PIN_DIR),

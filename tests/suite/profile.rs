@@ -1,12 +1,10 @@
 //! End-to-end profiles of real fixtures with real BPF (run as root).
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 fn folded_of(args: &[&str], cmd: &[&str]) -> (Vec<Folded>, String, std::process::ExitStatus) {
     let out = run(bprof().args(args).arg("-f").arg("--").args(cmd));
@@ -21,6 +19,7 @@ fn folded_of(args: &[&str], cmd: &[&str]) -> (Vec<Folded>, String, std::process:
 
 #[test]
 fn shares_631_match_the_workload_and_perf() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("work631");
     let (lines, stderr, status) = folded_of(&["-F", "999"], &[bin.to_str().unwrap(), "3"]);
@@ -65,6 +64,7 @@ fn shares_631_match_the_workload_and_perf() {
 
 #[test]
 fn folded_format_is_exact_and_starts_with_comm() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("threads");
     let (lines, stderr, status) = folded_of(&["-F", "499"], &[bin.to_str().unwrap(), "1"]);
@@ -83,6 +83,7 @@ fn folded_format_is_exact_and_starts_with_comm() {
 
 #[test]
 fn delimiter_and_kernel_annotations() {
+    root_or_skip!();
     let _g = exclusive();
     // dd from /dev/zero to /dev/null spends its time in the kernel.
     let (lines, stderr, status) = folded_of(
@@ -117,6 +118,7 @@ fn delimiter_and_kernel_annotations() {
 
 #[test]
 fn user_only_and_kernel_only() {
+    root_or_skip!();
     let _g = exclusive();
     let dd = [
         "dd",
@@ -144,6 +146,7 @@ fn user_only_and_kernel_only() {
 
 #[test]
 fn svg_is_well_formed_and_holds_hot_frames() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("svg");
     let svg = dir.join("flame.svg");
@@ -194,15 +197,19 @@ fn svg_is_well_formed_and_holds_hot_frames() {
 
 #[test]
 fn short_lived_process_is_named_after_it_exited() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("shortlived");
-    let prof = bprof()
-        .args(["-F", "999", "-f", "5"])
+    let ready = ready_path();
+    let mut prof = bprof()
+        .args(["-F", "999", "-f", "--ready-file"])
+        .arg(&ready)
+        .arg("5")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    wait_ready(&ready, &mut prof);
     for _ in 0..40 {
         assert!(Command::new(&bin).status().unwrap().success());
     }
@@ -224,6 +231,7 @@ fn short_lived_process_is_named_after_it_exited() {
 /// addresses, the same raw stack must get the new library's names.
 #[test]
 fn a_library_swapped_in_at_the_same_address_gets_its_own_names() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("dlswap");
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/dlswap_lib.c");
@@ -276,6 +284,7 @@ fn a_library_swapped_in_at_the_same_address_gets_its_own_names() {
 
 #[test]
 fn command_is_followed_into_children_and_its_status_returned() {
+    root_or_skip!();
     let _g = exclusive();
     let forker = fixture("forker");
     let work = fixture("work631");
@@ -301,12 +310,12 @@ fn command_is_followed_into_children_and_its_status_returned() {
 
 #[test]
 fn pid_sees_only_that_process() {
+    root_or_skip!();
     let _g = exclusive();
-    let mut a = Command::new(fixture("work631")).arg("4").spawn().unwrap();
-    let mut b = Command::new(fixture("rust_work")).arg("4").spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let a = Workload::start(Command::new(fixture("work631")).arg("4"));
+    let b = Workload::start(Command::new(fixture("rust_work")).arg("4"));
     let out = run(bprof().args(["-F", "499", "-f", "-p", &a.id().to_string(), "2"]));
-    let _ = (a.kill(), b.kill(), a.wait(), b.wait());
+    drop((a, b));
     assert!(
         out.status.success(),
         "{}",
@@ -322,14 +331,18 @@ fn pid_sees_only_that_process() {
 
 #[test]
 fn tid_sees_only_that_thread() {
+    root_or_skip!();
     let _g = exclusive();
-    let mut child = Command::new(fixture("threads"))
-        .arg("4")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // It prints its threads' ids once they run: that is its readiness.
+    let mut child = Workload(
+        Command::new(fixture("threads"))
+            .arg("4")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut tids = std::collections::HashMap::new();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut reader = BufReader::new(child.0.stdout.take().unwrap());
     for _ in 0..2 {
         let mut line = String::new();
         reader.read_line(&mut line).unwrap();
@@ -337,7 +350,7 @@ fn tid_sees_only_that_thread() {
         tids.insert(name.to_string(), tid.to_string());
     }
     let out = run(bprof().args(["-F", "499", "-f", "-L", &tids["beta"], "1.5"]));
-    let _ = (child.kill(), child.wait());
+    drop(child);
     assert!(
         out.status.success(),
         "{}",
@@ -350,20 +363,20 @@ fn tid_sees_only_that_thread() {
 
 #[test]
 fn cpu_list_samples_only_those_cpus() {
+    root_or_skip!();
     let _g = exclusive();
     // Pinned to CPU 1: sampling only CPU 0 must not see it; CPU 1 must.
-    let mut w = Command::new("taskset")
-        .arg("-c")
-        .arg("1")
-        .arg(fixture("work631"))
-        .arg("4")
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let w = Workload::start(
+        Command::new("taskset")
+            .arg("-c")
+            .arg("1")
+            .arg(fixture("work631"))
+            .arg("4"),
+    );
     let pid = (w.id()).to_string();
     let on1 = run(bprof().args(["-F", "499", "-f", "-C", "1", "-p", &pid, "1"]));
     let on0 = run(bprof().args(["-F", "499", "-f", "-C", "0", "-p", &pid, "1"]));
-    let _ = (w.kill(), w.wait());
+    drop(w);
     let on1 = parse_folded(&String::from_utf8_lossy(&on1.stdout));
     let on0 = parse_folded(&String::from_utf8_lossy(&on0.stdout));
     assert!(total_for(&on1, "fx_work631") > 150, "{on1:?}");
@@ -372,6 +385,7 @@ fn cpu_list_samples_only_those_cpus() {
 
 #[test]
 fn deep_recursion_is_walked() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("recurse");
     let (lines, stderr, _) = folded_of(&["-F", "499"], &[bin.to_str().unwrap(), "1", "60"]);
@@ -386,6 +400,7 @@ fn deep_recursion_is_walked() {
 
 #[test]
 fn rust_names_are_demangled() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("rust_work");
     let (lines, stderr, _) = folded_of(&["-F", "499"], &[bin.to_str().unwrap(), "1"]);
@@ -398,11 +413,11 @@ fn rust_names_are_demangled() {
 
 #[test]
 fn jit_frames_named_through_perf_map() {
+    root_or_skip!();
     let _g = exclusive();
-    let mut jit = Command::new(fixture("jit")).arg("3").spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let jit = Workload::start(Command::new(fixture("jit")).arg("3"));
     let out = run(bprof().args(["-F", "499", "-f", "-p", &jit.id().to_string(), "1"]));
-    let _ = jit.wait();
+    drop(jit);
     let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
     let total = total_for(&lines, "fx_jit");
     assert!(
@@ -413,23 +428,29 @@ fn jit_frames_named_through_perf_map() {
 
 #[test]
 fn sigint_still_writes_every_output_and_leaves_nothing() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("sigint");
     let svg = dir.join("flame.svg");
     let folded = dir.join("out.folded");
-    let mut w = Command::new(fixture("work631")).arg("5").spawn().unwrap();
-    let child = bprof()
+    let w = Workload::start(Command::new(fixture("work631")).arg("5"));
+    let ready = ready_path();
+    let mut child = bprof()
         .args(["-F", "499", "-p", &w.id().to_string(), "--svg"])
         .arg(&svg)
         .arg("-o")
         .arg(&folded)
+        .arg("--ready-file")
+        .arg(&ready)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_ready(&ready, &mut child);
+    // Recording time, not a barrier: the outputs must hold samples.
+    std::thread::sleep(Duration::from_millis(1000));
     interrupt(child.id());
     let out = child.wait_with_output().unwrap();
-    let _ = (w.kill(), w.wait());
+    drop(w);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("interrupted"), "{stderr}");
@@ -447,6 +468,7 @@ fn sigint_still_writes_every_output_and_leaves_nothing() {
 
 #[test]
 fn default_report_lists_stacks_hottest_last() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("work631");
     let out = run(bprof().args(["-F", "499", "--"]).arg(&bin).arg("1"));
@@ -468,13 +490,14 @@ fn default_report_lists_stacks_hottest_last() {
 
 #[test]
 fn tiny_maps_count_and_report_every_loss() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("recurse");
     // Two map slots cannot hold the stacks of a whole system: losses must be
     // counted in the kernel and reported, not silently dropped.
-    let mut w = Command::new(&bin).arg("3").spawn().unwrap();
+    let w = Workload::start(Command::new(&bin).arg("3"));
     let out = run(bprof().args(["-F", "999", "-f", "-I", "--stack-storage-size", "2", "1.5"]));
-    let _ = (w.kill(), w.wait());
+    drop(w);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -507,6 +530,7 @@ fn tiny_maps_count_and_report_every_loss() {
 
 #[test]
 fn idle_is_skipped_unless_asked() {
+    root_or_skip!();
     let _g = exclusive();
     // Idle is a system-wide matter: profile all CPUs of a mostly idle machine.
     let out = run(bprof().args(["-F", "199", "-f", "-K", "1"]));
@@ -525,6 +549,7 @@ fn idle_is_skipped_unless_asked() {
 
 #[test]
 fn binary_of_another_mount_namespace_resolves_through_proc_root() {
+    root_or_skip!();
     let _g = exclusive();
     // The binary exists only inside the child's private tmpfs mount, as in
     // a container: bprof must open it through /proc/PID/root.
@@ -534,23 +559,20 @@ fn binary_of_another_mount_namespace_resolves_through_proc_root() {
         d = dir.display(),
         bin = fixture("work631").display()
     );
-    let mut hidden = Command::new("unshare")
-        .args(["-m", "sh", "-c", &script])
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let hidden = Workload::start(Command::new("unshare").args(["-m", "sh", "-c", &script]));
     assert!(
         !dir.join("fx_hidden").exists(),
         "the file must not be visible here"
     );
     let out = run(bprof().args(["-F", "499", "-f", "-p", &hidden.id().to_string(), "1"]));
-    let _ = (hidden.kill(), hidden.wait());
+    drop(hidden);
     let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
     assert!(with_frame(&lines, "fx_hidden", "heavy") > 50, "{lines:?}");
 }
 
 #[test]
 fn progress_bar_only_on_a_terminal() {
+    root_or_skip!();
     let _g = exclusive();
     // script(1) gives bprof a pseudo-terminal for stderr.
     let cmd = format!("{} -F 99 -f 1.5 > /dev/null", env!("CARGO_BIN_EXE_bprof"));
@@ -618,6 +640,7 @@ fn tree_levels(l: &Folded) -> Vec<(u32, u32)> {
 
 #[test]
 fn more_than_20000_distinct_stacks_all_counted() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("manystacks");
     let dir = scratch("manystacks");
@@ -707,6 +730,7 @@ fn perf_leaf_share(bin: &std::path::Path, dir: &std::path::Path) -> f64 {
 
 #[test]
 fn tiny_maps_drain_at_the_fill_threshold_and_lose_nothing() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("manystacks");
     // 512 entries, thousands of distinct stacks: the maps are drained each
@@ -735,6 +759,7 @@ fn tiny_maps_drain_at_the_fill_threshold_and_lose_nothing() {
 
 #[test]
 fn thousands_of_kernel_stacks_none_missed() {
+    root_or_skip!();
     let _g = exclusive();
     // Walking and reading a directory tree makes thousands of distinct
     // kernel stacks: stored by content, none is dropped for sharing a hash
@@ -765,6 +790,7 @@ fn thousands_of_kernel_stacks_none_missed() {
 
 #[test]
 fn user_stacks_stored_by_content_when_the_layout_cache_misses() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("mmapchurn");
     let out = run(bprof()

@@ -1,12 +1,10 @@
 //! Honest names: frames without a symbol show their module and offset, and a
 //! stripped binary is named from a debug file kept by build ID (run as root).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 /// Removes a file planted under /usr/lib/debug when the test ends.
 struct Planted(PathBuf);
@@ -61,6 +59,7 @@ fn unknown_pct(stderr: &str) -> f64 {
 
 #[test]
 fn stripped_frames_show_module_and_offset_then_names_from_the_build_id_debug_file() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("names_stripped");
     let (bin, debug) = stripped_work631(&dir);
@@ -110,6 +109,7 @@ fn stripped_frames_show_module_and_offset_then_names_from_the_build_id_debug_fil
 
 #[test]
 fn unknown_as_module_gives_one_frame_per_module() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("names_module");
     let (bin, _) = stripped_work631(&dir);
@@ -147,6 +147,7 @@ impl Drop for Running {
 
 #[test]
 fn hostile_a_same_build_id_copy_never_names_another_users_process() {
+    root_or_skip!();
     let _g = exclusive();
     let full = fixture("work631");
     // nobody's copy: same build ID, functions renamed.
@@ -225,6 +226,7 @@ fn free_port() -> u16 {
 
 #[test]
 fn debuginfod_fetches_and_caches_missing_debug_info_and_a_dead_server_costs_a_bounded_wait() {
+    root_or_skip!();
     if Command::new("debuginfod")
         .arg("--version")
         .output()
@@ -341,6 +343,8 @@ fn file_offset_of(bin: &Path, name: &str) -> u64 {
 
 #[test]
 fn an_address_on_a_data_object_is_never_named_after_it() {
+    root_or_skip!();
+    let _g = exclusive();
     let dir = scratch("names_data");
     let src = dir.join("data.c");
     std::fs::write(
@@ -381,7 +385,7 @@ fn an_address_on_a_data_object_is_never_named_after_it() {
     };
     let raw = vec![bprof::collect::stacks::RawStack {
         tgid: me,
-        pid: me,
+        tid: me,
         comm: "fx_data".into(),
         kernel: Vec::new(),
         // Leaf first: an address in lookup_slot, then a "return address" in table.

@@ -2,13 +2,11 @@
 //! command never outlives bprof by surprise (run as root). Every bprof that
 //! could hang runs under an outer `timeout -s KILL`.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// A filter no sample passes: a profile of nothing.
 const NOTHING: &str = "period > 0xffffffffffff";
@@ -53,6 +51,7 @@ fn stderr(out: &Output) -> String {
 
 #[test]
 fn hostile_empty_profiles_leave_existing_outputs_and_symlinks_alone() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("work631");
     let dir = scratch("hostile_empty");
@@ -108,6 +107,8 @@ fn hostile_empty_profiles_leave_existing_outputs_and_symlinks_alone() {
 
 #[test]
 fn hostile_one_file_for_two_outputs_is_refused_before_anything_runs() {
+    root_or_skip!();
+    let _g = exclusive();
     let dir = scratch("hostile_same");
     let a = dir.join("a");
     std::fs::write(&a, "keep").unwrap();
@@ -132,13 +133,17 @@ fn hostile_one_file_for_two_outputs_is_refused_before_anything_runs() {
 
 #[test]
 fn hostile_a_killed_profile_leaves_the_old_output_whole() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("work631");
     let dir = scratch("hostile_killed");
     let out_file = dir.join("out.folded");
     std::fs::write(&out_file, "old 1\n").unwrap();
+    let ready = ready_path();
     let mut b = bprof()
-        .args(["--no-counts", "-F", "499", "-o"])
+        .args(["--no-counts", "-F", "499", "--ready-file"])
+        .arg(&ready)
+        .arg("-o")
         .arg(&out_file)
         .arg("--")
         .arg(&bin)
@@ -146,13 +151,14 @@ fn hostile_a_killed_profile_leaves_the_old_output_whole() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    wait_ready(&ready, &mut b);
     let _ = (b.kill(), b.wait());
     assert_eq!(std::fs::read_to_string(&out_file).unwrap(), "old 1\n");
 }
 
 #[test]
 fn hostile_a_closed_pipe_is_success_and_stops_the_command() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("hostile_pipe");
     let pidf = dir.join("pid");
@@ -189,12 +195,16 @@ fn hostile_a_closed_pipe_is_success_and_stops_the_command() {
 
 #[test]
 fn hostile_sighup_writes_the_outputs_and_stops_the_command() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("hostile_hup");
     let pidf = dir.join("pid");
     let folded = dir.join("out.folded");
+    let ready = ready_path();
     let mut b = bprof()
-        .args(["--no-counts", "-F", "499", "-o"])
+        .args(["--no-counts", "-F", "499", "--ready-file"])
+        .arg(&ready)
+        .arg("-o")
         .arg(&folded)
         .arg("--")
         .args(["sh", "-c"])
@@ -207,6 +217,8 @@ fn hostile_sighup_writes_the_outputs_and_stops_the_command() {
         .spawn()
         .unwrap();
     let pid = wait_for_pid(&pidf);
+    wait_ready(&ready, &mut b);
+    // Recording time, not a barrier: the outputs must hold samples.
     std::thread::sleep(Duration::from_millis(700));
     // SAFETY: kill has no memory-safety preconditions.
     unsafe { libc::kill(b.id() as i32, libc::SIGHUP) };
@@ -223,6 +235,7 @@ fn hostile_sighup_writes_the_outputs_and_stops_the_command() {
 
 #[test]
 fn hostile_a_command_ignoring_sigterm_gets_sigkill_and_dies_with_bprof() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("hostile_term");
     let pidf = dir.join("pid");

@@ -2,15 +2,13 @@
 //! before symbolization, and the same files planted by a hostile local
 //! user (run as root; `nobody` plays the other user).
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::*;
+use crate::common::*;
 
 const COMM: &str = "fx_jit";
 
@@ -159,6 +157,7 @@ fn perf_share(dir: &Path, cmd: &[&str], name: &str) -> f64 {
 
 #[test]
 fn perf_map_of_an_exited_command_is_read_as_perf_does() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("jit_exited_keep");
     let bin = fixture("jit");
@@ -198,6 +197,7 @@ fn perf_map_of_an_exited_command_is_read_as_perf_does() {
 
 #[test]
 fn perf_map_deleted_at_exit_is_still_read() {
+    root_or_skip!();
     let _g = exclusive();
     let r = held("jit_deleted", &[], "2", "", |_, _| {});
     assert!(
@@ -209,6 +209,7 @@ fn perf_map_deleted_at_exit_is_still_read() {
 
 #[test]
 fn jitdump_loads_and_moves_name_frames() {
+    root_or_skip!();
     let _g = exclusive();
     let r = held("jit_dump", &[], "2", "d", |_, _| {});
     assert!(!Path::new(&format!("/tmp/jit-{}.dump", r.pid)).exists());
@@ -218,6 +219,7 @@ fn jitdump_loads_and_moves_name_frames() {
 
 #[test]
 fn a_command_running_as_another_user_gets_its_own_map_read() {
+    root_or_skip!();
     // setpriv execs the fixture as nobody in the same process: the user
     // that counts is the one the process has when it writes its map.
     let _g = exclusive();
@@ -244,6 +246,7 @@ fn a_command_running_as_another_user_gets_its_own_map_read() {
 
 #[test]
 fn a_jitdump_is_found_where_the_process_mapped_it() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("jit_dump_dir_files");
     let r = held_env(
@@ -262,6 +265,7 @@ fn a_jitdump_is_found_where_the_process_mapped_it() {
 
 #[test]
 fn a_planted_map_of_the_processs_own_user_is_used() {
+    root_or_skip!();
     // The control for the hostile cases below: planting works.
     let _g = exclusive();
     let r = held("jit_planted_ok", &[], "1", "n", |pid, addr| {
@@ -273,6 +277,7 @@ fn a_planted_map_of_the_processs_own_user_is_used() {
 
 #[test]
 fn hostile_a_fifo_at_the_perf_map_path_does_not_hang() {
+    root_or_skip!();
     let _g = exclusive();
     let r = held("jit_fifo", &[], "1", "n", |pid, _| {
         as_nobody(&format!("mkfifo {}", map_path(pid)));
@@ -285,6 +290,7 @@ fn hostile_a_fifo_at_the_perf_map_path_does_not_hang() {
 
 #[test]
 fn hostile_a_symlink_to_a_root_only_file_does_not_leak_it() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("jit_symlink");
     let secret = dir.join("secret");
@@ -302,6 +308,7 @@ fn hostile_a_symlink_to_a_root_only_file_does_not_leak_it() {
 
 #[test]
 fn hostile_a_map_of_another_user_is_not_used() {
+    root_or_skip!();
     let _g = exclusive();
     let r = held("jit_other_user", &[], "1", "n", |pid, addr| {
         as_nobody(&format!(
@@ -331,6 +338,7 @@ fn plant_huge(pid: u32, addr: u64) {
 
 #[test]
 fn hostile_an_oversize_map_is_skipped_and_memory_stays_small() {
+    root_or_skip!();
     let _g = exclusive();
     let r = held("jit_huge", &[], "1", "n", plant_huge);
     let _ = std::fs::remove_file(map_path(r.pid));
@@ -367,6 +375,7 @@ fn hostile_an_oversize_map_is_skipped_and_memory_stays_small() {
 
 #[test]
 fn a_map_in_another_mount_namespace_is_read_through_its_root() {
+    root_or_skip!();
     let _g = exclusive();
     // The command gets a private /tmp; bprof's /tmp never has its map.
     // The binary must stay reachable under the new /tmp (a checkout may
@@ -403,6 +412,7 @@ fn a_map_in_another_mount_namespace_is_read_through_its_root() {
 
 #[test]
 fn node_perf_basic_prof_frames_named_after_exit() {
+    root_or_skip!();
     if Command::new("node").arg("--version").output().is_err() {
         eprintln!("SKIPPED: node is not installed");
         return;
@@ -455,6 +465,7 @@ fn node_perf_basic_prof_frames_named_after_exit() {
 
 #[test]
 fn hostile_a_fifo_does_not_hang_a_profile_of_a_live_pid() {
+    root_or_skip!();
     // -p: the process still runs at symbolization, where bprof used to
     // open its perf map blocking.
     let _g = exclusive();
@@ -501,6 +512,8 @@ fn hostile_a_fifo_does_not_hang_a_profile_of_a_live_pid() {
 
 #[test]
 fn a_bad_size_cap_is_one_line() {
+    root_or_skip!();
+    let _g = exclusive();
     let out = run(bprof().args(["--max-perf-map-size", "64MiB", "-f", "1"]));
     let line = assert_one_line_error(&out);
     assert!(line.contains("--max-perf-map-size '64MiB'"), "{line}");

@@ -1,24 +1,24 @@
 //! `--filter`: perf's filter language compiled into BPF map entries and
 //! evaluated in the kernel, on real fixtures (run as root).
 
-mod common;
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
-use common::*;
+use crate::common::*;
 
 /// Starts the two-thread fixture and returns it with its thread ids.
-fn threads(secs: &str) -> (Child, HashMap<String, String>) {
-    let mut child = Command::new(fixture("threads"))
-        .arg(secs)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+/// Its printed ids are its readiness.
+fn threads(secs: &str) -> (Workload, HashMap<String, String>) {
+    let mut child = Workload(
+        Command::new(fixture("threads"))
+            .arg(secs)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut tids = HashMap::new();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut reader = BufReader::new(child.0.stdout.take().unwrap());
     for _ in 0..2 {
         let mut line = String::new();
         reader.read_line(&mut line).unwrap();
@@ -49,8 +49,9 @@ fn dropped(stderr: &str) -> u64 {
 
 #[test]
 fn tid_eq_and_ne_split_the_two_threads() {
+    root_or_skip!();
     let _g = exclusive();
-    let (mut child, tids) = threads("10");
+    let (child, tids) = threads("10");
     let (a, b) = (&tids["alpha"], &tids["beta"]);
     let (eq, stderr) = profile(&["--filter", &format!("tid == {a}"), "1"]);
     assert!(with_frame(&eq, "alpha", "alpha_spin") > 80, "{eq:?}");
@@ -80,31 +81,32 @@ fn tid_eq_and_ne_split_the_two_threads() {
     ]);
     assert!(total_for(&and, "alpha") > 60, "{and:?}");
     assert_eq!(total_for(&and, "beta"), 0);
-    let _ = (child.kill(), child.wait());
+    drop(child);
 }
 
 #[test]
 fn cpu_filter_keeps_only_that_cpu() {
+    root_or_skip!();
     let _g = exclusive();
     let spawn = |cpu: &str, name: &str| {
-        Command::new("taskset")
-            .args(["-c", cpu])
-            .arg(fixture(name))
-            .arg("3")
-            .spawn()
-            .unwrap()
+        Workload::start(
+            Command::new("taskset")
+                .args(["-c", cpu])
+                .arg(fixture(name))
+                .arg("3"),
+        )
     };
-    let mut on0 = spawn("0", "work631");
-    let mut on1 = spawn("1", "rust_work");
-    std::thread::sleep(Duration::from_millis(200));
+    let on0 = spawn("0", "work631");
+    let on1 = spawn("1", "rust_work");
     let (lines, _) = profile(&["--filter", "cpu == 1", "1"]);
-    let _ = (on0.kill(), on1.kill(), on0.wait(), on1.wait());
+    drop((on0, on1));
     assert!(total_for(&lines, "fx_rust_work") > 150, "{lines:?}");
     assert_eq!(total_for(&lines, "fx_work631"), 0, "{lines:?}");
 }
 
 #[test]
 fn period_beyond_any_sample_keeps_nothing_and_says_so() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("work631");
     let out = run(bprof()
@@ -149,6 +151,7 @@ fn period_beyond_any_sample_keeps_nothing_and_says_so() {
 
 #[test]
 fn ip_below_kernel_keeps_no_kernel_leaf() {
+    root_or_skip!();
     let _g = exclusive();
     let dd = [
         "--",
@@ -187,19 +190,15 @@ fn ip_below_kernel_keeps_no_kernel_leaf() {
 
 #[test]
 fn cgroup_filter_keeps_that_cgroup() {
+    root_or_skip!();
     let _g = exclusive();
-    let root = cgroup2_root();
-    let name = format!("bprof-test-{}", std::process::id());
-    let dir = std::path::Path::new(&root).join(&name);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut inside = Command::new(fixture("rust_work")).arg("8").spawn().unwrap();
-    std::fs::write(dir.join("cgroup.procs"), inside.id().to_string()).unwrap();
-    let mut outside = Command::new(fixture("work631")).arg("8").spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(200));
-    let (lines, _) = profile(&["--filter", &format!("cgroup == /{name}"), "1"]);
-    let (rest, _) = profile(&["--filter", &format!("cgroup != /{name}"), "1"]);
-    let _ = (inside.kill(), outside.kill(), inside.wait(), outside.wait());
-    let _ = std::fs::remove_dir(&dir);
+    let cg = TestCgroup::new("filter");
+    let inside = Workload::start(Command::new(fixture("rust_work")).arg("8"));
+    cg.add(inside.id());
+    let outside = Workload::start(Command::new(fixture("work631")).arg("8"));
+    let (lines, _) = profile(&["--filter", &format!("cgroup == {}", cg.name), "1"]);
+    let (rest, _) = profile(&["--filter", &format!("cgroup != {}", cg.name), "1"]);
+    drop((inside, outside, cg));
     assert!(total_for(&lines, "fx_rust_work") > 100, "{lines:?}");
     assert!(
         lines.iter().all(|l| l.frames[0] == "fx_rust_work"),
@@ -211,13 +210,13 @@ fn cgroup_filter_keeps_that_cgroup() {
 
 #[test]
 fn comm_filter() {
+    root_or_skip!();
     let _g = exclusive();
-    let mut a = Command::new(fixture("work631")).arg("8").spawn().unwrap();
-    let mut b = Command::new(fixture("rust_work")).arg("8").spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let a = Workload::start(Command::new(fixture("work631")).arg("8"));
+    let b = Workload::start(Command::new(fixture("rust_work")).arg("8"));
     let (lines, _) = profile(&["--filter", "comm == fx_rust_work", "1"]);
     let (quoted, _) = profile(&["--filter", "comm==\"fx_work631\" && pid > 0", "1"]);
-    let _ = (a.kill(), b.kill(), a.wait(), b.wait());
+    drop((a, b));
     assert!(total_for(&lines, "fx_rust_work") > 100, "{lines:?}");
     assert!(
         lines.iter().all(|l| l.frames[0] == "fx_rust_work"),
@@ -232,6 +231,7 @@ fn comm_filter() {
 
 #[test]
 fn malformed_filters_exit_2_with_one_line_pointing_at_the_column() {
+    let _g = exclusive();
     for (filter, want) in [
         (
             "tid === 3",

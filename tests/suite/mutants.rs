@@ -3,12 +3,10 @@
 //! abort (an allocation of a size the file claims) kills this test binary,
 //! which fails the run; a panic inside the parser is caught per file.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 use object::read::elf::{FileHeader, SectionHeader};
 
@@ -47,6 +45,7 @@ fn offsets(data: &[u8]) -> (Vec<usize>, Vec<usize>) {
 
 #[test]
 fn hostile_a_compressed_section_claiming_2_62_bytes_costs_only_its_frames() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("mutants_crafted");
     let bin = compressed_fixture(&dir);
@@ -88,6 +87,7 @@ fn hostile_a_compressed_section_claiming_2_62_bytes_costs_only_its_frames() {
 
 #[test]
 fn hostile_thousands_of_mutants_never_abort_or_panic() {
+    let _g = exclusive();
     let dir = scratch("mutants_run");
     let bin = compressed_fixture(&dir);
     let data = std::fs::read(&bin).unwrap();

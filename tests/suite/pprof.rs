@@ -4,13 +4,11 @@
 //! output of the same run, line for line, and `-top` must agree with the
 //! folded leaves. Run as root.
 
-mod common;
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 /// What `go tool pprof -raw` shows of a profile.
 #[derive(Debug, Default)]
@@ -271,6 +269,7 @@ fn profile(
 
 #[test]
 fn pprof_of_a_known_workload_reads_back_as_its_folded_stacks() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("pprof-oncpu");
     let bin = fixture("work631");
@@ -302,6 +301,7 @@ fn pprof_of_a_known_workload_reads_back_as_its_folded_stacks() {
 
 #[test]
 fn pprof_of_an_exited_process_whose_file_is_gone_keeps_its_build_id() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("pprof-gone");
     let bin = dir.join("fx_gone");
@@ -335,6 +335,7 @@ fn pprof_of_an_exited_process_whose_file_is_gone_keeps_its_build_id() {
 
 #[test]
 fn pprof_of_wall_and_off_cpu_time_has_microseconds_and_the_kernel_build_id() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("pprof-wall");
     let bin = fixture("spinsleep");
@@ -384,6 +385,7 @@ fn pprof_of_wall_and_off_cpu_time_has_microseconds_and_the_kernel_build_id() {
 
 #[test]
 fn pprof_keeps_mangled_names_and_inlined_functions() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("pprof-rust");
     let bin = fixture("rust_work");
@@ -412,6 +414,7 @@ fn pprof_keeps_mangled_names_and_inlined_functions() {
 
 #[test]
 fn every_interval_gets_its_own_files_and_together_they_hold_every_sample() {
+    root_or_skip!();
     let _g = exclusive();
     let dir = scratch("pprof-every");
     let bin = fixture("work631");

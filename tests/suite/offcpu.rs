@@ -1,11 +1,8 @@
 //! Off-CPU and wall-clock profiles on real fixtures (run as root).
 
-mod common;
-
 use std::process::Command;
-use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 fn is_bpf_frame(f: &str) -> bool {
     [
@@ -28,6 +25,7 @@ fn folded(args: &[&str]) -> (Vec<Folded>, String) {
 
 #[test]
 fn blocked_time_is_charged_to_the_sleeping_function() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("spinsleep");
     let (lines, stderr) = folded(&["--off-cpu", "-f", "--", bin.to_str().unwrap(), "3"]);
@@ -59,6 +57,7 @@ fn blocked_time_is_charged_to_the_sleeping_function() {
 
 #[test]
 fn measured_skip_matches_a_raw_stack() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("spinsleep");
     let (measured, stderr) = folded(&["--off-cpu", "-v", "-f", "--", bin.to_str().unwrap(), "1"]);
@@ -99,6 +98,7 @@ fn measured_skip_matches_a_raw_stack() {
 
 #[test]
 fn wall_adds_up_to_wall_time() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("spinsleep");
     let (lines, stderr) = folded(&[
@@ -152,6 +152,7 @@ fn wall_adds_up_to_wall_time() {
 
 #[test]
 fn block_thresholds_and_filters_apply() {
+    root_or_skip!();
     let _g = exclusive();
     let bin = fixture("spinsleep");
     // 10 ms sleeps are below a 20 ms minimum and above a 5 ms maximum. Half a
@@ -182,18 +183,17 @@ fn block_thresholds_and_filters_apply() {
     ]);
     assert!(total_for(&lines, "fx_spinsleep") < 100_000, "{lines:?}");
 
-    let mut a = Command::new(&bin).arg("3").spawn().unwrap();
-    let mut b = Command::new(&bin).arg("3").spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let a = Workload::start(Command::new(&bin).arg("3"));
+    let b = Workload::start(Command::new(&bin).arg("3"));
     let out = run(bprof().args(["--off-cpu", "--filter", &format!("pid == {}", a.id()), "1"]));
-    let _ = (a.kill(), b.kill(), a.wait(), b.wait());
+    let (a, b) = (a.id(), b.id());
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
     assert!(
-        report.contains(&format!("fx_spinsleep ({}) [off-cpu us]", a.id())),
+        report.contains(&format!("fx_spinsleep ({a}) [off-cpu us]")),
         "{report}"
     );
-    assert!(!report.contains(&format!("({})", b.id())), "{report}");
+    assert!(!report.contains(&format!("({b})")), "{report}");
 
     let out = run(bprof().args(["--off-cpu", "--filter", "ip < 0xffff800000000000", "1"]));
     let line = assert_one_line_error(&out);
@@ -203,6 +203,7 @@ fn block_thresholds_and_filters_apply() {
 
 #[test]
 fn kernel_threads_only_when_asked() {
+    root_or_skip!();
     let _g = exclusive();
     let is_kthread = |l: &Folded| {
         [

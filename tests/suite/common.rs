@@ -8,6 +8,31 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 
+/// Returns from a test that loads BPF programs unless running as root.
+macro_rules! root_or_skip {
+    () => {
+        if !$crate::common::is_root() {
+            return;
+        }
+    };
+}
+
+/// Whether the suite runs as root; if not, says once (on the real stderr,
+/// which libtest does not capture) that the BPF tests are skipped.
+pub fn is_root() -> bool {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        SAID.call_once(|| {
+            let msg = b"bprof suite: not root, so the tests that load BPF programs are skipped (run scripts/test.sh as root for all of them)\n";
+            // SAFETY: writing a valid buffer to fd 2, bypassing libtest's capture.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        });
+    }
+    root
+}
+
 /// The bprof binary under test.
 pub fn bprof() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bprof"))
@@ -18,6 +43,13 @@ pub fn bprof() -> Command {
 pub fn exclusive() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Where tests keep their files.
+pub fn scratch_root() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scratch");
+    std::fs::create_dir_all(&dir).expect("create scratch root");
+    dir
 }
 
 /// A scratch directory for one test's files.
@@ -222,4 +254,109 @@ pub fn cgroup2_root() -> PathBuf {
 pub fn interrupt(pid: u32) {
     // SAFETY: kill has no memory-safety preconditions.
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
+}
+
+/// A background process, killed and reaped when the test ends however it
+/// ends (a failed assert included).
+pub struct Workload(pub std::process::Child);
+
+impl Workload {
+    /// Starts a fixture and returns once it says its work has begun (it
+    /// creates the file named by `$BPROF_READY`; see fixtures/ready.h).
+    pub fn start(cmd: &mut Command) -> Workload {
+        let ready = ready_path();
+        let w = Workload(
+            cmd.env("BPROF_READY", &ready)
+                .spawn()
+                .expect("start workload"),
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !ready.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "workload never became ready"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let _ = std::fs::remove_file(&ready);
+        w
+    }
+
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A cgroup v2 directory for one test: its processes are killed and the
+/// directory removed when the test ends.
+pub struct TestCgroup {
+    /// The directory under the cgroup2 mount.
+    pub dir: PathBuf,
+    /// Its path relative to the cgroup2 root, with a leading '/'.
+    pub name: String,
+}
+
+impl TestCgroup {
+    /// Creates `<cgroup2 root>/bprof-test-<pid>-<tag>`.
+    pub fn new(tag: &str) -> TestCgroup {
+        let name = format!("bprof-test-{}-{tag}", std::process::id());
+        let dir = cgroup2_root().join(&name);
+        std::fs::create_dir_all(&dir).expect("create test cgroup");
+        TestCgroup {
+            dir,
+            name: format!("/{name}"),
+        }
+    }
+
+    /// Moves process `pid` into it.
+    pub fn add(&self, pid: u32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).expect("join test cgroup");
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        // cgroup.kill (5.14+) ends every member; rmdir then succeeds once
+        // they are reaped by their parents.
+        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+/// A fresh path for `--ready-file` (or a fixture's `$BPROF_READY`).
+pub fn ready_path() -> PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let p = scratch_root().join(format!("ready-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// Waits until a background bprof started with `--ready-file PATH` records
+/// (it creates the file then); fails if it exits first.
+pub fn wait_ready(path: &Path, child: &mut std::process::Child) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !path.exists() {
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("bprof exited before it was ready: {st}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bprof never became ready"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
