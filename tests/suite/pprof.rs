@@ -438,7 +438,9 @@ fn every_interval_gets_its_own_files_and_together_they_hold_every_sample() {
     // 3.5 s in 1 s intervals: 4 (the last one short), maybe 5 with start-up.
     assert!((4..=5).contains(&pprofs.len()), "{names:?}");
     let mut total = 0;
-    let mut last_time = String::new();
+    // (start, length) of the previous interval, in seconds of the day.
+    let mut previous: Option<(f64, f64)> = None;
+    let mut lengths = 0.0;
     for (i, p) in pprofs.iter().enumerate() {
         let n = format!("{:06}", i + 1);
         assert!(p.starts_with(&format!("{n}-2")), "{p}: %n then %t");
@@ -448,31 +450,49 @@ fn every_interval_gets_its_own_files_and_together_they_hold_every_sample() {
         // Each interval's pprof is its folded file.
         assert_eq!(refold(&raw, 0), folded_map(&folded), "interval {n}");
         total += folded.iter().map(|l| l.count).sum::<u64>();
-        // Each says when it started and how long it ran, in order.
+        // Each says when it started (-raw: `Time: 2026-11-25 12:00:01.5 +0000
+        // UTC`) and how long it ran (-top, with its unit).
         let text = go_pprof(&["-raw"], &dir.join(p));
-        let time = text
+        let clock = text
             .lines()
             .find_map(|l| l.strip_prefix("Time: "))
-            .unwrap()
-            .to_string();
-        assert!(time > last_time, "{time} after {last_time}");
-        last_time = time;
-        // -top says the duration with its unit (-raw truncates it).
+            .and_then(|t| t.split(' ').nth(1))
+            .unwrap();
+        let hms: Vec<f64> = clock.split(':').map(|x| x.parse().unwrap()).collect();
+        let start = hms[0] * 3600.0 + hms[1] * 60.0 + hms[2];
         let top = go_pprof(&["-top"], &dir.join(p));
         let d = top
             .lines()
             .find_map(|l| l.strip_prefix("Duration: "))
             .and_then(|l| l.split(',').next())
             .unwrap();
-        let secs: f64 = match d.strip_suffix("ms") {
+        let length: f64 = match d.strip_suffix("ms") {
             Some(ms) => ms.parse::<f64>().unwrap() / 1e3,
             None => d.trim_end_matches('s').parse().unwrap(),
         };
-        if i + 1 < pprofs.len() {
-            // Boundaries are fixed; an interval after a late one is shorter.
-            assert!((0.7..1.3).contains(&secs), "interval {n}: {secs} s");
+        assert!(length > 0.0, "interval {n}: {d}");
+        // The intervals tile the run: each starts where the last ended
+        // (-top rounds lengths to 10 ms).
+        if let Some((s0, l0)) = previous {
+            assert!(
+                (start - (s0 + l0)).abs() < 0.011,
+                "interval {n} starts at {start}, the last ended at {}",
+                s0 + l0
+            );
         }
+        previous = Some((start, length));
+        lengths += length;
     }
+    // Together they cover the recording (the summary's duration).
+    let elapsed: f64 = stderr
+        .lines()
+        .find(|l| l.contains(" unique stacks"))
+        .and_then(|l| l.split(" over ").nth(1)?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no duration in {stderr}"));
+    assert!(
+        (lengths - elapsed).abs() < 0.1,
+        "intervals sum to {lengths} s of {elapsed} s"
+    );
     // Together the intervals hold everything counted: nothing falls
     // between two files.
     assert_eq!(total, summary_count(&stderr), "{stderr}");
