@@ -61,7 +61,7 @@ pub struct Stack {
 
 /// Where a location's address lies.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Module {
+pub(crate) enum Module {
     /// The kernel (and its modules): addresses are kernel addresses.
     Kernel,
     /// An ELF file: addresses are offsets into it.
@@ -77,7 +77,7 @@ pub enum Module {
 
 /// One function of a location, inlined ones included.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct FrameLine {
+pub(crate) struct FrameLine {
     /// The name as outputs show it (demangled).
     pub name: String,
     /// The name in the symbol table (mangled), or `name`.
@@ -90,7 +90,7 @@ pub struct FrameLine {
 
 /// One distinct address of a profile and what is there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Location {
+pub(crate) struct Location {
     /// Kernel address, file offset (in a [`Module::File`]) or the virtual
     /// address of anonymous code; return addresses moved back into the call.
     pub address: u64,
@@ -102,7 +102,7 @@ pub struct Location {
 
 /// The locations and modules the stacks of one symbolization refer to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Frames {
+pub(crate) struct Frames {
     /// Every location, indexed by [`Stack::kernel_locs`] and
     /// [`Stack::user_locs`].
     pub locations: Vec<Location>,
@@ -202,7 +202,7 @@ pub fn symbolizer() -> Symbolizer {
 /// The symbolizer, with source files, lines and inlined functions from
 /// debug information when `code_info` (for pprof output); without, function
 /// names only. Names are demangled by bprof, which keeps the mangled ones.
-pub fn symbolizer_with(code_info: bool) -> Symbolizer {
+pub(crate) fn symbolizer_with(code_info: bool) -> Symbolizer {
     Symbolizer::builder()
         .enable_code_info(code_info)
         .enable_demangling(false)
@@ -211,7 +211,7 @@ pub fn symbolizer_with(code_info: bool) -> Symbolizer {
 
 /// Demangles a Rust or C++ symbol name as blazesym would (Rust first, then
 /// Itanium C++), or returns it as it is.
-pub fn demangle(name: &str) -> String {
+pub(crate) fn demangle(name: &str) -> String {
     if let Ok(d) = rustc_demangle::try_demangle(name) {
         return format!("{d:#}");
     }
@@ -308,7 +308,7 @@ pub(crate) fn note_refused(path: &Path, why: &str) {
 }
 
 /// The files refused as malformed so far, with why.
-pub fn refused_files() -> Vec<(PathBuf, String)> {
+pub(crate) fn refused_files() -> Vec<(PathBuf, String)> {
     REFUSED.lock().map(|r| r.clone()).unwrap_or_default()
 }
 
@@ -374,7 +374,7 @@ fn module_name(path: &Path) -> String {
 }
 
 /// Symbolizes every stack, showing frames no symbol names in `style`.
-pub fn symbolize_with(
+pub(crate) fn symbolize_with(
     symbolizer: &Symbolizer,
     raw: &[RawStack],
     index: &MmapIndex,
@@ -386,7 +386,7 @@ pub fn symbolize_with(
 
 /// Symbolizes every stack, and also returns each distinct frame's address,
 /// module and functions (what pprof output needs).
-pub fn symbolize_frames(
+pub(crate) fn symbolize_frames(
     symbolizer: &Symbolizer,
     raw: &[RawStack],
     index: &MmapIndex,
@@ -661,7 +661,7 @@ fn symbolize_kernel(
 
 /// Names of kernel addresses (exact, not return addresses), `None` when
 /// kallsyms has no symbol.
-pub fn kernel_names(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Option<String>> {
+pub(crate) fn kernel_names(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Option<String>> {
     symbolize_kernel(symbolizer, addrs)
         .into_iter()
         .map(|(_, s)| s.and_then(|s| s.into_sym()).map(|s| s.name.into_owned()))
@@ -669,7 +669,7 @@ pub fn kernel_names(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Option<String
 }
 
 /// The kernel's text section, `[_stext, _etext)`, from /proc/kallsyms.
-pub fn kernel_text_range() -> Option<(u64, u64)> {
+pub(crate) fn kernel_text_range() -> Option<(u64, u64)> {
     let syms = fs::read_to_string("/proc/kallsyms").ok()?;
     let find = |name: &str| {
         syms.lines().find_map(|l| {
@@ -688,7 +688,7 @@ pub fn kernel_text_range() -> Option<(u64, u64)> {
 /// Frames that belong to BPF or to the tracing machinery that called it:
 /// they start every stack taken inside a tracepoint's BPF program and must
 /// never reach an output.
-pub fn is_bpf_frame(name: &str) -> bool {
+pub(crate) fn is_bpf_frame(name: &str) -> bool {
     name.starts_with("bpf_prog_")
         || name.starts_with("bpf_trace_run")
         || name.starts_with("__bpf_trace_")
