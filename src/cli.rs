@@ -33,6 +33,8 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
+// Parsed once per run: the size of a variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Sub {
     /// Count events like `perf stat`, through per-CPU counters that every
     /// concurrent bprof session shares via BPF (bperf-style): nothing
@@ -178,6 +180,20 @@ pub struct ProfileArgs {
     /// Write an SVG flame graph to FILE (may be combined with -f / -o).
     #[arg(long = "svg", value_name = "FILE")]
     pub svg: Option<PathBuf>,
+
+    /// Write a gzipped pprof profile (profile.proto) to FILE, for go tool
+    /// pprof, Pyroscope or Parca (may be combined with -f, -o and --svg).
+    /// Frames carry their build IDs, inlined functions and source lines.
+    #[arg(long = "pprof", value_name = "FILE")]
+    pub pprof: Option<PathBuf>,
+
+    /// Write one profile every SECONDS (at least 1) for as long as bprof
+    /// runs, to files named by patterns in -o, --svg and --pprof: %t the
+    /// interval's start (UTC, 20261125T114000Z), %s the same in epoch
+    /// seconds, %n its number, %d its length in seconds, %% a '%'. E.g.
+    /// --every 10 --pprof 'out/%t.pb.gz'.
+    #[arg(long = "every", value_name = "SECONDS")]
+    pub every: Option<String>,
 
     /// Also write the summary (samples counted, lost and why, unique
     /// stacks, unknown frames) as JSON to FILE, for scripts.

@@ -165,14 +165,12 @@ impl<'obj> StatProgram<'obj> {
             .as_deref_mut()
             .context("stat object has no .rodata")?;
         let slots = configure(&mut rodata.cfg, &session, scope);
-        // Room for every -p / -L id given (the defaults are 65536 and 4096).
-        let fit = |n: usize, default: u32| (n as u32).max(default);
-        open.maps
-            .target_tgids
-            .set_max_entries(fit(scope.pids.len(), 65536))?;
-        open.maps
-            .target_tids
-            .set_max_entries(fit(scope.tids.len(), 4096))?;
+        maps::size_targets(
+            &mut open.maps.target_tgids,
+            &mut open.maps.target_tids,
+            scope.pids.len(),
+            scope.tids.len(),
+        )?;
         if !scope.follow_children {
             open.progs.stat_follow_fork.set_autoload(false);
             open.progs.stat_arm_command.set_autoload(false);

@@ -409,12 +409,7 @@ fn open_slot(
     for &cpu in cpus {
         let fd = match spec.open_on_cpu(cpu) {
             Ok(fd) => fd,
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV)
-                ) =>
-            {
+            Err(e) if crate::events::not_supported(&e) => {
                 close_slot(array, slot, nr_cpus);
                 return Ok(false);
             }

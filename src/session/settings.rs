@@ -41,6 +41,10 @@ pub struct ProfileSettings {
     pub folded_file: Option<PathBuf>,
     /// Write the flame graph here.
     pub svg: Option<PathBuf>,
+    /// Write a pprof profile here.
+    pub pprof: Option<PathBuf>,
+    /// `--every`: one set of output files per interval.
+    pub every: Option<Duration>,
     /// Created once recording begins (`--ready-file`).
     pub ready_file: Option<PathBuf>,
     /// Write the summary as JSON here (`--stats-json`).
@@ -72,15 +76,7 @@ impl ProfileSettings {
         let (mode, event) = mode_and_event(&cli, rate)?;
         let blocks = BlockOptions::of(&cli, mode)?;
         let stack_storage_size = stack_storage_size(&cli.stack_storage_size)?;
-        if let (Some(a), Some(b)) = (&cli.output, &cli.svg) {
-            if crate::output::file::same_file(a, b) {
-                bail!(
-                    "-o {} and --svg {} are the same file",
-                    a.display(),
-                    b.display()
-                );
-            }
-        }
+        let every = outputs(&cli)?;
         let filter = filter_entries(&cli.filter, mode)?;
         let max_perf_map_size = parse_u64(&cli.max_perf_map_size, "--max-perf-map-size")?;
         let kernel_stacks = !cli.user_stacks_only;
@@ -115,6 +111,8 @@ impl ProfileSettings {
             folded_stdout: cli.folded && cli.output.is_none(),
             folded_file: cli.output,
             svg: cli.svg,
+            pprof: cli.pprof,
+            every,
             stats_json: cli.stats_json,
             ready_file: cli.target.ready_file.clone(),
             verbose: cli.verbose > 0,
@@ -127,6 +125,52 @@ impl ProfileSettings {
             },
         })
     }
+}
+
+/// The output files: no two the same; with `--every`, patterns (one file
+/// per interval). Returns the interval.
+fn outputs(cli: &ProfileArgs) -> Result<Option<Duration>> {
+    let named = [
+        ("-o", &cli.output),
+        ("--svg", &cli.svg),
+        ("--pprof", &cli.pprof),
+    ];
+    for (i, (na, a)) in named.iter().enumerate() {
+        for (nb, b) in &named[i + 1..] {
+            if let (Some(a), Some(b)) = (a, b) {
+                if crate::output::file::same_file(a, b) {
+                    bail!(
+                        "{na} {} and {nb} {} are the same file",
+                        a.display(),
+                        b.display()
+                    );
+                }
+            }
+        }
+    }
+    let Some(text) = &cli.every else {
+        return Ok(None);
+    };
+    let every = seconds(text, "--every", 1.0)?;
+    if every < Duration::from_secs(1) {
+        bail!("invalid --every '{text}': at least 1 second");
+    }
+    if cli.folded && cli.output.is_none() {
+        bail!("--every writes files: give -o FILE (with %t) instead of -f");
+    }
+    let mut any = false;
+    for (name, p) in named {
+        if let Some(p) = p {
+            crate::session::periodic::check_pattern(name, p)?;
+            any = true;
+        }
+    }
+    if !any {
+        bail!(
+            "--every writes files: give -o, --svg or --pprof with a pattern such as 'out/%t.pb.gz'"
+        );
+    }
+    Ok(Some(every))
 }
 
 /// `-F` or `-c`, bounded as the kernel bounds them.
@@ -385,6 +429,10 @@ mod tests {
         );
         refused(&["-p", "1", "--", "true"], "cannot be combined with -p");
         refused(&["-o", "same", "--svg", "./same"], "are the same file");
+        refused(&["--pprof", "same", "--svg", "./same"], "are the same file");
+        refused(&["--every", "10", "--pprof", "a.pb.gz"], "its own file");
+        refused(&["--every", "10", "-f"], "-o FILE");
+        refused(&["--every", "0.5", "-o", "%t"], "at least 1 second");
         refused(&["--stack-skip", "256", "--off-cpu"], "at most 255");
     }
 

@@ -324,7 +324,9 @@ pub fn run(s: TopSettings) -> Result<i32> {
         }
         // Half a tick early rather than a tick late.
         if last.elapsed() + TICK / 2 >= s.delay {
-            let (stats, raw) = prog.take()?;
+            let raw = prog.interval()?;
+            // Read after the drain: at least what all intervals held.
+            let stats = crate::bpf::maps::read_stats(&prog.skel.maps.profile_stats)?;
             let seconds = last.elapsed().as_secs_f64();
             last = Instant::now();
             let samples = names.samples(&symbolizer, raw, &mut sideband.index);
