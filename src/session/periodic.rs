@@ -249,7 +249,7 @@ impl Periodic {
 /// Forgets the mappings of processes that were gone at the end of the last
 /// interval too: their samples were counted before they exited, so by now
 /// (one drain later) every one of them has been written.
-fn forget_gone(index: &mut MmapIndex, gone: &mut HashSet<u32>) {
+pub(crate) fn forget_gone(index: &mut MmapIndex, gone: &mut HashSet<u32>) {
     let mut pids: HashSet<u32> = index.without_build_id.iter().map(|m| m.pid).collect();
     pids.extend(index.by_build_id.values().flatten().map(|m| m.pid));
     let now_gone: HashSet<u32> = pids

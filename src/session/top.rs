@@ -8,7 +8,7 @@
 //! through the screen guard's Drop, and a panic hook restores it before the
 //! panic message is printed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, IsTerminal, Stdout};
 use std::mem::MaybeUninit;
 use std::rc::Rc;
@@ -30,6 +30,7 @@ use crate::events::sampling;
 use crate::events::Mode;
 use crate::output::folded::{self, FoldedOptions};
 use crate::output::top::{Action, Frames, Interval, Sample, View};
+use crate::session::periodic::{forget_gone, SYMBOLIZER_LIFE};
 use crate::session::profile::{self, ProfileSettings};
 use crate::session::runner::{self, End, Runner};
 use crate::session::settings::seconds;
@@ -288,8 +289,11 @@ pub fn run(s: TopSettings) -> Result<i32> {
     }
     let mut sideband = Sideband::open(&cpus)?;
     sideband.index.jit.max_size = settings.max_perf_map_size;
-    let symbolizer = symbolize::symbolizer();
-    let event = profile::attach(settings, &cpus, &mut prog, &symbolizer, settings.counts)?;
+    // Renewed every SYMBOLIZER_LIFE, as --every does, so the files of a
+    // long run's past do not stay in memory (names stay in the cache).
+    let mut symbolizer = (symbolize::symbolizer(), Instant::now());
+    let mut gone = HashSet::new();
+    let event = profile::attach(settings, &cpus, &mut prog, &symbolizer.0, settings.counts)?;
     sideband.snapshot(profile::snapshot_scope(settings, runner.child_pid()).as_deref());
     if let Some(pid) = runner.child_pid() {
         sideband.index.jit.note_process(pid, true);
@@ -329,7 +333,12 @@ pub fn run(s: TopSettings) -> Result<i32> {
             let stats = crate::bpf::maps::read_stats(&prog.skel.maps.profile_stats)?;
             let seconds = last.elapsed().as_secs_f64();
             last = Instant::now();
-            let samples = names.samples(&symbolizer, raw, &mut sideband.index);
+            if symbolizer.1.elapsed() >= SYMBOLIZER_LIFE {
+                symbolizer.0 = symbolize::symbolizer();
+                symbolizer.1 = Instant::now();
+            }
+            let samples = names.samples(&symbolizer.0, raw, &mut sideband.index);
+            forget_gone(&mut sideband.index, &mut gone);
             shown += samples.iter().map(|s| s.count).sum::<u64>();
             view.update(Interval {
                 samples,
