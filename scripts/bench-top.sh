@@ -34,7 +34,10 @@ trap 'tmux -L "$sock" kill-server 2>/dev/null || true; kill $w1 $w2 2>/dev/null 
 # utime + stime of a process, in clock ticks.
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-# measure NAME COMMAND...: prints "TOTAL_CPU_S STEADY_CPU_PERCENT".
+# VmRSS of a process, in KiB.
+rss() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# measure NAME COMMAND...: prints "TOTAL_CPU_S STEADY_CPU_PERCENT RSS_AT_5S_KIB RSS_AT_END_KIB".
 measure() {
 	name=$1
 	shift
@@ -47,13 +50,15 @@ measure() {
 	pid=$(pgrep -P "$timer" -x bprof)
 	sleep 4
 	c0=$(ticks "$pid")
+	r0=$(rss "$pid")
 	t0=$(date +%s.%N)
 	sleep $((secs - 7))
 	c1=$(ticks "$pid")
+	r1=$(rss "$pid")
 	t1=$(date +%s.%N)
 	while [ ! -s "$out/$name.time" ]; do sleep 0.2; done
-	awk -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v hz="$hz" \
-		'{printf "%.2f %.3f\n", $1 + $2, 100 * (c1 - c0) / hz / (t1 - t0)}' "$out/$name.time"
+	awk -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v hz="$hz" -v r0="$r0" -v r1="$r1" \
+		'{printf "%.2f %.3f %d %d\n", $1 + $2, 100 * (c1 - c0) / hz / (t1 - t0), r0, r1}' "$out/$name.time"
 }
 
 : >"$out/results.tsv"
@@ -67,9 +72,11 @@ while [ "$i" -le "$runs" ]; do
 	i=$((i + 1))
 done
 
-# Medians of each column: top total s, top steady %, profile total s, profile steady %.
+# Medians of each column: top total s, top steady %, top RSS at 5 s and
+# at the end, then the same four for the profile.
 med() { cut -f"$1" "$out/results.tsv" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
-tt=$(med 1); ts=$(med 2); pt=$(med 3); ps=$(med 4)
+tt=$(med 1); ts=$(med 2); tr0=$(med 3); tr1=$(med 4); pt=$(med 5); ps=$(med 6)
 echo "bprof top, ${secs} s system-wide at the default rate on $(nproc) CPUs (medians of $runs runs):"
 echo "  whole run CPU:   top ${tt} s, profile ${pt} s: extra $(echo "$tt $pt $secs" | awk '{printf "%.2f", 100 * ($1 - $2) / $3}') % of one CPU"
 echo "  steady state:    top ${ts} %, profile ${ps} % of one CPU: extra $(echo "$ts $ps" | awk '{printf "%.2f", $1 - $2}') %"
+echo "  top RSS:         ${tr0} KiB at 5 s, ${tr1} KiB 2 s before the end"

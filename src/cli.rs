@@ -55,6 +55,8 @@ pub enum Sub {
     mut_arg("output", |a| a.hide(true)),
     mut_arg("svg", |a| a.hide(true)),
     mut_arg("stats_json", |a| a.hide(true)),
+    mut_arg("pprof", |a| a.hide(true)),
+    mut_arg("every", |a| a.hide(true)),
     mut_arg("no_counts", |a| a.hide(true)),
     after_help = "Keys: q quit, space pause, s sort (self/total/name), f functions/stacks,\n  p pick a process (arrows, Enter; Esc for all), Up/Down scroll.\nEach refresh shows the counts of the last interval.\n\nExamples:\n  bprof top                   every CPU, refreshed every second\n  bprof top -p 1234 -F 199    one process, 199 samples per second per CPU\n  bprof top --off-cpu -d 2    where threads block, refreshed every 2 s"
 )]

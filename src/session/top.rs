@@ -61,10 +61,9 @@ impl TopSettings {
     /// top's: the delay, no output files, a terminal on stdout.
     pub fn from_args(args: TopArgs) -> Result<TopSettings> {
         let p = &args.profile;
-        if p.folded || p.output.is_some() || p.svg.is_some() || p.stats_json.is_some() {
-            bail!(
-                "bprof top shows a live view only; -f, -o, --svg and --stats-json are for profiles"
-            );
+        let files = p.output.is_some() || p.svg.is_some() || p.pprof.is_some();
+        if p.folded || files || p.stats_json.is_some() || p.every.is_some() {
+            bail!("bprof top shows a live view only; -f, -o, --svg, --pprof, --every and --stats-json are for profiles");
         }
         let delay = match &args.delay {
             Some(t) => seconds(t, "--delay", 1.0)?,

@@ -397,6 +397,9 @@ fn top_without_a_terminal_is_one_line_and_status_2() {
     let out = run(bprof().args(["top", "--svg", "x.svg"]));
     assert_eq!(out.status.code(), Some(2));
     assert_one_line_error(&out);
+    let out = run(bprof().args(["top", "--every", "10", "--pprof", "x.pb.gz"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert_one_line_error(&out);
     let out = run(bprof().args(["top", "-d", "0.01"]));
     assert_eq!(out.status.code(), Some(2));
     assert_one_line_error(&out);
