@@ -467,6 +467,7 @@ int do_sample(struct bpf_perf_event_data *ctx)
 	key.tgid = tgid;
 	key.tid = pid;
 	key.kind = SAMPLE_ON_CPU;
+	key.cgroup = bpf_get_current_cgroup_id();
 	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, &key.kern_stack_id, &key.user_stack_id);
 	/* --wall counts time: a cpu-clock sample's period is its nanoseconds. */
 	count(st, &key, cfg.period_as_us ? ctx->sample_period / 1000 : 1);
@@ -518,6 +519,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 			start = bpf_task_storage_get(&offcpu_start, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 			if (start) {
 				start->ts = bpf_ktime_get_ns();
+				/* prev is current: its cgroup, for the block's key. */
+				start->cgroup = bpf_get_current_cgroup_id();
 				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK, SCRATCH_OFF_CPU,
 					    &start->kern_stack_id, &start->user_stack_id);
 				st->switches_out++;
@@ -541,6 +544,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		key.kern_stack_id = start->kern_stack_id;
 		key.user_stack_id = start->user_stack_id;
 		key.kind = SAMPLE_OFF_CPU;
+		key.cgroup = start->cgroup;
 		st->blocks_counted++;
 		count(st, &key, delta / 1000);
 	}

@@ -28,6 +28,7 @@ struct sample_key {
 	char comm[BPROF_COMM_LEN];
 	__u32 kind; /* enum sample_kind */
 	__u32 pad;
+	__u64 cgroup; /* cgroup v2 id of the task when sampled (or blocked) */
 };
 
 enum sample_kind {
@@ -166,6 +167,7 @@ struct ustack_key {
 /* Off-CPU: when and where a thread was switched out. */
 struct offcpu_start {
 	__u64 ts;
+	__u64 cgroup; /* the blocked task's cgroup v2 id at switch-out */
 	__s32 kern_stack_id;
 	__s32 user_stack_id;
 };

@@ -66,7 +66,7 @@ const _: () = {
     use std::mem::size_of;
     assert!(size_of::<frame_record>() == 4 + BUILD_ID_SIZE + 8);
     assert!(size_of::<stat_value>() == 3 * 8);
-    assert!(size_of::<sample_key>() == 4 * 4 + COMM_LEN + 2 * 4);
+    assert!(size_of::<sample_key>() == 4 * 4 + COMM_LEN + 2 * 4 + 8);
     assert!(size_of::<profile::filter_entry>() == 4 * 4 + 8 + COMM_LEN);
     assert!(size_of::<profile::profile_stats>() % 8 == 0);
 };

@@ -26,6 +26,8 @@ pub struct RawStack {
     pub tgid: u32,
     /// Thread id.
     pub tid: u32,
+    /// cgroup v2 id of the thread at the sample (0: unknown).
+    pub cgroup: u64,
     /// Thread name at the time of the sample.
     pub comm: String,
     /// Kernel frames, leaf first.

@@ -414,6 +414,7 @@ fn write_outputs(
                 recorded.event,
                 recorded.started_at,
                 recorded.elapsed,
+                stacks,
             );
             let profile = pprof::build(stacks, frames, &settings.folded, &meta);
             f.commit(|w| pprof::write(w, &profile))?;
@@ -445,6 +446,7 @@ pub(crate) fn pprof_meta(
     event: Event,
     start: SystemTime,
     elapsed: Duration,
+    stacks: &[symbolize::Stack],
 ) -> pprof::Meta {
     use crate::bpf::profile::Mode;
     use crate::events::sampling::Rate;
@@ -487,6 +489,13 @@ pub(crate) fn pprof_meta(
             settings.target.describe()
         )],
         kernel_build_id: pprof::kernel_build_id(),
+        cgroups: crate::target::cgroup::paths_of(
+            &stacks
+                .iter()
+                .map(|s| s.cgroup)
+                .filter(|&c| c != 0)
+                .collect(),
+        ),
     }
 }
 

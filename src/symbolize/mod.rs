@@ -37,6 +37,8 @@ pub struct Stack {
     pub tgid: u32,
     /// Thread id.
     pub tid: u32,
+    /// cgroup v2 id (0: unknown).
+    pub cgroup: u64,
     /// Thread name.
     pub comm: String,
     /// Kernel function names, leaf first (inlined frames included).
@@ -622,6 +624,7 @@ impl<'a> Pass<'a> {
                 Stack {
                     tgid: s.tgid,
                     tid: s.tid,
+                    cgroup: s.cgroup,
                     comm: s.comm.clone(),
                     kernel: names_of(&kernel_locs),
                     user: names_of(&user_locs),
