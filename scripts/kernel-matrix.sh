@@ -9,8 +9,9 @@
 # configured apt sources offer; "all" is every series they offer. Packages
 # and extracted kernels are cached in $BPROF_KMATRIX_CACHE (default
 # /var/cache/bprof-kmatrix, root-owned: see SECURITY.md). Full guest logs go
-# to target/kmatrix/. Exits non-zero if a check failed or a kernel did not
-# finish. Run as root (apt); it profiles only inside the guests, but those
+# to target/kmatrix/. A check is PASS, FAIL, or NOFEAT: bprof refused to
+# load and named the kernel features missing (what it must do on a kernel
+# too old for it). Exits non-zero unless every check of every kernel passed. Run as root (apt); it profiles only inside the guests, but those
 # take CPU: take /tmp/bprof-tests.lock on a shared machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +48,25 @@ if [ "$(stat -c '%u %a' "$cache")" != "0 755" ] || [ -L "$cache" ]; then
     exit 1
 fi
 
-# The newest kernel package of a series, or nothing if apt has none.
+# Debian 11's 5.10 is not in bookworm's sources: a private apt state in the
+# cache reads bullseye's index without touching the system's sources.
+bullseye=$cache/apt-bullseye
+bullseye_opts=(-o "Dir::Etc::SourceList=$bullseye/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+    -o "Dir::State::Lists=$bullseye/lists" -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
+bullseye_apt() { # apt-get or apt-cache, then its arguments
+    local tool=$1
+    shift
+    if [ ! -d "$bullseye/lists" ] || [ -z "$(find "$bullseye/lists" -maxdepth 1 -name '*Packages*' -mtime -7)" ]; then
+        mkdir -p "$bullseye/lists/partial"
+        echo "deb http://deb.debian.org/debian bullseye main" >"$bullseye/sources.list"
+        apt-get "${bullseye_opts[@]}" update -qq >/dev/null 2>&1 || return 1
+    fi
+    "$tool" "${bullseye_opts[@]}" "$@"
+}
+
+# Sets pkg to the newest kernel package of a series, or to nothing if apt
+# has none; its apt (plain, or bullseye_apt) goes into apt_of[pkg].
+declare -A apt_of
 newest_pkg() {
     local re
     case "$1" in
@@ -55,14 +74,23 @@ newest_pkg() {
     5.10) re='^linux-image-5\.10\.0-[0-9]+-cloud-amd64-unsigned$' ;;
     *) re="^linux-image-${1//./\\.}\\.[0-9]+\\+deb[0-9]+-cloud-amd64-unsigned\$" ;;
     esac
-    apt-cache pkgnames linux-image- 2>/dev/null | grep -E "$re" | sort -V | tail -1
+    pkg=$(apt-cache pkgnames linux-image- 2>/dev/null | { grep -E "$re" || true; } | sort -V | tail -1)
+    [ -z "$pkg" ] || apt_of[$pkg]=plain
+    if [ -z "$pkg" ] && [ "$1" = 5.10 ]; then
+        pkg=$(bullseye_apt apt-cache pkgnames linux-image- 2>/dev/null | { grep -E "$re" || true; } | sort -V | tail -1)
+        [ -z "$pkg" ] || apt_of[$pkg]=bullseye
+    fi
 }
 
 # Extracts the package's vmlinuz into the cache; prints its path.
 kernel_of() {
     local pkg=$1 dir="$cache/$1"
     if ! ls "$dir"/boot/vmlinuz-* >/dev/null 2>&1; then
-        (cd "$cache" && apt-get download -q "$pkg" >/dev/null 2>&1) || return 1
+        if [ "${apt_of[$pkg]}" = bullseye ]; then
+            (cd "$cache" && bullseye_apt apt-get download -q "$pkg" >/dev/null 2>&1) || return 1
+        else
+            (cd "$cache" && apt-get download -q "$pkg" >/dev/null 2>&1) || return 1
+        fi
         local deb
         deb=$(ls -t "$cache/${pkg}"_*.deb | head -1)
         rm -rf "$dir.tmp"
@@ -75,9 +103,14 @@ kernel_of() {
     ls "$dir"/boot/vmlinuz-* | head -1
 }
 
+# A fresh machine may have no package lists yet.
+if [ -z "$(apt-cache pkgnames linux-image- 2>/dev/null | head -1)" ]; then
+    apt-get update -qq
+fi
+
 kernels=()
 for s in "${series[@]}"; do
-    pkg=$(newest_pkg "$s")
+    newest_pkg "$s"
     if [ -z "$pkg" ]; then
         echo "kernel-matrix: no linux-image for $s in the apt sources, skipped" >&2
         continue

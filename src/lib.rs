@@ -21,6 +21,7 @@ pub mod filter;
 pub mod fsafe;
 pub mod jit;
 pub mod jitdump;
+pub mod kfeatures;
 pub mod maps;
 pub mod output;
 pub mod perfmap;
@@ -43,6 +44,11 @@ pub mod skel {
     pub mod profile {
         #![allow(clippy::all, unused_imports, missing_docs)]
         include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
+    }
+    /// Feature probes (see `kfeatures`).
+    pub mod probe {
+        #![allow(clippy::all, unused_imports, missing_docs)]
+        include!(concat!(env!("OUT_DIR"), "/probe.skel.rs"));
     }
     /// The shared-counter reader of `bprof stat`.
     pub mod stat {

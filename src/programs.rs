@@ -396,5 +396,8 @@ fn load_error(e: libbpf_rs::Error) -> anyhow::Error {
         libbpf_rs::ErrorKind::PermissionDenied => " (need root, or CAP_BPF and CAP_PERFMON)",
         _ => "",
     };
-    anyhow::Error::new(e).context(format!("loading the BPF programs failed{hint}"))
+    anyhow::Error::new(e).context(format!(
+        "loading the BPF programs failed on Linux {}{hint} (-vv shows libbpf's log)",
+        crate::kfeatures::kernel_release()
+    ))
 }

@@ -37,6 +37,7 @@ pub struct Outcome {
 /// Runs one profile from start to written outputs.
 pub fn run(settings: Settings) -> Result<Outcome> {
     crate::preflight::check()?;
+    crate::kfeatures::check(crate::kfeatures::PROFILE)?;
     // Prepared up front, so an unwritable path fails before the profile.
     let folded_file = settings
         .folded_file

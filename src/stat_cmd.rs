@@ -165,6 +165,7 @@ fn join(v: &[u32]) -> String {
 /// Runs the count; returns the exit code (the command's, if any).
 pub fn run(s: Settings) -> Result<i32> {
     crate::preflight::check()?;
+    crate::kfeatures::check(crate::kfeatures::STAT)?;
     let online = events::online_cpus()?;
     let mut obj = MaybeUninit::uninit();
     let mut prog = StatProgram::load(&mut obj, &s.pin_dir, &s.events, &s.scope, &online)?;
