@@ -348,6 +348,27 @@ static __always_inline __s32 store_user_stack(void *ctx, struct profile_stats *s
 	return id;
 }
 
+/* 6.4 to 6.12 (per-VMA locks, before mm_lock_seq became a seqcount): a
+ * plain int that moves at every mmap_write_unlock, as the seqcount does. */
+struct mm_struct___intseq {
+	int mm_lock_seq;
+} __attribute__((preserve_access_index));
+
+/* The address space's layout generation, when the kernel keeps one: 0 when
+ * it does not (6.1 to 6.3), else 1 with *seq set. */
+static __always_inline int layout_seq(struct mm_struct *mm, __u32 *seq)
+{
+	if (bpf_core_field_exists(mm->mm_lock_seq.sequence)) {
+		*seq = mm->mm_lock_seq.sequence;
+		return 1;
+	}
+	if (bpf_core_field_exists(((struct mm_struct___intseq *)mm)->mm_lock_seq)) {
+		*seq = BPF_CORE_READ((struct mm_struct___intseq *)mm, mm_lock_seq);
+		return 1;
+	}
+	return 0;
+}
+
 /* The current task's user stack as a user_stacks id: from the cache when
  * this raw stack was seen in this address-space layout, else stored anew
  * (and cached). */
@@ -364,7 +385,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 		return -EFAULT; /* a kernel thread has no user stack */
 	/* Without a layout generation (kernels without per-VMA locks) nothing
 	 * says when a cached stack went stale: always take the build-ID walk. */
-	if (!bpf_core_field_exists(mm->mm_lock_seq.sequence))
+	if (!layout_seq(mm, &k.mm_seq))
 		return store_user_stack(ctx, st, slot);
 	ips = bpf_map_lookup_elem(&raw_user_stack, &slot);
 	if (!ips)
@@ -385,7 +406,6 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 	k.mm = (__u64)mm;
 	k.hash = h;
 	k.tgid = task->tgid;
-	k.mm_seq = mm->mm_lock_seq.sequence;
 	k.exec_id = task->self_exec_id;
 	k.depth = n;
 	cached = bpf_map_lookup_elem(&user_stack_cache, &k);
