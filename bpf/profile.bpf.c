@@ -62,10 +62,22 @@ struct {
 	__array(values, struct count_map);
 } count_slot SEC(".maps");
 
-/* Never used by the programs: only the inner count maps have sample_key as
- * their key, and a skeleton generates the types of globals, so this makes
- * Rust read keys through the generated type rather than a copy of it. */
-struct sample_key sample_key_abi = {};
+/* Never used by the programs: a skeleton generates the types of globals, so
+ * this puts every type and constant of profile.h that Rust reads (the inner
+ * count maps' key, the limits, the frame records) into the generated code. */
+struct {
+	struct sample_key key;
+	enum profile_limits limits;
+	enum sample_kind kind;
+	enum frame_status frame_status;
+	struct frame_record frame;
+} bprof_abi = {};
+
+/* frame_record is bpf_get_stack's build-ID record under another name. */
+_Static_assert(sizeof(struct frame_record) == sizeof(struct bpf_stack_build_id), "frame_record");
+_Static_assert(__builtin_offsetof(struct frame_record, offset) ==
+		       __builtin_offsetof(struct bpf_stack_build_id, offset),
+	       "frame_record.offset");
 
 /*
  * Kernel stacks, stored by content so that two stacks never share an id
@@ -306,7 +318,7 @@ static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, 
 	return id;
 }
 
-#define USER_STACK_WORDS (BPROF_MAX_STACK_DEPTH * sizeof(struct bpf_stack_build_id) / sizeof(__u64))
+#define USER_STACK_WORDS (BPROF_MAX_STACK_DEPTH * sizeof(struct frame_record) / sizeof(__u64))
 
 /* Stores the current task's user stack as build-ID records: under the id
  * of the same content when stored, else under a new id. Returns the id, or a
@@ -473,7 +485,7 @@ int do_sample(struct bpf_perf_event_data *ctx)
 		}
 	}
 	key.tgid = tgid;
-	key.pid = pid;
+	key.tid = pid;
 	key.kind = SAMPLE_ON_CPU;
 	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, &key.kern_stack_id, &key.user_stack_id);
 	/* --wall counts time: a cpu-clock sample's period is its nanoseconds. */
@@ -544,7 +556,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 			return 0;
 		}
 		key.tgid = next->tgid;
-		key.pid = next->pid;
+		key.tid = next->pid;
 		bpf_probe_read_kernel_str(key.comm, sizeof(key.comm), next->comm);
 		key.kern_stack_id = start->kern_stack_id;
 		key.user_stack_id = start->user_stack_id;

@@ -4,4 +4,8 @@ pub mod file;
 pub mod folded;
 pub mod report;
 pub mod stat;
+pub(crate) mod summary;
+
+#[cfg(test)]
+mod golden;
 pub mod svg;

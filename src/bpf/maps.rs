@@ -1,0 +1,199 @@
+//! Maps: the layouts of counts, stacks and loss counters as they come out of
+//! the kernel (the reading itself, while recording, is `collect`).
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::bpf::abi::{self, read_plain};
+use crate::bpf::skel::profile::types;
+use crate::collect::stacks::{Stats, UserFrame};
+
+/// When a process in `target_tgids` (shared by the profile and stat
+/// objects) starts to count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetFrom {
+    /// Now (`-p`).
+    Now,
+    /// Its next exec (`-- COMMAND`, forked and held before exec), as perf's
+    /// enable_on_exec: the fork's own pre-exec work is not the command's.
+    Exec,
+}
+
+/// Adds a process to a `target_tgids` map.
+pub fn add_target_tgid(map: &dyn MapCore, tgid: u32, from: TargetFrom) -> Result<()> {
+    let state = match from {
+        TargetFrom::Now => types::target_state::TARGET_ACTIVE,
+        TargetFrom::Exec => types::target_state::TARGET_AT_EXEC,
+    };
+    map.update(&tgid.to_ne_bytes(), &state.0.to_ne_bytes(), MapFlags::ANY)
+        .context("adding a target process")
+}
+
+/// Sums the per-CPU `profile_stats` counters.
+pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
+    let per_cpu = map
+        .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .context("reading profile_stats")?
+        .unwrap_or_default();
+    let mut s = Stats::default();
+    for bytes in per_cpu {
+        let Some(c) = read_plain::<types::profile_stats>(&bytes) else {
+            continue;
+        };
+        s.samples += c.samples;
+        s.counted += c.counted;
+        s.idle += c.idle;
+        s.not_target += c.not_target;
+        s.filtered += c.filtered;
+        s.count_map_full += c.count_map_full;
+        s.kern_stack_lost += c.kern_stack_lost;
+        s.user_stack_lost += c.user_stack_lost;
+        s.no_stack += c.no_stack;
+        s.user_stack_cached += c.user_stack_cached;
+        s.switches_out += c.switches_out;
+        s.blocks_counted += c.blocks_counted;
+        s.blocks_outside += c.blocks_outside;
+        s.counted_weight += c.counted_weight;
+        s.count_keys += c.count_keys;
+        s.kern_stacks_stored += c.kern_stacks_stored;
+        s.user_stacks_stored += c.user_stacks_stored;
+        s.stack_collisions += c.stack_collisions;
+    }
+    Ok(s)
+}
+
+/// `struct sample_key` (profile.h): the count map's key, as generated.
+pub type SampleKey = abi::sample_key;
+
+/// Parses `struct kern_stack` (profile.h): IPs, leaf first, zero-padded.
+pub fn parse_kernel_stack(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+        .take_while(|&ip| ip != 0)
+        .collect()
+}
+
+/// Parses `struct user_stack` (profile.h): `nr` frame records.
+pub fn parse_user_stack(bytes: &[u8]) -> Vec<UserFrame> {
+    let record = std::mem::size_of::<abi::frame_record>();
+    let start = std::mem::offset_of!(abi::user_stack, frames);
+    let nr = bytes.get(..4).map_or(0, |b| {
+        u32::from_ne_bytes(b.try_into().unwrap_or_default()) as usize
+    });
+    // nr is the kernel's, but never trusted past what the bytes hold.
+    let fit = bytes.len().saturating_sub(start) / record;
+    let mut frames = Vec::with_capacity(nr.min(fit));
+    for rec in bytes
+        .get(start..)
+        .unwrap_or_default()
+        .chunks_exact(record)
+        .take(nr)
+    {
+        let Some(f) = read_plain::<abi::frame_record>(rec) else {
+            break;
+        };
+        match f.status {
+            abi::FRAME_FILE => frames.push(UserFrame::File {
+                build_id: f.build_id,
+                offset: f.offset,
+            }),
+            abi::FRAME_IP => frames.push(UserFrame::Ip(f.offset)),
+            _ => break,
+        }
+    }
+    frames
+}
+
+/// A NUL-terminated `comm` as a string.
+pub fn comm_string(comm: &[i8]) -> String {
+    let bytes: Vec<u8> = comm
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpf::abi::{frame_record, plain_bytes, user_stack};
+
+    fn record(status: i32, id: u8, offset: u64) -> frame_record {
+        frame_record {
+            status,
+            build_id: [id; abi::BUILD_ID_SIZE],
+            offset,
+        }
+    }
+
+    /// `struct user_stack` bytes: nr, pad, then the records (zero-filled).
+    fn user_stack_bytes(nr: u32, records: &[frame_record]) -> Vec<u8> {
+        let mut b = vec![0u8; std::mem::size_of::<user_stack>()];
+        b[..4].copy_from_slice(&nr.to_ne_bytes());
+        let start = std::mem::offset_of!(user_stack, frames);
+        for (i, r) in records.iter().enumerate() {
+            let at = start + i * std::mem::size_of::<frame_record>();
+            b[at..at + std::mem::size_of::<frame_record>()].copy_from_slice(plain_bytes(r));
+        }
+        b
+    }
+
+    #[test]
+    fn user_stacks_decode_file_and_ip_frames_up_to_nr() {
+        let recs = [
+            record(abi::FRAME_FILE, 0x11, 0x1234),
+            record(abi::FRAME_IP, 0, 0x7f00_dead_beef),
+            record(abi::FRAME_FILE, 0x22, 0x10),
+        ];
+        let frames = parse_user_stack(&user_stack_bytes(2, &recs));
+        assert_eq!(
+            frames,
+            vec![
+                UserFrame::File {
+                    build_id: [0x11; abi::BUILD_ID_SIZE],
+                    offset: 0x1234
+                },
+                UserFrame::Ip(0x7f00_dead_beef),
+            ]
+        );
+        // An empty record ends the stack whatever nr says.
+        let frames = parse_user_stack(&user_stack_bytes(3, &[recs[0], record(0, 0, 0), recs[2]]));
+        assert_eq!(frames.len(), 1);
+        // A lying nr or truncated bytes never read past the value.
+        let bytes = user_stack_bytes(u32::MAX, &recs);
+        assert_eq!(parse_user_stack(&bytes).len(), 3);
+        assert!(parse_user_stack(&bytes[..3]).is_empty());
+        assert_eq!(parse_user_stack(&bytes[..8 + 32 + 5]).len(), 1);
+    }
+
+    #[test]
+    fn kernel_stacks_end_at_the_first_zero() {
+        let mut b = Vec::new();
+        for ip in [
+            0xffff_ffff_8100_0000u64,
+            0xffff_ffff_8200_0000,
+            0,
+            0xffff_ffff_8300_0000,
+        ] {
+            b.extend_from_slice(&ip.to_ne_bytes());
+        }
+        assert_eq!(
+            parse_kernel_stack(&b),
+            vec![0xffff_ffff_8100_0000, 0xffff_ffff_8200_0000]
+        );
+        assert!(parse_kernel_stack(&[]).is_empty());
+    }
+
+    #[test]
+    fn comm_stops_at_nul_and_survives_bad_utf8() {
+        let mut c = [0i8; abi::COMM_LEN];
+        for (i, b) in b"fx_work\xff".iter().enumerate() {
+            c[i] = *b as i8;
+        }
+        assert_eq!(comm_string(&c), "fx_work\u{fffd}");
+        let full = [b'a' as i8; abi::COMM_LEN];
+        assert_eq!(comm_string(&full).len(), abi::COMM_LEN);
+    }
+}
