@@ -140,6 +140,13 @@ strip --strip-debug -o "$root/bprof/bprof" target/debug/bprof
 for f in work631 spinsleep threads; do
     gcc -O1 -g -fno-omit-frame-pointer -pthread -o "$root/bprof/fx/fx_$f" "fixtures/$f.c"
 done
+# The unwinder's (#9) fixture, where this tree has it: -O2 without frame
+# pointers, calling into a library through the PLT.
+if [ -f fixtures/unwind.c ]; then
+    gcc -O2 -g -fomit-frame-pointer -shared -fPIC -o "$root/bprof/fx/libfx_unwind.so" fixtures/unwind_lib.c
+    gcc -O2 -g -fomit-frame-pointer -o "$root/bprof/fx/fx_unwind" fixtures/unwind.c \
+        -L"$root/bprof/fx" -lfx_unwind -Wl,-rpath,/bprof/fx
+fi
 cp scripts/kmatrix-guest.sh "$root/bprof/smoke.sh"
 # Debugging: BPROF_KMATRIX_EXTRA=FILE runs that shell script in each guest
 # after the suite (its output lands in the log).
@@ -147,8 +154,8 @@ if [ -n "${BPROF_KMATRIX_EXTRA:-}" ]; then
     cp "$BPROF_KMATRIX_EXTRA" "$root/bprof/extra.sh"
 fi
 # Shared libraries at the paths the dynamic loader looks for them.
-for bin in "$root"/bprof/bprof "$root"/bprof/fx/*; do
-    ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'
+for bin in "$root"/bprof/bprof "$root"/bprof/fx/fx_*; do
+    LD_LIBRARY_PATH=$root/bprof/fx ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'
 done | sort -u | while read -r lib; do
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
@@ -182,6 +189,7 @@ chmod 0755 "$root/init"
 
 # --- Boot each kernel. --------------------------------------------------------
 checks=(shares aggregation command pid filter offcpu stat)
+[ -f fixtures/unwind.c ] && checks+=(unwind)
 declare -A res detail
 names=()
 fail=0

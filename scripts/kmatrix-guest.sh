@@ -209,4 +209,24 @@ else
     refused stat $T/stat.e
 fi
 
+# 8. The .eh_frame unwinder (#9), where this build has it: a chain of -O2
+#    functions without frame pointers into a library through the PLT must
+#    be walked whole, as on the development kernel.
+if [ -x $FX/fx_unwind ]; then
+    if $B -F 999 -f -- $FX/fx_unwind plt 3 >$T/unwind.f 2>$T/unwind.e; then
+        tot=$(fsum $T/unwind.f fx_unwind)
+        # Whole stacks: main, the chain's end and the library's leaf.
+        whole=$(awk '{ n = $NF; if ($0 ~ /;main;/ && $0 ~ /;chain8;/ && $0 ~ /;lib_spin( |;)/) s += n } END { print s + 0 }' $T/unwind.f)
+        if [ "$tot" -ge 500 ] && [ $((whole * 100)) -ge $((tot * 80)) ] && totals_ok $T/unwind.f $T/unwind.e; then
+            result unwind PASS "$tot samples, $(pct "$whole" "$tot")% walked main..chain8..lib_spin"
+        else
+            result unwind FAIL "$tot samples, $whole walked main..chain8..lib_spin (want >= 80%)"
+            show $T/unwind.e
+            awk '{ print $NF, $0 }' $T/unwind.f | sort -n | tail -8 | cut -c1-300
+        fi
+    else
+        refused unwind $T/unwind.e
+    fi
+fi
+
 echo "KMX-DONE"
