@@ -21,6 +21,6 @@ pub(crate) mod fsafe;
 pub(crate) mod output;
 pub(crate) mod session;
 pub mod symbolize;
-pub mod target;
+pub(crate) mod target;
 
 pub use session::run;

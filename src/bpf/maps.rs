@@ -19,6 +19,20 @@ pub enum TargetFrom {
     Exec,
 }
 
+/// Sizes the `target_tgids` and `target_tids` maps (bpf/targets.bpf.h) for
+/// every -p / -t id given: at least their defaults of 65536 and 4096.
+pub fn size_targets(
+    tgids: &mut libbpf_rs::OpenMapMut<'_>,
+    tids: &mut libbpf_rs::OpenMapMut<'_>,
+    nr_pids: usize,
+    nr_tids: usize,
+) -> Result<()> {
+    let fit = |n: usize, default: u32| u32::try_from(n).unwrap_or(u32::MAX).max(default);
+    tgids.set_max_entries(fit(nr_pids, 65536))?;
+    tids.set_max_entries(fit(nr_tids, 4096))?;
+    Ok(())
+}
+
 /// Adds a process to a `target_tgids` map.
 pub fn add_target_tgid(map: &dyn MapCore, tgid: u32, from: TargetFrom) -> Result<()> {
     let state = match from {

@@ -132,6 +132,8 @@ pub struct Collector {
     /// Count-map keys since the swap, kernel and user stacks stored, at the
     /// last tick.
     last_tick: [u64; 3],
+    /// Counts handed out by `take_interval`.
+    taken: u64,
     /// What the drains did.
     pub stats: DrainStats,
 }
@@ -178,6 +180,7 @@ impl Collector {
             merge_threads: false,
             warned: false,
             last_tick: [0; 3],
+            taken: 0,
             stats: DrainStats::default(),
         };
         let mut c = c;
@@ -423,9 +426,24 @@ impl Collector {
             .collect()
     }
 
-    /// The sum of every aggregated count.
+    /// The sum of every count drained: still aggregated, or handed out by
+    /// [`Collector::take_interval`].
     pub fn total(&self) -> u64 {
-        self.agg.values().sum()
+        self.taken + self.agg.values().sum::<u64>()
+    }
+
+    /// Ends one interval of a periodic profile (`--every`): drains the
+    /// count map now and hands out every stack aggregated since the last
+    /// interval, forgetting them, so user memory stays flat over a long
+    /// run. Stack contents stay interned (an id may be named again).
+    /// `stats`: a current reading of the kernel's counters.
+    pub fn take_interval(&mut self, maps: &Maps, stats: &Stats) -> Result<Vec<RawStack>> {
+        self.last_tick[0] = 0;
+        self.drain(maps, stats.count_keys)?;
+        let stacks = self.stacks();
+        self.taken += stacks.iter().map(|s| s.count).sum::<u64>();
+        self.agg = HashMap::new();
+        Ok(stacks)
     }
 }
 

@@ -40,6 +40,9 @@ fn stack(comm: &str, tid: u32, kernel: &[&str], user: &[&str], count: u64) -> St
         user_lost: false,
         off_cpu: false,
         count,
+        // Folded and report output read the names only.
+        kernel_locs: Vec::new(),
+        user_locs: Vec::new(),
     }
 }
 

@@ -51,6 +51,84 @@ pub struct Stack {
     pub off_cpu: bool,
     /// Samples, or microseconds for off-CPU and `--wall` profiles.
     pub count: u64,
+    /// The kernel frames as locations in [`Frames`], leaf first; their
+    /// lines, in order, are `kernel`.
+    pub kernel_locs: Vec<u32>,
+    /// The user frames as locations in [`Frames`], leaf first; their lines,
+    /// in order, are `user`.
+    pub user_locs: Vec<u32>,
+}
+
+/// Where a location's address lies.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Module {
+    /// The kernel (and its modules): addresses are kernel addresses.
+    Kernel,
+    /// An ELF file: addresses are offsets into it.
+    File {
+        /// The build ID the kernel recorded (zero-padded).
+        build_id: [u8; BUILD_ID_SIZE],
+        /// The file bprof found for it, else the path it was mapped from,
+        /// if known (an exited process's file may be gone; its build ID
+        /// still names it).
+        path: Option<PathBuf>,
+    },
+}
+
+/// One function of a location, inlined ones included.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FrameLine {
+    /// The name as outputs show it (demangled).
+    pub name: String,
+    /// The name in the symbol table (mangled), or `name`.
+    pub system_name: String,
+    /// The source file, where debug information says it.
+    pub file: Option<String>,
+    /// The source line, 0 when unknown.
+    pub line: u32,
+}
+
+/// One distinct address of a profile and what is there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// Kernel address, file offset (in a [`Module::File`]) or the virtual
+    /// address of anonymous code; return addresses moved back into the call.
+    pub address: u64,
+    /// Index into [`Frames::modules`]; `None` for anonymous memory (JIT).
+    pub module: Option<u32>,
+    /// Innermost function first (inlined callees, then their caller).
+    pub lines: Vec<FrameLine>,
+}
+
+/// The locations and modules the stacks of one symbolization refer to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Frames {
+    /// Every location, indexed by [`Stack::kernel_locs`] and
+    /// [`Stack::user_locs`].
+    pub locations: Vec<Location>,
+    /// Every module a location lies in.
+    pub modules: Vec<Module>,
+}
+
+impl Frames {
+    fn module(&mut self, m: Module) -> u32 {
+        match self.modules.iter().position(|x| *x == m) {
+            Some(i) => i as u32,
+            None => {
+                self.modules.push(m);
+                (self.modules.len() - 1) as u32
+            }
+        }
+    }
+
+    fn add(&mut self, address: u64, module: Option<u32>, lines: Vec<FrameLine>) -> u32 {
+        self.locations.push(Location {
+            address,
+            module,
+            lines,
+        });
+        (self.locations.len() - 1) as u32
+    }
 }
 
 /// How many frames could be named.
@@ -118,8 +196,29 @@ fn kernel_keys(s: &RawStack) -> impl Iterator<Item = u64> + '_ {
 /// calibration, then the stacks): it parses /proc/kallsyms once and caches
 /// every file it opens.
 pub fn symbolizer() -> Symbolizer {
-    // Function names only: source lines are not part of any output.
-    Symbolizer::builder().enable_code_info(false).build()
+    symbolizer_with(false)
+}
+
+/// The symbolizer, with source files, lines and inlined functions from
+/// debug information when `code_info` (for pprof output); without, function
+/// names only. Names are demangled by bprof, which keeps the mangled ones.
+pub fn symbolizer_with(code_info: bool) -> Symbolizer {
+    Symbolizer::builder()
+        .enable_code_info(code_info)
+        .enable_demangling(false)
+        .build()
+}
+
+/// Demangles a Rust or C++ symbol name as blazesym would (Rust first, then
+/// Itanium C++), or returns it as it is.
+pub fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    cpp_demangle::Symbol::new(name)
+        .ok()
+        .and_then(|s| s.demangle().ok())
+        .unwrap_or_else(|| name.to_string())
 }
 
 /// Symbolizes every stack. `index` names the files behind build IDs.
@@ -281,7 +380,20 @@ pub fn symbolize_with(
     index: &MmapIndex,
     style: UnknownStyle,
 ) -> (Vec<Stack>, SymbolStats) {
+    let (stacks, stats, _) = symbolize_frames(symbolizer, raw, index, style);
+    (stacks, stats)
+}
+
+/// Symbolizes every stack, and also returns each distinct frame's address,
+/// module and functions (what pprof output needs).
+pub fn symbolize_frames(
+    symbolizer: &Symbolizer,
+    raw: &[RawStack],
+    index: &MmapIndex,
+    style: UnknownStyle,
+) -> (Vec<Stack>, SymbolStats, Frames) {
     let mut names = Names::default();
+    let mut frames = Frames::default();
     let mut unknown_keys: HashSet<UserKey> = HashSet::new();
     let mut debuginfod = crate::symbolize::debuginfod::Client::from_env();
 
@@ -298,7 +410,7 @@ pub fn symbolize_with(
         }
     }
     let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());
-    let mut user_names: HashMap<UserKey, Vec<String>> = HashMap::new();
+    let mut user_names: HashMap<UserKey, u32> = HashMap::new();
     // Parsed once per file however many processes map it.
     let mut data_cache: HashMap<PathBuf, HashSet<u64>> = HashMap::new();
     for ((id, tgid), offsets) in by_file {
@@ -351,6 +463,18 @@ pub fn symbolize_with(
                 .get(&id)
                 .and_then(|ms| ms.iter().map(|m| module_name(&m.path)).min())
         });
+        // The file found, else the one the side band saw mapped (the
+        // process may have exited and the file be gone).
+        let file = path.clone().or_else(|| {
+            index
+                .by_build_id
+                .get(&id)
+                .and_then(|ms| ms.iter().map(|m| m.path.clone()).min())
+        });
+        let module_id = frames.module(Module::File {
+            build_id: id,
+            path: file,
+        });
         for (i, &off) in offsets.iter().enumerate() {
             let key = UserKey::File(id, tgid, off);
             let frame = match (&resolved[i], &module) {
@@ -367,7 +491,7 @@ pub fn symbolize_with(
                     names.of(None)
                 }
             };
-            user_names.insert(key, frame);
+            user_names.insert(key, frames.add(off, Some(module_id), frame));
         }
     }
     for (pid, ips) in by_pid {
@@ -395,7 +519,7 @@ pub fn symbolize_with(
                 }
                 (_, Some(name)) => names.named(name),
             };
-            user_names.insert(UserKey::Ip(pid, ip), frame);
+            user_names.insert(UserKey::Ip(pid, ip), frames.add(ip, None, frame));
         }
     }
     if let Some(c) = &debuginfod {
@@ -406,9 +530,13 @@ pub fn symbolize_with(
         .filter(|(_, sym)| !matches!(sym, Some(Symbolized::Sym(_))))
         .map(|(a, _)| *a)
         .collect();
-    let kernel_names: HashMap<u64, Vec<String>> = kernel_names
+    let kernel_module = frames.module(Module::Kernel);
+    let kernel_names: HashMap<u64, u32> = kernel_names
         .into_iter()
-        .map(|(a, sym)| (a, names.of(sym.as_ref())))
+        .map(|(a, sym)| {
+            let lines = names.of(sym.as_ref());
+            (a, frames.add(a, Some(kernel_module), lines))
+        })
         .collect();
     for s in raw {
         let user = user_keys(s).map(|k| unknown_keys.contains(&k));
@@ -421,25 +549,33 @@ pub fn symbolize_with(
         }
     }
 
+    let names_of = |locs: &[u32]| -> Vec<String> {
+        locs.iter()
+            .flat_map(|&l| frames.locations[l as usize].lines.iter())
+            .map(|l| l.name.clone())
+            .collect()
+    };
     let stacks = raw
         .iter()
-        .map(|s| Stack {
-            tgid: s.tgid,
-            tid: s.tid,
-            comm: s.comm.clone(),
-            kernel: kernel_keys(s)
-                .flat_map(|k| kernel_names[&k].iter().cloned())
-                .collect(),
-            user: user_keys(s)
-                .flat_map(|k| user_names[&k].iter().cloned())
-                .collect(),
-            kernel_lost: s.kernel_lost,
-            user_lost: s.user_lost,
-            off_cpu: s.off_cpu,
-            count: s.count,
+        .map(|s| {
+            let kernel_locs: Vec<u32> = kernel_keys(s).map(|k| kernel_names[&k]).collect();
+            let user_locs: Vec<u32> = user_keys(s).map(|k| user_names[&k]).collect();
+            Stack {
+                tgid: s.tgid,
+                tid: s.tid,
+                comm: s.comm.clone(),
+                kernel: names_of(&kernel_locs),
+                user: names_of(&user_locs),
+                kernel_lost: s.kernel_lost,
+                user_lost: s.user_lost,
+                off_cpu: s.off_cpu,
+                count: s.count,
+                kernel_locs,
+                user_locs,
+            }
         })
         .collect();
-    (stacks, names.stats)
+    (stacks, names.stats, frames)
 }
 
 fn symbolize_kernel(
@@ -521,35 +657,52 @@ struct Names {
 
 impl Names {
     /// A frame no symbol names, shown as `text`.
-    fn unknown(&mut self, text: String) -> Vec<String> {
+    fn unknown(&mut self, text: String) -> Vec<FrameLine> {
         self.stats.unique_frames += 1;
         self.stats.unknown_frames += 1;
-        vec![text]
+        vec![plain_line(text)]
     }
 
-    fn named(&mut self, name: &str) -> Vec<String> {
+    fn named(&mut self, name: &str) -> Vec<FrameLine> {
         self.stats.unique_frames += 1;
-        vec![name.to_string()]
+        vec![plain_line(name.to_string())]
     }
 
-    fn of(&mut self, sym: Option<&Symbolized<'_>>) -> Vec<String> {
+    fn of(&mut self, sym: Option<&Symbolized<'_>>) -> Vec<FrameLine> {
         self.stats.unique_frames += 1;
         match sym {
             Some(Symbolized::Sym(sym)) => {
+                let line =
+                    |raw: &str, info: Option<&blazesym::symbolize::CodeInfo<'_>>| FrameLine {
+                        name: demangle(raw),
+                        system_name: raw.to_string(),
+                        file: info.map(|c| c.to_path().display().to_string()),
+                        line: info.and_then(|c| c.line).unwrap_or(0),
+                    };
                 // blazesym lists inlined callees outermost first; we go leaf first.
-                let mut v: Vec<String> = sym
+                let mut v: Vec<FrameLine> = sym
                     .inlined
                     .iter()
                     .rev()
-                    .map(|f| f.name.to_string())
+                    .map(|f| line(&f.name, f.code_info.as_ref()))
                     .collect();
-                v.push(sym.name.to_string());
+                v.push(line(&sym.name, sym.code_info.as_deref()));
                 v
             }
             _ => {
                 self.stats.unknown_frames += 1;
-                vec![UNKNOWN.to_string()]
+                vec![plain_line(UNKNOWN.to_string())]
             }
         }
+    }
+}
+
+/// A line that is only a name (kernel symbols, JIT names, unknown frames).
+fn plain_line(name: String) -> FrameLine {
+    FrameLine {
+        system_name: name.clone(),
+        name,
+        file: None,
+        line: 0,
     }
 }

@@ -14,5 +14,6 @@ mod jit;
 mod mutants;
 mod names;
 mod offcpu;
+mod pprof;
 mod profile;
 mod stat;
