@@ -137,8 +137,13 @@ mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,run,etc,bprof/fx}
 cp /bin/busybox "$root/bin/busybox"
 # Debug info is for bprof's developers, not for the guest: 10x smaller.
 strip --strip-debug -o "$root/bprof/bprof" target/debug/bprof
-for f in work631 spinsleep threads; do
-    gcc -O1 -g -fno-omit-frame-pointer -pthread -o "$root/bprof/fx/fx_$f" "fixtures/$f.c"
+for f in work631 spinsleep threads dlswap; do
+    gcc -O1 -g -fno-omit-frame-pointer -pthread -o "$root/bprof/fx/fx_$f" "fixtures/$f.c" -ldl
+done
+# Two libraries the dlswap fixture maps in turn at one address.
+for n in alpha beta; do
+    gcc -O1 -g -fno-omit-frame-pointer -shared -fPIC -DSPIN=${n}_spin \
+        -o "$root/bprof/fx/libdl_$n.so" fixtures/dlswap_lib.c
 done
 # The unwinder's (#9) fixture, where this tree has it: -O2 without frame
 # pointers, calling into a library through the PLT.
@@ -188,7 +193,7 @@ chmod 0755 "$root/init"
 (cd "$root" && find . | busybox cpio -o -H newc 2>/dev/null) | gzip -1 >"$work/initrd.gz"
 
 # --- Boot each kernel. --------------------------------------------------------
-checks=(shares aggregation command pid filter offcpu stat)
+checks=(shares aggregation cache command pid filter offcpu stat)
 [ -f fixtures/unwind.c ] && checks+=(unwind)
 declare -A res detail
 names=()

@@ -122,6 +122,28 @@ else
     refused aggregation $T/shares.e
 fi
 
+# 2b. The raw-stack cache works on every kernel (the kernel's layout
+#     generation, or bprof's own on 6.1 to 6.3) and goes stale with the
+#     layout: two libraries swapped in and out at one address must each
+#     keep their own names, although their raw stacks are the same.
+if $B -F 499 -f -v -- $FX/fx_dlswap 0.3 4 $FX/libdl_alpha.so $FX/libdl_beta.so >$T/swap.f 2>$T/swap.e; then
+    tot=$(fsum $T/swap.f fx_dlswap)
+    a=$(fsum $T/swap.f fx_dlswap alpha_spin)
+    b=$(fsum $T/swap.f fx_dlswap beta_spin)
+    bases=$(awk '$1 ~ /libdl_/ { print $2 }' $T/swap.e | sort -u | wc -l)
+    cached=$(awk '/user stacks from the cache/ { print $NF }' $T/swap.e)
+    if [ "$tot" -ge 200 ] && [ "$bases" -eq 1 ] && [ $((a * 100)) -gt $((tot * 35)) ] &&
+        [ $((b * 100)) -gt $((tot * 35)) ] && [ -n "$cached" ] && [ $((cached * 2)) -ge "$tot" ] &&
+        totals_ok $T/swap.f $T/swap.e; then
+        result cache PASS "$tot samples, $cached user stacks from the cache; alpha_spin $a, beta_spin $b at one address"
+    else
+        result cache FAIL "$tot samples, '$cached' from the cache (want >= half); alpha_spin $a, beta_spin $b (want > 35% each); $bases load addresses (want 1)"
+        show $T/swap.e
+    fi
+else
+    refused cache $T/swap.e
+fi
+
 # 3. -- CMD: bprof exits with the command's status.
 $B -F 99 -f -- sh -c 'exit 3' >$T/cmd.f 2>$T/cmd.e
 rc=$?

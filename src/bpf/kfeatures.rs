@@ -5,9 +5,11 @@
 use std::mem::MaybeUninit;
 
 use anyhow::{bail, Result};
+use libbpf_rs::btf::types::{Composite, Struct};
+use libbpf_rs::btf::BtfType;
 use libbpf_rs::libbpf_sys;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapType, ProgramType};
+use libbpf_rs::{Btf, MapType, ProgramType};
 
 use crate::bpf::skel::probe::ProbeSkelBuilder;
 
@@ -105,6 +107,33 @@ pub(crate) fn missing(needs: &[Feature]) -> Vec<Feature> {
         .collect()
 }
 
+/// Whether the kernel keeps an address-space layout generation the profile
+/// program can read (`mm_struct.mm_lock_seq`, per-VMA locks, 6.4 and
+/// later). Without it, bprof keeps its own (`layout_gens` in
+/// profile.bpf.c). Unreadable BTF counts as having it: then no tracepoint
+/// is attached and, if the field is truly missing, the cache stays off.
+pub(crate) fn kernel_has_layout_seq() -> bool {
+    let Ok(btf) = Btf::from_vmlinux() else {
+        return true;
+    };
+    btf.type_by_name::<Struct<'_>>("mm_struct")
+        .map(Composite::from)
+        .is_none_or(|mm| has_member(&btf, &mm, "mm_lock_seq", 0))
+}
+
+/// Whether `c` or an anonymous struct or union inside it has `name`
+/// (mm_struct keeps its fields in an anonymous struct).
+fn has_member(btf: &Btf<'_>, c: &Composite<'_>, name: &str, depth: u32) -> bool {
+    c.iter().any(|m| match m.name {
+        Some(n) => n == name,
+        None if depth < 4 => btf
+            .type_by_id::<BtfType<'_>>(m.ty)
+            .and_then(|t| Composite::try_from(t.skip_mods_and_typedefs()).ok())
+            .is_some_and(|inner| has_member(btf, &inner, name, depth + 1)),
+        None => false,
+    })
+}
+
 /// The running kernel's release (`uname -r`).
 pub(crate) fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -143,5 +172,7 @@ mod tests {
         for &f in PROFILE.iter().chain(STAT).chain(&[Feature::BpfLoop]) {
             assert_eq!(f.present(), Some(true), "{f:?}: {}", f.describe());
         }
+        // 6.18 has per-VMA locks: the kernel's generation is used.
+        assert!(kernel_has_layout_seq());
     }
 }
