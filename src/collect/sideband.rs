@@ -54,7 +54,7 @@ struct Ring {
 }
 
 /// The per-CPU dummy events and their ring buffers.
-pub struct Sideband {
+pub(crate) struct Sideband {
     rings: Vec<Ring>,
     page: usize,
     /// Everything read so far.

@@ -275,79 +275,124 @@ fn hex(bytes: &[u8]) -> String {
 /// `[off-cpu]` leaf of `--wall` included), without the comm frame: pid,
 /// tid and comm are labels.
 pub fn build(stacks: &[Stack], frames: &Frames, opts: &FoldedOptions, meta: &Meta) -> Profile {
-    let mut st = Strings::new();
-    let mut p = Profile::default();
-
-    let vt = |st: &mut Strings, t: &str, u: &str| ValueType {
-        r#type: st.get(t),
-        unit: st.get(u),
+    let mut b = Builder {
+        p: Profile::default(),
+        st: Strings::new(),
+        functions: HashMap::new(),
+        markers: HashMap::new(),
     };
-    // The values of one stack's count, in sample-type order.
-    match &meta.kind {
-        Kind::CpuTime { period_ns } => {
-            p.sample_type = vec![
-                vt(&mut st, "samples", "count"),
-                vt(&mut st, "cpu", "nanoseconds"),
-            ];
-            p.period_type = Some(vt(&mut st, "cpu", "nanoseconds"));
-            p.period = *period_ns as i64;
-            p.default_sample_type = st.get("cpu");
-        }
-        Kind::Events { event, period } => {
-            p.sample_type = vec![vt(&mut st, "samples", "count")];
-            p.period_type = Some(vt(&mut st, event, "count"));
-            if let Some(n) = period {
-                p.sample_type.push(vt(&mut st, event, "count"));
-                p.period = *n as i64;
-            }
-        }
-        Kind::OffCpu => {
-            p.sample_type = vec![vt(&mut st, "off-cpu", "microseconds")];
-            p.period_type = Some(vt(&mut st, "off-cpu", "microseconds"));
-            p.period = 1;
-        }
-        Kind::Wall => {
-            p.sample_type = vec![
-                vt(&mut st, "wall", "microseconds"),
-                vt(&mut st, "cpu", "microseconds"),
-                vt(&mut st, "off-cpu", "microseconds"),
-            ];
-            p.period_type = Some(vt(&mut st, "wall", "microseconds"));
-            p.period = 1;
-            p.default_sample_type = st.get("wall");
-        }
-    }
-    p.time_nanos = meta
+    b.sample_types(&meta.kind);
+    b.p.time_nanos = meta
         .start
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64);
-    p.duration_nanos = meta.duration.as_nanos() as i64;
-    p.comment = meta.comments.iter().map(|c| st.get(c)).collect();
+    b.p.duration_nanos = meta.duration.as_nanos() as i64;
+    b.p.comment = meta.comments.iter().map(|c| b.st.get(c)).collect();
+    let mapping_ids = b.mappings(frames, meta);
+    b.locations(frames, &mapping_ids);
+    b.samples(stacks, opts, meta);
+    b.p.string_table = b.st.table;
+    b.p
+}
 
-    // Mappings: one per module, covering every address seen in it.
-    let mut ranges: Vec<Option<(u64, u64)>> = vec![None; frames.modules.len()];
-    for l in &frames.locations {
-        if let Some(m) = l.module {
-            let r = &mut ranges[m as usize];
-            *r = Some(match *r {
-                None => (l.address, l.address),
-                Some((lo, hi)) => (lo.min(l.address), hi.max(l.address)),
-            });
+/// A profile being built, with its string, function and marker tables.
+struct Builder {
+    p: Profile,
+    st: Strings,
+    functions: HashMap<(i64, i64, i64), u64>,
+    /// The markers folded output adds, as locations of their own.
+    markers: HashMap<&'static str, u64>,
+}
+
+impl Builder {
+    fn value_type(&mut self, t: &str, u: &str) -> ValueType {
+        ValueType {
+            r#type: self.st.get(t),
+            unit: self.st.get(u),
         }
     }
-    // pprof takes the first mapping for the main binary: executables
-    // first, then libraries, then the kernel.
-    let rank = |m: &Module| match m {
-        Module::File { path: Some(p), .. } if !is_library(p) => 0,
-        Module::File { .. } => 1,
-        Module::Kernel => 2,
-    };
-    let mut order: Vec<usize> = (0..frames.modules.len()).collect();
-    order.sort_by_key(|&i| rank(&frames.modules[i]));
-    let mut mapping_ids = vec![0u64; frames.modules.len()];
-    for i in order {
-        let (m, r) = (&frames.modules[i], &ranges[i]);
-        let Some((lo, hi)) = *r else { continue };
+
+    /// What the values of one stack's count are, in sample-type order.
+    fn sample_types(&mut self, kind: &Kind) {
+        match kind {
+            Kind::CpuTime { period_ns } => {
+                self.p.sample_type = vec![
+                    self.value_type("samples", "count"),
+                    self.value_type("cpu", "nanoseconds"),
+                ];
+                self.p.period_type = Some(self.value_type("cpu", "nanoseconds"));
+                self.p.period = *period_ns as i64;
+                self.p.default_sample_type = self.st.get("cpu");
+            }
+            Kind::Events { event, period } => {
+                self.p.sample_type = vec![self.value_type("samples", "count")];
+                self.p.period_type = Some(self.value_type(event, "count"));
+                if let Some(n) = period {
+                    let t = self.value_type(event, "count");
+                    self.p.sample_type.push(t);
+                    self.p.period = *n as i64;
+                }
+            }
+            Kind::OffCpu => {
+                self.p.sample_type = vec![self.value_type("off-cpu", "microseconds")];
+                self.p.period_type = Some(self.value_type("off-cpu", "microseconds"));
+                self.p.period = 1;
+            }
+            Kind::Wall => {
+                self.p.sample_type = vec![
+                    self.value_type("wall", "microseconds"),
+                    self.value_type("cpu", "microseconds"),
+                    self.value_type("off-cpu", "microseconds"),
+                ];
+                self.p.period_type = Some(self.value_type("wall", "microseconds"));
+                self.p.period = 1;
+                self.p.default_sample_type = self.st.get("wall");
+            }
+        }
+    }
+
+    /// One mapping per module, covering every address seen in it; returns
+    /// each module's mapping id.
+    fn mappings(&mut self, frames: &Frames, meta: &Meta) -> Vec<u64> {
+        let mut ranges: Vec<Option<(u64, u64)>> = vec![None; frames.modules.len()];
+        for l in &frames.locations {
+            if let Some(m) = l.module {
+                let r = &mut ranges[m as usize];
+                *r = Some(match *r {
+                    None => (l.address, l.address),
+                    Some((lo, hi)) => (lo.min(l.address), hi.max(l.address)),
+                });
+            }
+        }
+        // pprof takes the first mapping for the main binary: executables
+        // first, then libraries, then the kernel.
+        let rank = |m: &Module| match m {
+            Module::File { path: Some(p), .. } if !is_library(p) => 0,
+            Module::File { .. } => 1,
+            Module::Kernel => 2,
+        };
+        let mut order: Vec<usize> = (0..frames.modules.len()).collect();
+        order.sort_by_key(|&i| rank(&frames.modules[i]));
+        let mut mapping_ids = vec![0u64; frames.modules.len()];
+        for i in order {
+            let Some((lo, hi)) = ranges[i] else { continue };
+            let id = self.p.mapping.len() as u64 + 1;
+            mapping_ids[i] = id;
+            let mapping = self.mapping(id, i, &frames.modules[i], (lo, hi), frames, meta);
+            self.p.mapping.push(mapping);
+        }
+        mapping_ids
+    }
+
+    fn mapping(
+        &mut self,
+        id: u64,
+        index: usize,
+        m: &Module,
+        (lo, hi): (u64, u64),
+        frames: &Frames,
+        meta: &Meta,
+    ) -> Mapping {
         let (start, limit, file, build_id) = match m {
             Module::Kernel => (
                 lo,
@@ -373,39 +418,36 @@ pub fn build(stacks: &[Stack], frames: &Frames, opts: &FoldedOptions, meta: &Met
                 )
             }
         };
-        let id = p.mapping.len() as u64 + 1;
-        mapping_ids[i] = id;
-        let has_lines = frames
+        let (mut files, mut numbers) = (false, false);
+        for l in frames
             .locations
             .iter()
-            .filter(|l| l.module == Some(i as u32))
-            .flat_map(|l| &l.lines);
-        let (mut files, mut numbers) = (false, false);
-        for l in has_lines {
+            .filter(|l| l.module == Some(index as u32))
+            .flat_map(|l| &l.lines)
+        {
             files |= l.file.is_some();
             numbers |= l.line != 0;
         }
-        p.mapping.push(Mapping {
+        Mapping {
             id,
             memory_start: start,
             memory_limit: limit,
             file_offset: 0,
-            filename: st.get(&file),
-            build_id: st.get(&build_id),
+            filename: self.st.get(&file),
+            build_id: self.st.get(&build_id),
             // bprof named every frame it could: a consumer must not
             // re-symbolize (pprof would read offsets as addresses).
             has_functions: true,
             has_filenames: files,
             has_line_numbers: numbers,
             has_inline_frames: true,
-        });
+        }
     }
 
-    // Functions and locations.
-    let mut functions: HashMap<(i64, i64, i64), u64> = HashMap::new();
-    let mut function = |p: &mut Profile, st: &mut Strings, name: &str, sys: &str, file: &str| {
-        let key = (st.get(name), st.get(sys), st.get(file));
-        *functions.entry(key).or_insert_with(|| {
+    fn function(&mut self, name: &str, sys: &str, file: &str) -> u64 {
+        let key = (self.st.get(name), self.st.get(sys), self.st.get(file));
+        let p = &mut self.p;
+        *self.functions.entry(key).or_insert_with(|| {
             let id = p.function.len() as u64 + 1;
             p.function.push(Function {
                 id,
@@ -416,40 +458,42 @@ pub fn build(stacks: &[Stack], frames: &Frames, opts: &FoldedOptions, meta: &Met
             });
             id
         })
-    };
-    for (i, l) in frames.locations.iter().enumerate() {
-        let line = l
-            .lines
-            .iter()
-            .map(|fl| Line {
-                function_id: function(
-                    &mut p,
-                    &mut st,
-                    &fl.name,
-                    &fl.system_name,
-                    fl.file.as_deref().unwrap_or(""),
-                ),
-                line: i64::from(fl.line),
-                column: 0,
-            })
-            .collect();
-        p.location.push(Location {
-            id: i as u64 + 1,
-            mapping_id: l.module.map_or(0, |m| mapping_ids[m as usize]),
-            address: l.address,
-            line,
-            is_folded: false,
-        });
     }
-    // The markers folded output adds, as locations of their own.
-    let mut marker_ids: HashMap<&'static str, u64> = HashMap::new();
-    let mut marker = |p: &mut Profile, st: &mut Strings, name: &'static str| -> u64 {
-        if let Some(&id) = marker_ids.get(name) {
+
+    /// One location per distinct frame (ids follow `frames.locations`),
+    /// with all its inlined lines, innermost first.
+    fn locations(&mut self, frames: &Frames, mapping_ids: &[u64]) {
+        for (i, l) in frames.locations.iter().enumerate() {
+            let line = l
+                .lines
+                .iter()
+                .map(|fl| Line {
+                    function_id: self.function(
+                        &fl.name,
+                        &fl.system_name,
+                        fl.file.as_deref().unwrap_or(""),
+                    ),
+                    line: i64::from(fl.line),
+                    column: 0,
+                })
+                .collect();
+            self.p.location.push(Location {
+                id: i as u64 + 1,
+                mapping_id: l.module.map_or(0, |m| mapping_ids[m as usize]),
+                address: l.address,
+                line,
+                is_folded: false,
+            });
+        }
+    }
+
+    fn marker(&mut self, name: &'static str) -> u64 {
+        if let Some(&id) = self.markers.get(name) {
             return id;
         }
-        let f = function(p, st, name, name, "");
-        let id = p.location.len() as u64 + 1;
-        p.location.push(Location {
+        let f = self.function(name, name, "");
+        let id = self.p.location.len() as u64 + 1;
+        self.p.location.push(Location {
             id,
             mapping_id: 0,
             address: 0,
@@ -460,53 +504,50 @@ pub fn build(stacks: &[Stack], frames: &Frames, opts: &FoldedOptions, meta: &Met
             }],
             is_folded: false,
         });
-        marker_ids.insert(name, id);
+        self.markers.insert(name, id);
         id
-    };
-
-    let (k_pid, k_tid, k_comm) = (st.get("pid"), st.get("tid"), st.get("comm"));
-    for s in stacks {
-        let mut ids = Vec::with_capacity(s.kernel_locs.len() + s.user_locs.len() + 2);
-        if opts.mark_off_cpu && s.off_cpu {
-            ids.push(marker(&mut p, &mut st, OFF_CPU_FRAME));
-        }
-        ids.extend(s.kernel_locs.iter().map(|&l| u64::from(l) + 1));
-        if opts.kernel_stacks && s.kernel_lost {
-            ids.push(marker(&mut p, &mut st, "[Missed Kernel Stack]"));
-        }
-        ids.extend(s.user_locs.iter().map(|&l| u64::from(l) + 1));
-        if opts.user_stacks && s.user_lost {
-            ids.push(marker(&mut p, &mut st, "[Missed User Stack]"));
-        }
-        let comm = st.get(if s.comm.is_empty() {
-            "[unknown]"
-        } else {
-            &s.comm
-        });
-        p.sample.push(Sample {
-            location_id: ids,
-            value: values(&meta.kind, s),
-            label: vec![
-                Label {
-                    key: k_pid,
-                    num: i64::from(s.tgid),
-                    ..Default::default()
-                },
-                Label {
-                    key: k_tid,
-                    num: i64::from(s.tid),
-                    ..Default::default()
-                },
-                Label {
-                    key: k_comm,
-                    str: comm,
-                    ..Default::default()
-                },
-            ],
-        });
     }
-    p.string_table = st.table;
-    p
+
+    fn samples(&mut self, stacks: &[Stack], opts: &FoldedOptions, meta: &Meta) {
+        let (k_pid, k_tid, k_comm) = (self.st.get("pid"), self.st.get("tid"), self.st.get("comm"));
+        for s in stacks {
+            let mut ids = Vec::with_capacity(s.kernel_locs.len() + s.user_locs.len() + 2);
+            if opts.mark_off_cpu && s.off_cpu {
+                ids.push(self.marker(OFF_CPU_FRAME));
+            }
+            ids.extend(s.kernel_locs.iter().map(|&l| u64::from(l) + 1));
+            if opts.kernel_stacks && s.kernel_lost {
+                ids.push(self.marker("[Missed Kernel Stack]"));
+            }
+            ids.extend(s.user_locs.iter().map(|&l| u64::from(l) + 1));
+            if opts.user_stacks && s.user_lost {
+                ids.push(self.marker("[Missed User Stack]"));
+            }
+            let comm = self.st.get(if s.comm.is_empty() {
+                "[unknown]"
+            } else {
+                &s.comm
+            });
+            let num = |key, num| Label {
+                key,
+                num,
+                ..Default::default()
+            };
+            self.p.sample.push(Sample {
+                location_id: ids,
+                value: values(&meta.kind, s),
+                label: vec![
+                    num(k_pid, i64::from(s.tgid)),
+                    num(k_tid, i64::from(s.tid)),
+                    Label {
+                        key: k_comm,
+                        str: comm,
+                        ..Default::default()
+                    },
+                ],
+            });
+        }
+    }
 }
 
 /// One stack's values, in sample-type order.

@@ -24,7 +24,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Result};
 use blazesym::symbolize::Symbolizer;
 
-use crate::bpf::profile::Mode;
 use crate::collect::sideband::MmapIndex;
 use crate::collect::stacks::RawStack;
 use crate::events::sampling::Event;
@@ -157,6 +156,23 @@ impl Periodic {
         now.duration_since(self.began) >= self.every.saturating_mul(self.intervals as u32 + 1)
     }
 
+    /// The symbolizer, renewed every [`SYMBOLIZER_LIFE`] so the files and
+    /// debug information of a long run's past do not stay in memory.
+    fn symbolizer(&mut self, code_info: bool) -> &Symbolizer {
+        if self
+            .symbolizer
+            .as_ref()
+            .is_some_and(|(_, made)| made.elapsed() >= SYMBOLIZER_LIFE)
+        {
+            // The old one goes first: never two in memory.
+            self.symbolizer = None;
+        }
+        &self
+            .symbolizer
+            .get_or_insert_with(|| (symbolize::symbolizer_with(code_info), Instant::now()))
+            .0
+    }
+
     /// Ends the current interval at `now` with the stacks drained for it:
     /// symbolizes them and writes its files.
     pub fn write(
@@ -177,18 +193,7 @@ impl Periodic {
         self.from = now;
         self.from_at = start + length;
 
-        if self
-            .symbolizer
-            .as_ref()
-            .is_none_or(|(_, made)| made.elapsed() >= SYMBOLIZER_LIFE)
-        {
-            self.symbolizer = None;
-            let fresh = symbolize::symbolizer_with(settings.pprof.is_some());
-            self.symbolizer = Some((fresh, Instant::now()));
-        }
-        let Some((symbolizer, _)) = &self.symbolizer else {
-            unreachable!("made above")
-        };
+        let symbolizer = self.symbolizer(settings.pprof.is_some());
         index.jit.prepare(&raw);
         let (stacks, sym, frames) =
             symbolize::symbolize_frames(symbolizer, &raw, index, settings.unknown_style);
@@ -212,20 +217,13 @@ impl Periodic {
             self.files += 1;
         }
         if let Some(p) = &settings.svg {
-            let (kind, unit) = match settings.program.mode {
-                Mode::OnCpu => ("", "samples"),
-                Mode::OffCpu => (" off-CPU time", "us"),
-                Mode::Wall => (" wall-clock time", "us"),
-            };
-            let opts = svg::SvgOptions {
-                title: format!("bprof{kind}: {}", settings.target.describe()),
-                subtitle: Some(format!(
-                    "{} + {:.2} s, {total} {unit}",
-                    humantime::format_rfc3339_millis(start),
-                    length.as_secs_f64()
-                )),
-                count_name: unit.into(),
-            };
+            let opts = svg::SvgOptions::for_interval(
+                settings.program.mode,
+                &settings.target.describe(),
+                &humantime::format_rfc3339_millis(start).to_string(),
+                length,
+                total,
+            );
             OutputFile::create(&path(p))?
                 .commit(|w| svg::write(w, &lines, &opts).map_err(io::Error::other))?;
             self.files += 1;

@@ -91,8 +91,6 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     } else {
         settings.target.cpus.clone()
     };
-
-    // BPF programs.
     let mut obj = MaybeUninit::uninit();
     let mut prog = ProfileProgram::load(&mut obj, &settings.program)?;
     // Folded stacks and flame graphs show no thread ids (pprof does).
@@ -181,6 +179,23 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     )?;
 
     sideband.index.jit.report(settings.verbose);
+    report_end(&settings, &summary, &recorded, &drains)?;
+    let exit_code = runner::exit_code(recorded.status, false);
+    if let Some(m) = mismatch {
+        bail!("{m}");
+    }
+    unwritten.report()?;
+    Ok(Outcome { exit_code })
+}
+
+/// Everything said on stderr after the outputs: refused files, periodic
+/// files, the summary, drains, unresolved stacks and the cycle counts.
+fn report_end(
+    settings: &ProfileSettings,
+    summary: &Summary,
+    recorded: &Recorded,
+    drains: &crate::collect::DrainStats,
+) -> Result<()> {
     report_refused(settings.verbose);
     if let Some(p) = &recorded.periodic {
         let empty = match p.empty {
@@ -191,7 +206,10 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     }
     summary.write(&mut io::stderr().lock(), settings.verbose)?;
     if settings.verbose {
-        eprintln!("bprof: {}", crate::collect::describe(&drains, &stats));
+        eprintln!(
+            "bprof: {}",
+            crate::collect::describe(drains, &summary.stats)
+        );
     }
     if drains.unresolved > 0 {
         eprintln!(
@@ -202,12 +220,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     if let Some(text) = &recorded.counts {
         eprintln!("bprof: {text}");
     }
-    let exit_code = runner::exit_code(recorded.status, false);
-    if let Some(m) = mismatch {
-        bail!("{m}");
-    }
-    unwritten.report()?;
-    Ok(Outcome { exit_code })
+    Ok(())
 }
 
 /// Attaches everything, runs the target and records until the end; leaves

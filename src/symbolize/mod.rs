@@ -61,7 +61,7 @@ pub struct Stack {
 
 /// Where a location's address lies.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Module {
+pub(crate) enum Module {
     /// The kernel (and its modules): addresses are kernel addresses.
     Kernel,
     /// An ELF file: addresses are offsets into it.
@@ -77,7 +77,7 @@ pub enum Module {
 
 /// One function of a location, inlined ones included.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct FrameLine {
+pub(crate) struct FrameLine {
     /// The name as outputs show it (demangled).
     pub name: String,
     /// The name in the symbol table (mangled), or `name`.
@@ -90,7 +90,7 @@ pub struct FrameLine {
 
 /// One distinct address of a profile and what is there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Location {
+pub(crate) struct Location {
     /// Kernel address, file offset (in a [`Module::File`]) or the virtual
     /// address of anonymous code; return addresses moved back into the call.
     pub address: u64,
@@ -102,7 +102,7 @@ pub struct Location {
 
 /// The locations and modules the stacks of one symbolization refer to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Frames {
+pub(crate) struct Frames {
     /// Every location, indexed by [`Stack::kernel_locs`] and
     /// [`Stack::user_locs`].
     pub locations: Vec<Location>,
@@ -202,7 +202,7 @@ pub fn symbolizer() -> Symbolizer {
 /// The symbolizer, with source files, lines and inlined functions from
 /// debug information when `code_info` (for pprof output); without, function
 /// names only. Names are demangled by bprof, which keeps the mangled ones.
-pub fn symbolizer_with(code_info: bool) -> Symbolizer {
+pub(crate) fn symbolizer_with(code_info: bool) -> Symbolizer {
     Symbolizer::builder()
         .enable_code_info(code_info)
         .enable_demangling(false)
@@ -211,7 +211,7 @@ pub fn symbolizer_with(code_info: bool) -> Symbolizer {
 
 /// Demangles a Rust or C++ symbol name as blazesym would (Rust first, then
 /// Itanium C++), or returns it as it is.
-pub fn demangle(name: &str) -> String {
+pub(crate) fn demangle(name: &str) -> String {
     if let Ok(d) = rustc_demangle::try_demangle(name) {
         return format!("{d:#}");
     }
@@ -308,7 +308,7 @@ pub(crate) fn note_refused(path: &Path, why: &str) {
 }
 
 /// The files refused as malformed so far, with why.
-pub fn refused_files() -> Vec<(PathBuf, String)> {
+pub(crate) fn refused_files() -> Vec<(PathBuf, String)> {
     REFUSED.lock().map(|r| r.clone()).unwrap_or_default()
 }
 
@@ -374,7 +374,7 @@ fn module_name(path: &Path) -> String {
 }
 
 /// Symbolizes every stack, showing frames no symbol names in `style`.
-pub fn symbolize_with(
+pub(crate) fn symbolize_with(
     symbolizer: &Symbolizer,
     raw: &[RawStack],
     index: &MmapIndex,
@@ -386,19 +386,25 @@ pub fn symbolize_with(
 
 /// Symbolizes every stack, and also returns each distinct frame's address,
 /// module and functions (what pprof output needs).
-pub fn symbolize_frames(
+pub(crate) fn symbolize_frames(
     symbolizer: &Symbolizer,
     raw: &[RawStack],
     index: &MmapIndex,
     style: UnknownStyle,
 ) -> (Vec<Stack>, SymbolStats, Frames) {
-    let mut names = Names::default();
-    let mut frames = Frames::default();
-    let mut unknown_keys: HashSet<UserKey> = HashSet::new();
-    let mut debuginfod = crate::symbolize::debuginfod::Client::from_env();
-
+    let mut pass = Pass {
+        symbolizer,
+        index,
+        style,
+        names: Names::default(),
+        frames: Frames::default(),
+        unknown_keys: HashSet::new(),
+        user_locs: HashMap::new(),
+        debuginfod: crate::symbolize::debuginfod::Client::from_env(),
+        data_cache: HashMap::new(),
+    };
     let kaddrs: BTreeSet<u64> = raw.iter().flat_map(kernel_keys).collect();
-    let kernel_names = symbolize_kernel(symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
+    let kernel = symbolize_kernel(symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
 
     let ukeys: BTreeSet<UserKey> = raw.iter().flat_map(user_keys).collect();
     let mut by_file: HashMap<([u8; BUILD_ID_SIZE], u32), Vec<u64>> = HashMap::new();
@@ -410,94 +416,158 @@ pub fn symbolize_frames(
         }
     }
     let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());
-    let mut user_names: HashMap<UserKey, u32> = HashMap::new();
-    // Parsed once per file however many processes map it.
-    let mut data_cache: HashMap<PathBuf, HashSet<u64>> = HashMap::new();
     for ((id, tgid), offsets) in by_file {
         let path = finder.find(&id, tgid);
-        let run = |p: &Path| symbolize_file(symbolizer, p, Input::FileOffset(&offsets));
-        let mut resolved: Vec<Option<Symbolized<'_>>> = match &path {
-            Some(p) => {
-                let data = data_cache
-                    .entry(p.clone())
-                    .or_insert_with(|| data_symbols(p));
-                run(p)
-                    .into_iter()
-                    .map(|s| match s {
-                        // Only code names an address, never a data object.
-                        Symbolized::Sym(sym) if data.contains(&sym.addr) => None,
-                        Symbolized::Sym(sym) => Some(Symbolized::Sym(sym)),
-                        Symbolized::Unknown(_) => None,
-                    })
-                    .collect()
-            }
+        pass.file_frames(id, tgid, path, &offsets);
+    }
+    for (pid, ips) in by_pid {
+        pass.ip_frames(pid, &ips);
+    }
+    if let Some(c) = &pass.debuginfod {
+        c.report();
+    }
+    let unknown_kernel: HashSet<u64> = kernel
+        .iter()
+        .filter(|(_, sym)| !matches!(sym, Some(Symbolized::Sym(_))))
+        .map(|(a, _)| *a)
+        .collect();
+    let kernel_module = pass.frames.module(Module::Kernel);
+    let kernel_locs: HashMap<u64, u32> = kernel
+        .into_iter()
+        .map(|(a, sym)| {
+            let lines = pass.names.of(sym.as_ref());
+            (a, pass.frames.add(a, Some(kernel_module), lines))
+        })
+        .collect();
+    pass.count_sampled(raw, &unknown_kernel);
+    let stacks = pass.stacks(raw, &kernel_locs);
+    (stacks, pass.names.stats, pass.frames)
+}
+
+/// One symbolization: names and locations found so far, and what stayed
+/// unknown.
+struct Pass<'a> {
+    symbolizer: &'a Symbolizer,
+    index: &'a MmapIndex,
+    style: UnknownStyle,
+    names: Names,
+    frames: Frames,
+    unknown_keys: HashSet<UserKey>,
+    user_locs: HashMap<UserKey, u32>,
+    debuginfod: Option<crate::symbolize::debuginfod::Client>,
+    /// Data symbols per file, parsed once however many processes map it.
+    data_cache: HashMap<PathBuf, HashSet<u64>>,
+}
+
+impl<'a> Pass<'a> {
+    /// Frames at `offsets` of the file with build ID `id`, as mapped by
+    /// `tgid` (`path`: where it was found, if anywhere).
+    fn file_frames(
+        &mut self,
+        id: [u8; BUILD_ID_SIZE],
+        tgid: u32,
+        path: Option<PathBuf>,
+        offsets: &[u64],
+    ) {
+        let mut resolved = match &path {
+            Some(p) => self.code_symbols(p, offsets),
             None => Vec::new(),
         };
         resolved.resize_with(offsets.len(), || None);
         // A stripped file's names may sit in a debug file kept by build ID
         // (blazesym only follows .gnu_debuglink).
         if resolved.iter().any(Option::is_none) {
-            let debug = build_id_debug_file(&id)
-                .or_else(|| debuginfod.as_mut().and_then(|c| c.debuginfo(&id)));
-            if let (Some(debug), Some(p)) = (debug, &path) {
-                let virt = virt_offsets(p, &offsets);
-                let wanted: Vec<(usize, u64)> = virt
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| resolved[*i].is_none())
-                    .filter_map(|(i, v)| Some((i, (*v)?)))
-                    .collect();
-                let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
-                let found = symbolize_file(symbolizer, &debug, Input::VirtOffset(&addrs));
-                for ((i, _), s) in wanted.into_iter().zip(found) {
-                    if matches!(s, Symbolized::Sym(_)) {
-                        resolved[i] = Some(s);
-                    }
-                }
+            if let Some(p) = &path {
+                self.fill_from_debug_file(&id, p, offsets, &mut resolved);
             }
         }
-        // Where the file came from, even if it could not be opened.
-        let module = path.as_deref().map(module_name).or_else(|| {
-            index
-                .by_build_id
-                .get(&id)
-                .and_then(|ms| ms.iter().map(|m| module_name(&m.path)).min())
-        });
         // The file found, else the one the side band saw mapped (the
         // process may have exited and the file be gone).
-        let file = path.clone().or_else(|| {
-            index
-                .by_build_id
-                .get(&id)
-                .and_then(|ms| ms.iter().map(|m| m.path.clone()).min())
-        });
-        let module_id = frames.module(Module::File {
+        let seen = self
+            .index
+            .by_build_id
+            .get(&id)
+            .and_then(|ms| ms.iter().map(|m| m.path.clone()).min());
+        let file = path.or(seen);
+        // Where the file came from, even if it could not be opened.
+        let module = file.as_deref().map(module_name);
+        let module_id = self.frames.module(Module::File {
             build_id: id,
             path: file,
         });
         for (i, &off) in offsets.iter().enumerate() {
             let key = UserKey::File(id, tgid, off);
             let frame = match (&resolved[i], &module) {
-                (Some(sym), _) => names.of(Some(sym)),
+                (Some(sym), _) => self.names.of(Some(sym)),
                 (None, Some(m)) => {
-                    unknown_keys.insert(key);
-                    names.unknown(match style {
+                    self.unknown_keys.insert(key);
+                    self.names.unknown(match self.style {
                         UnknownStyle::Offset => format!("{m}+{off:#x}"),
                         UnknownStyle::Module => format!("[{m}]"),
                     })
                 }
                 (None, None) => {
-                    unknown_keys.insert(key);
-                    names.of(None)
+                    self.unknown_keys.insert(key);
+                    self.names.of(None)
                 }
             };
-            user_names.insert(key, frames.add(off, Some(module_id), frame));
+            let loc = self.frames.add(off, Some(module_id), frame);
+            self.user_locs.insert(key, loc);
         }
     }
-    for (pid, ips) in by_pid {
-        // JIT code: from the perf map / jitdump bprof opened safely, for
-        // live and exited processes alike (see crate::symbolize::jit).
-        let jit = index.jit.names(pid, &ips);
+
+    /// The code symbols at `offsets` of `path`: data objects never name an
+    /// address.
+    fn code_symbols(&mut self, path: &Path, offsets: &[u64]) -> Vec<Option<Symbolized<'a>>> {
+        let data = self
+            .data_cache
+            .entry(path.to_path_buf())
+            .or_insert_with(|| data_symbols(path));
+        symbolize_file(self.symbolizer, path, Input::FileOffset(offsets))
+            .into_iter()
+            .map(|s| match s {
+                Symbolized::Sym(sym) if data.contains(&sym.addr) => None,
+                Symbolized::Sym(sym) => Some(Symbolized::Sym(sym)),
+                Symbolized::Unknown(_) => None,
+            })
+            .collect()
+    }
+
+    /// Fills what `path` left unnamed from its debug file, found by build
+    /// ID on disk or from debuginfod.
+    fn fill_from_debug_file(
+        &mut self,
+        id: &[u8; BUILD_ID_SIZE],
+        path: &Path,
+        offsets: &[u64],
+        resolved: &mut [Option<Symbolized<'a>>],
+    ) {
+        let debug = build_id_debug_file(id)
+            .or_else(|| self.debuginfod.as_mut().and_then(|c| c.debuginfo(id)));
+        let Some(debug) = debug else {
+            return;
+        };
+        let virt = virt_offsets(path, offsets);
+        let wanted: Vec<(usize, u64)> = virt
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| resolved[*i].is_none())
+            .filter_map(|(i, v)| Some((i, (*v)?)))
+            .collect();
+        let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
+        let found = symbolize_file(self.symbolizer, &debug, Input::VirtOffset(&addrs));
+        for ((i, _), s) in wanted.into_iter().zip(found) {
+            if matches!(s, Symbolized::Sym(_)) {
+                resolved[i] = Some(s);
+            }
+        }
+    }
+
+    /// Frames no file was known for: JIT code from the perf map / jitdump
+    /// bprof opened safely (live and exited processes alike, see
+    /// crate::symbolize::jit), else the live process's own mappings.
+    fn ip_frames(&mut self, pid: u32, ips: &[u64]) {
+        let jit = self.index.jit.names(pid, ips);
         let resolved = target::alive(pid).then(|| {
             // Files only: blazesym would open /tmp/perf-PID.map as root
             // with none of bprof's checks.
@@ -505,77 +575,66 @@ pub fn symbolize_frames(
                 perf_map: false,
                 ..Process::new(Pid::from(pid))
             });
-            symbolizer
-                .symbolize(&src, Input::AbsAddr(&ips))
+            self.symbolizer
+                .symbolize(&src, Input::AbsAddr(ips))
                 .unwrap_or_default()
         });
         for (i, &ip) in ips.iter().enumerate() {
             let sym = resolved.as_ref().and_then(|r| r.get(i));
             let frame = match (sym, jit.get(&ip)) {
-                (Some(Symbolized::Sym(_)), _) => names.of(sym),
+                (Some(Symbolized::Sym(_)), _) => self.names.of(sym),
                 (_, None) => {
-                    unknown_keys.insert(UserKey::Ip(pid, ip));
-                    names.of(sym)
+                    self.unknown_keys.insert(UserKey::Ip(pid, ip));
+                    self.names.of(sym)
                 }
-                (_, Some(name)) => names.named(name),
+                (_, Some(name)) => self.names.named(name),
             };
-            user_names.insert(UserKey::Ip(pid, ip), frames.add(ip, None, frame));
+            let loc = self.frames.add(ip, None, frame);
+            self.user_locs.insert(UserKey::Ip(pid, ip), loc);
         }
     }
-    if let Some(c) = &debuginfod {
-        c.report();
-    }
-    let unknown_kernel: HashSet<u64> = kernel_names
-        .iter()
-        .filter(|(_, sym)| !matches!(sym, Some(Symbolized::Sym(_))))
-        .map(|(a, _)| *a)
-        .collect();
-    let kernel_module = frames.module(Module::Kernel);
-    let kernel_names: HashMap<u64, u32> = kernel_names
-        .into_iter()
-        .map(|(a, sym)| {
-            let lines = names.of(sym.as_ref());
-            (a, frames.add(a, Some(kernel_module), lines))
-        })
-        .collect();
-    for s in raw {
-        let user = user_keys(s).map(|k| unknown_keys.contains(&k));
-        let kernel = kernel_keys(s).map(|a| unknown_kernel.contains(&a));
-        for unknown in user.chain(kernel) {
-            names.stats.sampled_frames += s.count;
-            if unknown {
-                names.stats.sampled_unknown += s.count;
+
+    /// Frames as the samples show them: each stack's frames once per sample.
+    fn count_sampled(&mut self, raw: &[RawStack], unknown_kernel: &HashSet<u64>) {
+        for s in raw {
+            let user = user_keys(s).map(|k| self.unknown_keys.contains(&k));
+            let kernel = kernel_keys(s).map(|a| unknown_kernel.contains(&a));
+            for unknown in user.chain(kernel) {
+                self.names.stats.sampled_frames += s.count;
+                if unknown {
+                    self.names.stats.sampled_unknown += s.count;
+                }
             }
         }
     }
 
-    let names_of = |locs: &[u32]| -> Vec<String> {
-        locs.iter()
-            .flat_map(|&l| frames.locations[l as usize].lines.iter())
-            .map(|l| l.name.clone())
+    fn stacks(&self, raw: &[RawStack], kernel_locs: &HashMap<u64, u32>) -> Vec<Stack> {
+        let names_of = |locs: &[u32]| -> Vec<String> {
+            locs.iter()
+                .flat_map(|&l| self.frames.locations[l as usize].lines.iter())
+                .map(|l| l.name.clone())
+                .collect()
+        };
+        raw.iter()
+            .map(|s| {
+                let kernel_locs: Vec<u32> = kernel_keys(s).map(|k| kernel_locs[&k]).collect();
+                let user_locs: Vec<u32> = user_keys(s).map(|k| self.user_locs[&k]).collect();
+                Stack {
+                    tgid: s.tgid,
+                    tid: s.tid,
+                    comm: s.comm.clone(),
+                    kernel: names_of(&kernel_locs),
+                    user: names_of(&user_locs),
+                    kernel_lost: s.kernel_lost,
+                    user_lost: s.user_lost,
+                    off_cpu: s.off_cpu,
+                    count: s.count,
+                    kernel_locs,
+                    user_locs,
+                }
+            })
             .collect()
-    };
-    let stacks = raw
-        .iter()
-        .map(|s| {
-            let kernel_locs: Vec<u32> = kernel_keys(s).map(|k| kernel_names[&k]).collect();
-            let user_locs: Vec<u32> = user_keys(s).map(|k| user_names[&k]).collect();
-            Stack {
-                tgid: s.tgid,
-                tid: s.tid,
-                comm: s.comm.clone(),
-                kernel: names_of(&kernel_locs),
-                user: names_of(&user_locs),
-                kernel_lost: s.kernel_lost,
-                user_lost: s.user_lost,
-                off_cpu: s.off_cpu,
-                count: s.count,
-                kernel_locs,
-                user_locs,
-            }
-        })
-        .collect();
-    (stacks, names.stats, frames)
+    }
 }
 
 fn symbolize_kernel(
@@ -602,7 +661,7 @@ fn symbolize_kernel(
 
 /// Names of kernel addresses (exact, not return addresses), `None` when
 /// kallsyms has no symbol.
-pub fn kernel_names(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Option<String>> {
+pub(crate) fn kernel_names(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Option<String>> {
     symbolize_kernel(symbolizer, addrs)
         .into_iter()
         .map(|(_, s)| s.and_then(|s| s.into_sym()).map(|s| s.name.into_owned()))
@@ -610,7 +669,7 @@ pub fn kernel_names(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Option<String
 }
 
 /// The kernel's text section, `[_stext, _etext)`, from /proc/kallsyms.
-pub fn kernel_text_range() -> Option<(u64, u64)> {
+pub(crate) fn kernel_text_range() -> Option<(u64, u64)> {
     let syms = fs::read_to_string("/proc/kallsyms").ok()?;
     let find = |name: &str| {
         syms.lines().find_map(|l| {
@@ -629,7 +688,7 @@ pub fn kernel_text_range() -> Option<(u64, u64)> {
 /// Frames that belong to BPF or to the tracing machinery that called it:
 /// they start every stack taken inside a tracepoint's BPF program and must
 /// never reach an output.
-pub fn is_bpf_frame(name: &str) -> bool {
+pub(crate) fn is_bpf_frame(name: &str) -> bool {
     name.starts_with("bpf_prog_")
         || name.starts_with("bpf_trace_run")
         || name.starts_with("__bpf_trace_")
