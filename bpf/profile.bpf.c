@@ -360,6 +360,96 @@ static __always_inline __s32 store_user_stack(void *ctx, struct profile_stats *s
 	return id;
 }
 
+/* 6.4 to 6.12 (per-VMA locks, before mm_lock_seq became a seqcount): a
+ * plain int that moves at every mmap_write_unlock, as the seqcount does. */
+struct mm_struct___intseq {
+	int mm_lock_seq;
+} __attribute__((preserve_access_index));
+
+/* The address space's layout generation, when the kernel keeps one: 0 when
+ * it does not (6.1 to 6.3), else 1 with *seq set. */
+static __always_inline int layout_seq(struct mm_struct *mm, __u32 *seq)
+{
+	if (bpf_core_field_exists(mm->mm_lock_seq.sequence)) {
+		*seq = mm->mm_lock_seq.sequence;
+		return 1;
+	}
+	if (bpf_core_field_exists(((struct mm_struct___intseq *)mm)->mm_lock_seq)) {
+		*seq = BPF_CORE_READ((struct mm_struct___intseq *)mm, mm_lock_seq);
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * 6.1 to 6.3 keep no layout generation, so bprof keeps one per address
+ * space: the syscalls that can unmap or move code (mmap, munmap, mremap,
+ * shmat, shmdt, remap_file_pages) mark their mm busy on entry and give it a
+ * fresh generation on exit (from one global counter, so a generation is
+ * never reused, even after an LRU eviction). A sample uses the cache only
+ * when its mm is not busy. exec is covered by exec_id in the key.
+ * User space attaches layout_enter/layout_exit to those tracepoints and then
+ * sets layout_gens_on, only on kernels without mm_lock_seq.
+ */
+struct layout_gen {
+	__u32 busy; /* threads inside one of the syscalls */
+	__u32 gen;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* struct mm_struct * */
+	__type(value, struct layout_gen);
+} layout_gens SEC(".maps");
+
+__u32 next_layout_gen = 1;
+__u32 layout_gens_on = 0;
+
+/* The mm's generation entry; a new one starts at a fresh generation. */
+static __always_inline struct layout_gen *layout_gen_of(__u64 mm)
+{
+	struct layout_gen *g = bpf_map_lookup_elem(&layout_gens, &mm), fresh = {};
+
+	if (g)
+		return g;
+	fresh.gen = __sync_fetch_and_add(&next_layout_gen, 1);
+	bpf_map_update_elem(&layout_gens, &mm, &fresh, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&layout_gens, &mm);
+}
+
+SEC("tracepoint")
+int layout_enter(void *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct layout_gen *g;
+
+	if (!task->mm)
+		return 0;
+	g = layout_gen_of((__u64)task->mm);
+	if (g)
+		__sync_fetch_and_add(&g->busy, 1);
+	return 0;
+}
+
+SEC("tracepoint")
+int layout_exit(void *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct layout_gen *g;
+
+	if (!task->mm)
+		return 0;
+	g = layout_gen_of((__u64)task->mm);
+	if (!g)
+		return 0;
+	g->gen = __sync_fetch_and_add(&next_layout_gen, 1);
+	/* An entry evicted and re-created mid-call starts at 0 busy. */
+	if (g->busy)
+		__sync_fetch_and_add(&g->busy, -1);
+	return 0;
+}
+
 /* The current task's user stack as a user_stacks id: from the cache when
  * this raw stack was seen in this address-space layout, else stored anew
  * (and cached). */
@@ -374,10 +464,19 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 
 	if (!mm)
 		return -EFAULT; /* a kernel thread has no user stack */
-	/* Without a layout generation (kernels without per-VMA locks) nothing
-	 * says when a cached stack went stale: always take the build-ID walk. */
-	if (!bpf_core_field_exists(mm->mm_lock_seq.sequence))
-		return store_user_stack(ctx, st, slot);
+	/* Without the kernel's layout generation (no per-VMA locks), bprof's
+	 * own (layout_gens); without either, nothing says when a cached stack
+	 * went stale: take the build-ID walk. */
+	if (!layout_seq(mm, &k.mm_seq)) {
+		struct layout_gen *g;
+
+		if (!layout_gens_on)
+			return store_user_stack(ctx, st, slot);
+		g = layout_gen_of((__u64)mm);
+		if (!g || g->busy)
+			return store_user_stack(ctx, st, slot);
+		k.mm_seq = g->gen;
+	}
 	ips = bpf_map_lookup_elem(&raw_user_stack, &slot);
 	if (!ips)
 		return -ENOMEM;
@@ -397,7 +496,6 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 	k.mm = (__u64)mm;
 	k.hash = h;
 	k.tgid = task->tgid;
-	k.mm_seq = mm->mm_lock_seq.sequence;
 	k.exec_id = task->self_exec_id;
 	k.depth = n;
 	cached = bpf_map_lookup_elem(&user_stack_cache, &k);

@@ -6,9 +6,10 @@ use std::os::fd::{IntoRawFd, OwnedFd};
 use anyhow::{Context, Result};
 use blazesym::symbolize::Symbolizer;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, TracepointCategory};
 
 use crate::bpf::abi::plain_bytes;
+use crate::bpf::kfeatures;
 use crate::bpf::maps::{self, TargetFrom};
 use crate::bpf::skel::profile::types::{filter_entry, filter_op, filter_term};
 use crate::bpf::skel::profile::{ProfileSkel, ProfileSkelBuilder};
@@ -117,6 +118,8 @@ pub struct ProfileProgram<'obj> {
     links: Vec<Link>,
     /// Drains the count and stack maps into user space.
     pub collector: Collector,
+    /// The kernel keeps no layout generation: bprof's own is attached.
+    layout_gens: bool,
 }
 
 /// Routes libbpf's messages: silent unless `-v`, since a failure is
@@ -173,6 +176,12 @@ impl<'obj> ProfileProgram<'obj> {
         if !opts.mode.off_cpu() {
             open.progs.offcpu_switch.set_autoload(false);
         }
+        // No kernel layout generation (6.1 to 6.3): bprof keeps its own.
+        let layout_gens = opts.user_stacks && !kfeatures::kernel_has_layout_seq();
+        if !layout_gens {
+            open.progs.layout_enter.set_autoload(false);
+            open.progs.layout_exit.set_autoload(false);
+        }
         let skel = open.load().map_err(load_error)?;
         let collector = Collector::new(
             &skel.maps.count_slot,
@@ -184,6 +193,7 @@ impl<'obj> ProfileProgram<'obj> {
             skel,
             links: Vec::new(),
             collector,
+            layout_gens,
         };
         for &tgid in &opts.tgids {
             prog.add_tgid(tgid, TargetFrom::Now)?;
@@ -214,6 +224,9 @@ impl<'obj> ProfileProgram<'obj> {
     /// the fds: libbpf closes them when the links drop) and the fork
     /// follower if configured.
     pub fn attach(&mut self, events: Vec<OwnedFd>, follow_children: bool) -> Result<()> {
+        if self.layout_gens {
+            self.attach_layout_gens()?;
+        }
         if follow_children {
             let link = self
                 .skel
@@ -239,6 +252,48 @@ impl<'obj> ProfileProgram<'obj> {
                 .context("attaching the sampling program to a perf event")?;
             self.links.push(link);
         }
+        Ok(())
+    }
+
+    /// Attaches bprof's layout generation to the syscalls that can unmap or
+    /// move code, then turns it on (see layout_gens in profile.bpf.c). A
+    /// kernel without syscall tracepoints only loses the cache: every sample
+    /// takes the build-ID walk, as without any generation.
+    fn attach_layout_gens(&mut self) -> Result<()> {
+        const SYSCALLS: [&str; 6] = [
+            "mmap",
+            "munmap",
+            "mremap",
+            "shmat",
+            "shmdt",
+            "remap_file_pages",
+        ];
+        let progs = &self.skel.progs;
+        let links: Result<Vec<Link>, _> = SYSCALLS
+            .iter()
+            .flat_map(|sc| {
+                [
+                    progs
+                        .layout_enter
+                        .attach_tracepoint(TracepointCategory::Syscalls, format!("sys_enter_{sc}")),
+                    progs
+                        .layout_exit
+                        .attach_tracepoint(TracepointCategory::Syscalls, format!("sys_exit_{sc}")),
+                ]
+            })
+            .collect();
+        let Ok(links) = links else {
+            return Ok(());
+        };
+        self.links.extend(links);
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .context("BPF object has no .bss")?;
+        // SAFETY: a plain store into the mmapped .bss; the program reads it.
+        unsafe { std::ptr::write_volatile(&mut bss.layout_gens_on, 1) };
         Ok(())
     }
 
@@ -386,5 +441,8 @@ fn load_error(e: libbpf_rs::Error) -> anyhow::Error {
         libbpf_rs::ErrorKind::PermissionDenied => " (need root, or CAP_BPF and CAP_PERFMON)",
         _ => "",
     };
-    anyhow::Error::new(e).context(format!("loading the BPF programs failed{hint}"))
+    anyhow::Error::new(e).context(format!(
+        "loading the BPF programs failed on Linux {}{hint} (-vv shows libbpf's log)",
+        crate::bpf::kfeatures::kernel_release()
+    ))
 }

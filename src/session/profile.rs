@@ -84,6 +84,7 @@ struct Recorded {
 /// Runs one profile from start to written outputs.
 pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     crate::bpf::preflight::check()?;
+    crate::bpf::kfeatures::check(crate::bpf::kfeatures::PROFILE)?;
     let files = Files::create(&settings)?;
     let cpus = if settings.target.cpus.is_empty() {
         sampling::online_cpus()?
