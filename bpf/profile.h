@@ -11,6 +11,8 @@
 #define BPROF_MAX_STACK_DEPTH 127
 #define BPROF_BUILD_ID_SIZE 20
 
+#include "unwind.h"
+
 /* One key of the in-kernel count map: a thread and the two stacks it was in. */
 struct sample_key {
 	__u32 tgid;
@@ -54,6 +56,12 @@ struct profile_stats {
 	__u64 kern_stacks_stored; /* new entries in kern_stacks */
 	__u64 user_stacks_stored; /* new entries in user_stacks */
 	__u64 stack_collisions;  /* same 64-bit hash, other content: stored anew */
+	/* --call-graph dwarf (unwind.bpf.h) */
+	__u64 unwind_end[UNWIND_END_KINDS]; /* walks by how they ended */
+	__u64 unwind_frames;     /* frames recorded */
+	__u64 unwind_fp_frames;  /* frames left by frame pointer (no table) */
+	__u64 unwind_task_regs;  /* walks started from the task's saved user registers */
+	__u64 unwind_find_vma;   /* mappings found by bpf_find_vma, not unwind_maps */
 };
 
 /* --filter: at most this many entries (perf uses the same bound). */
@@ -109,6 +117,7 @@ struct profile_config {
 	__u8 all_states;      /* --wall: also runnable (preempted) time */
 	__u8 kernel_threads;  /* off-CPU time of kernel threads too */
 	__u8 period_as_us;    /* --wall: an on-CPU sample counts its period in us */
+	__u8 dwarf;           /* --call-graph dwarf: walk user stacks with unwind tables */
 	__u32 filter_len;     /* entries used in filters[] */
 	__u64 min_block_ns;   /* off-CPU blocks shorter than this are ignored */
 	__u64 max_block_ns;   /* ... and longer than this */
@@ -127,7 +136,9 @@ struct kern_stack {
 struct user_stack {
 	__u32 nr;
 	__u32 pad;
-	struct bpf_stack_build_id frames[BPROF_MAX_STACK_DEPTH];
+	/* Frame-pointer stacks fill at most BPROF_MAX_STACK_DEPTH; unwound ones
+	 * BPROF_UNWIND_DEPTH and a BPROF_STACK_TRUNCATED record. */
+	struct bpf_stack_build_id frames[BPROF_UNWIND_DEPTH + 1];
 };
 
 /*

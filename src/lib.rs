@@ -36,6 +36,7 @@ pub mod stat;
 pub mod stat_cmd;
 pub mod symbols;
 pub mod target;
+pub mod unwind;
 
 /// Generated BPF skeletons, one module per `bpf/*.bpf.c`.
 pub mod skel {

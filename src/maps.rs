@@ -76,6 +76,13 @@ pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
         s.kern_stacks_stored += c.kern_stacks_stored;
         s.user_stacks_stored += c.user_stacks_stored;
         s.stack_collisions += c.stack_collisions;
+        for (a, b) in s.unwind_end.iter_mut().zip(c.unwind_end) {
+            *a += b;
+        }
+        s.unwind_frames += c.unwind_frames;
+        s.unwind_fp_frames += c.unwind_fp_frames;
+        s.unwind_task_regs += c.unwind_task_regs;
+        s.unwind_find_vma += c.unwind_find_vma;
     }
     Ok(s)
 }
@@ -99,6 +106,8 @@ const _: () = assert!(std::mem::size_of::<types::bpf_stack_build_id>() == 32);
 /// `struct bpf_stack_build_id` statuses (uapi/linux/bpf.h).
 const BPF_STACK_BUILD_ID_VALID: i32 = 1;
 const BPF_STACK_BUILD_ID_IP: i32 = 2;
+/// `BPROF_STACK_TRUNCATED` (bpf/unwind.h): the unwinder stopped early.
+const BPROF_STACK_TRUNCATED: i32 = 3;
 
 /// Parses `struct user_stack` (profile.h): `nr` records of
 /// `struct bpf_stack_build_id` {status: i32, build_id: [u8; 20], offset or ip: u64}.
@@ -127,6 +136,10 @@ pub fn parse_user_stack(bytes: &[u8]) -> Vec<UserFrame> {
                 });
             }
             BPF_STACK_BUILD_ID_IP => frames.push(UserFrame::Ip(value)),
+            BPROF_STACK_TRUNCATED => {
+                frames.push(UserFrame::Truncated(value.min(u8::MAX as u64) as u8));
+                break;
+            }
             _ => break,
         }
     }

@@ -138,6 +138,13 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         // Its user and perf map, should it be short-lived.
         sideband.index.jit.note_process(c.pid, true);
     }
+    let mut unwinder = crate::unwind::session::start(
+        &prog,
+        &settings,
+        &mut sideband,
+        scope.as_deref(),
+        child.as_ref().map(|c| c.pid),
+    )?;
     signals::install();
     let started = Instant::now();
     if let Some(c) = child.as_mut() {
@@ -146,12 +153,27 @@ pub fn run(settings: Settings) -> Result<Outcome> {
 
     // Record until the duration, a signal, or the target's end.
     let progress = progress_bar(settings.duration);
-    let ticker = crossbeam_channel::tick(TICK);
+    // The side band is read every 10 ms, so a new process's unwind tables
+    // and mappings are in place soon after it maps them; the rest per TICK.
+    let ticker = crossbeam_channel::tick(TICK / 10);
+    let mut ticks = 0u64;
     let mut exit_status = None;
     let mut interrupted = false;
     loop {
         let _ = ticker.recv();
         sideband.drain();
+        ticks += 1;
+        if let Some(u) = unwinder.as_mut() {
+            u.take_new(
+                &prog.skel.maps.unwind_files,
+                &prog.skel.maps.unwind_maps,
+                settings
+                    .program
+                    .matches_tgids()
+                    .then_some(&prog.skel.maps.target_tgids as &dyn libbpf_rs::MapCore),
+                &mut sideband.index,
+            );
+        }
         if signals::stop_requested() {
             interrupted = true;
             break;
@@ -167,6 +189,9 @@ pub fn run(settings: Settings) -> Result<Outcome> {
         }
         if settings.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
+        }
+        if ticks % 10 != 0 {
+            continue;
         }
         // Drains the kernel maps before they fill; also the progress count.
         let samples = prog.tick().map(|s| s.counted).unwrap_or(0);
@@ -303,6 +328,10 @@ pub fn run(settings: Settings) -> Result<Outcome> {
     );
     if settings.verbose {
         eprintln!("bprof: {}", crate::collect::describe(&drains, &stats));
+        if let Some(u) = &unwinder {
+            eprintln!("{}", u.report());
+            eprintln!("{}", crate::unwind::describe_ends(&stats));
+        }
     }
     if drains.unresolved > 0 {
         eprintln!(

@@ -77,6 +77,8 @@ enum UserKey {
     /// it), offset.
     File([u8; BUILD_ID_SIZE], u32, u64),
     Ip(u32, u64),
+    /// The unwinder stopped early: shown as `[truncated]`.
+    Truncated,
 }
 
 /// Return addresses point after the call; step back one byte so that the
@@ -99,6 +101,7 @@ fn user_keys(s: &RawStack) -> impl Iterator<Item = UserKey> + '_ {
                 UserKey::File(build_id, s.tgid, caller(offset, leaf))
             }
             UserFrame::Ip(ip) => UserKey::Ip(s.tgid, caller(ip, leaf)),
+            UserFrame::Truncated(_) => UserKey::Truncated,
         }
     })
 }
@@ -288,10 +291,12 @@ pub fn symbolize_with(
         match *k {
             UserKey::File(id, tgid, off) => by_file.entry((id, tgid)).or_default().push(off),
             UserKey::Ip(pid, ip) => by_pid.entry(pid).or_default().push(ip),
+            UserKey::Truncated => {}
         }
     }
     let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());
     let mut user_names: HashMap<UserKey, Vec<String>> = HashMap::new();
+    user_names.insert(UserKey::Truncated, vec!["[truncated]".to_string()]);
     // Parsed once per file however many processes map it.
     let mut data_cache: HashMap<PathBuf, HashSet<u64>> = HashMap::new();
     for ((id, tgid), offsets) in by_file {
