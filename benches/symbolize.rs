@@ -7,10 +7,10 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use bprof::buildid;
-use bprof::sideband::{Mapping, MmapIndex};
-use bprof::stacks::{RawStack, UserFrame};
-use bprof::symbols;
+use bprof::collect::sideband::{Mapping, MmapIndex};
+use bprof::collect::stacks::{RawStack, UserFrame};
+use bprof::symbolize as symbols;
+use bprof::symbolize::buildid;
 
 const FRAMES: usize = 100_000;
 /// Frames per synthetic stack: a realistic depth.
@@ -52,7 +52,7 @@ fn main() {
         .enumerate()
         .map(|(i, chunk)| RawStack {
             tgid: 1_000_000 + i as u32,
-            pid: 1_000_000 + i as u32,
+            tid: 1_000_000 + i as u32,
             comm: "bench".into(),
             kernel: Vec::new(),
             user: chunk.to_vec(),

@@ -62,10 +62,22 @@ struct {
 	__array(values, struct count_map);
 } count_slot SEC(".maps");
 
-/* Never used by the programs: only the inner count maps have sample_key as
- * their key, and a skeleton generates the types of globals, so this makes
- * Rust read keys through the generated type rather than a copy of it. */
-struct sample_key sample_key_abi = {};
+/* Never used by the programs: a skeleton generates the types of globals, so
+ * this puts every type and constant of profile.h that Rust reads (the inner
+ * count maps' key, the limits, the frame records) into the generated code. */
+struct {
+	struct sample_key key;
+	enum profile_limits limits;
+	enum sample_kind kind;
+	enum frame_status frame_status;
+	struct frame_record frame;
+} bprof_abi = {};
+
+/* frame_record is bpf_get_stack's build-ID record under another name. */
+_Static_assert(sizeof(struct frame_record) == sizeof(struct bpf_stack_build_id), "frame_record");
+_Static_assert(__builtin_offsetof(struct frame_record, offset) ==
+		       __builtin_offsetof(struct bpf_stack_build_id, offset),
+	       "frame_record.offset");
 
 /*
  * Kernel stacks, stored by content so that two stacks never share an id
@@ -306,7 +318,7 @@ static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, 
 	return id;
 }
 
-#define USER_STACK_WORDS ((BPROF_UNWIND_DEPTH + 1) * sizeof(struct bpf_stack_build_id) / sizeof(__u64))
+#define USER_STACK_WORDS ((BPROF_UNWIND_DEPTH + 1) * sizeof(struct frame_record) / sizeof(__u64))
 
 /* bpf_loop callbacks over a stack's words: a bounded loop of ~1000
  * iterations is verified once per path into it, which no verifier limit
@@ -520,7 +532,7 @@ int do_sample(struct bpf_perf_event_data *ctx)
 		}
 	}
 	key.tgid = tgid;
-	key.pid = pid;
+	key.tid = pid;
 	key.kind = SAMPLE_ON_CPU;
 	/* A sample in user mode has the user registers; one in the kernel
 	 * takes them from the task (unwind_user). */
@@ -602,7 +614,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 			return 0;
 		}
 		key.tgid = next->tgid;
-		key.pid = next->pid;
+		key.tid = next->pid;
 		bpf_probe_read_kernel_str(key.comm, sizeof(key.comm), next->comm);
 		key.kern_stack_id = start->kern_stack_id;
 		key.user_stack_id = start->user_stack_id;

@@ -1,22 +1,29 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Types shared by profile.bpf.c and the Rust side (which sees them through the
- * generated skeleton): keep every struct that crosses the boundary here.
+ * The ABI of profile.bpf.c: every type and constant that crosses to Rust is
+ * defined here, once, from plain integer types (no vmlinux types). Rust sees
+ * them only through the generated skeleton (profile.bpf.c's `bprof_abi`
+ * global puts each into the object's BTF), so nothing is written twice.
+ * Constants are enum members, not #defines, because only those reach BTF.
  */
 #ifndef BPROF_PROFILE_H
 #define BPROF_PROFILE_H
 
-#define BPROF_COMM_LEN 16
-/* The kernel's PERF_MAX_STACK_DEPTH default; deeper stacks are truncated. */
-#define BPROF_MAX_STACK_DEPTH 127
-#define BPROF_BUILD_ID_SIZE 20
+enum profile_limits {
+	BPROF_COMM_LEN = 16,
+	/* The kernel's PERF_MAX_STACK_DEPTH default; deeper stacks are truncated. */
+	BPROF_MAX_STACK_DEPTH = 127,
+	BPROF_BUILD_ID_SIZE = 20,
+	/* --filter: at most this many entries (perf uses the same bound). */
+	BPROF_MAX_FILTERS = 64,
+};
 
 #include "unwind.h"
 
 /* One key of the in-kernel count map: a thread and the two stacks it was in. */
 struct sample_key {
 	__u32 tgid;
-	__u32 pid;
+	__u32 tid; /* thread id (the kernel's task pid) */
 	/* Ids into kern_stacks / user_stacks; negative when not taken or lost. */
 	__s32 kern_stack_id;
 	__s32 user_stack_id;
@@ -63,9 +70,6 @@ struct profile_stats {
 	__u64 unwind_task_regs;  /* walks started from the task's saved user registers */
 	__u64 unwind_find_vma;   /* mappings found by bpf_find_vma, not unwind_maps */
 };
-
-/* --filter: at most this many entries (perf uses the same bound). */
-#define BPROF_MAX_FILTERS 64
 
 enum filter_op {
 	FILTER_OP_EQ = 1,
@@ -128,6 +132,22 @@ struct kern_stack {
 	__u64 ips[BPROF_MAX_STACK_DEPTH];
 };
 
+/* frame_record.status: the kernel's enum bpf_stack_build_id_status. */
+enum frame_status {
+	FRAME_EMPTY = 0, /* no frame */
+	FRAME_FILE = 1,  /* build_id and a file offset */
+	FRAME_IP = 2,    /* no file known: offset holds the raw address */
+	FRAME_TRUNCATED = 3, /* the unwinder stopped early: offset holds enum unwind_end */
+};
+
+/* One user frame: the layout of the kernel's struct bpf_stack_build_id
+ * (profile.bpf.c asserts they match), with the offset/ip union as one field. */
+struct frame_record {
+	__s32 status; /* enum frame_status */
+	__u8 build_id[BPROF_BUILD_ID_SIZE];
+	__u64 offset; /* file offset, or the IP for FRAME_IP */
+};
+
 /*
  * One user stack as (build ID, file offset) records, so that a process that
  * exits before the profile ends can still be symbolized from its files.
@@ -137,8 +157,8 @@ struct user_stack {
 	__u32 nr;
 	__u32 pad;
 	/* Frame-pointer stacks fill at most BPROF_MAX_STACK_DEPTH; unwound ones
-	 * BPROF_UNWIND_DEPTH and a BPROF_STACK_TRUNCATED record. */
-	struct bpf_stack_build_id frames[BPROF_UNWIND_DEPTH + 1];
+	 * BPROF_UNWIND_DEPTH and a FRAME_TRUNCATED record. */
+	struct frame_record frames[BPROF_UNWIND_DEPTH + 1];
 };
 
 /*

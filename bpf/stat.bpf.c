@@ -31,6 +31,14 @@
 
 const volatile struct stat_config cfg = {};
 
+/* Never used by the program: puts stat.h's constants and value layout into
+ * BTF, so the skeleton generates them for Rust. */
+struct {
+	enum stat_limits limits;
+	enum stat_scope scope;
+	struct stat_value value;
+} bprof_stat_abi = {};
+
 /* The shared counters: replaced before load by the pinned array (same
  * name), whose entry slot * nr_cpus + cpu is the perf event of one event
  * attribute on one CPU. */

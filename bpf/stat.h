@@ -1,18 +1,23 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Types shared by stat.bpf.c and the Rust side (through the skeleton). */
+/*
+ * The ABI of stat.bpf.c, defined once: Rust sees these types and constants
+ * only through the generated skeleton (stat.bpf.c's `bprof_stat_abi` global
+ * puts them into BTF). Constants are enum members so that they reach BTF.
+ */
 #ifndef BPROF_STAT_H
 #define BPROF_STAT_H
 
-/* Events one session counts. */
-#define BPROF_STAT_MAX_EVENTS 8
-/* Distinct event attributes all sessions together can share: the shared
- * PERF_EVENT_ARRAY holds slot * nr_cpus + cpu. */
-#define BPROF_STAT_MAX_SLOTS 64
-/* --for-each-cgroup entries. */
-#define BPROF_STAT_MAX_CGROUPS 16
-
-/* args[0] of a BPF_PROG_TEST_RUN sync (sched_switch's is a bool). */
-#define BPROF_STAT_SYNC 0x62707266ULL
+enum stat_limits {
+	/* Events one session counts (a power of two: used as a mask). */
+	BPROF_STAT_MAX_EVENTS = 8,
+	/* Distinct event attributes all sessions together can share: the
+	 * shared PERF_EVENT_ARRAY holds slot * nr_cpus + cpu. */
+	BPROF_STAT_MAX_SLOTS = 64,
+	/* --for-each-cgroup entries. */
+	BPROF_STAT_MAX_CGROUPS = 16,
+	/* args[0] of a BPF_PROG_TEST_RUN sync (sched_switch's is a bool). */
+	BPROF_STAT_SYNC = 0x62707266,
+};
 
 /* A reading, as bpf_perf_event_read_value reports it. */
 struct stat_value {

@@ -12,7 +12,7 @@
  * rule gives the CFA (the caller's rsp), the return address at CFA - 8 and
  * where the caller's rbp was saved. A PC without a table (JIT code, the vDSO,
  * a file not loaded yet) is walked by its frame pointer. Every early end is
- * counted by kind and leaves a BPROF_STACK_TRUNCATED record.
+ * counted by kind and leaves a FRAME_TRUNCATED record.
  *
  * Included by profile.bpf.c after its maps.
  */
@@ -143,7 +143,7 @@ static __always_inline int read_u64(__u64 *dst, __u64 addr)
 /* One frame: records c->s->ip, then moves ip/sp/bp to the caller. 1 ends. */
 static long unwind_step(__u32 i, struct unwind_ctx *c)
 {
-	struct bpf_stack_build_id *rec;
+	struct frame_record *rec;
 	struct unwind_file *file = 0;
 	struct unwind_row *row = 0;
 	struct user_stack *us = c->us;
@@ -183,9 +183,9 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		}
 		if (err) {
 			rec = &us->frames[n];
-			rec->status = BPF_STACK_BUILD_ID_IP;
+			rec->status = FRAME_IP;
 			__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
-			rec->ip = c->s->ip;
+			rec->offset = c->s->ip;
 			us->nr = n + 1;
 			return stop(c, err == -EBUSY ? UNWIND_END_VMA_BUSY : UNWIND_END_NO_MAPPING);
 		}
@@ -197,14 +197,14 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 
 	rec = &us->frames[n];
 	if (file && (file->flags & UNWIND_FILE_BUILD_ID)) {
-		rec->status = BPF_STACK_BUILD_ID_VALID;
+		rec->status = FRAME_FILE;
 		__builtin_memcpy(rec->build_id, file->build_id, sizeof(rec->build_id));
 		rec->offset = off;
 	} else {
-		rec->status = BPF_STACK_BUILD_ID_IP;
+		rec->status = FRAME_IP;
 		/* Hashed and compared with the rest: no stale bytes. */
 		__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
-		rec->ip = c->s->ip;
+		rec->offset = c->s->ip;
 	}
 	us->nr = n + 1;
 	__sync_fetch_and_add(&c->st->unwind_frames, 1);
@@ -286,7 +286,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 }
 
 /* Walks the current task's user stack into `us`; counts how it ended and
- * marks an early end with a BPROF_STACK_TRUNCATED record. Returns the bytes
+ * marks an early end with a FRAME_TRUNCATED record. Returns the bytes
  * of records, or a negative error. */
 static __always_inline long unwind_user(struct profile_stats *st, const struct uregs *ur, struct user_stack *us,
 					__u32 slot)
@@ -332,9 +332,9 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 		__sync_fetch_and_add(&st->unwind_end[end], 1);
 	n = us->nr;
 	if (end > UNWIND_END_FP_END && n < BPROF_UNWIND_DEPTH + 1) {
-		struct bpf_stack_build_id *rec = &us->frames[n];
+		struct frame_record *rec = &us->frames[n];
 
-		rec->status = BPROF_STACK_TRUNCATED;
+		rec->status = FRAME_TRUNCATED;
 		__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
 		rec->offset = end;
 		us->nr = n + 1;
@@ -344,7 +344,7 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 		return -EFAULT;
 	if (n > BPROF_UNWIND_DEPTH + 1)
 		n = BPROF_UNWIND_DEPTH + 1;
-	return n * sizeof(struct bpf_stack_build_id);
+	return n * sizeof(struct frame_record);
 }
 
 #endif /* BPROF_UNWIND_BPF_H */

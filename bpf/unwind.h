@@ -96,8 +96,5 @@ enum unwind_end {
 	UNWIND_END_KINDS,
 };
 
-/* The status of the record that ends a truncated stack (after the kernel's
- * BPF_STACK_BUILD_ID_EMPTY/VALID/IP); its offset field is the unwind_end. */
-#define BPROF_STACK_TRUNCATED 3
 
 #endif /* BPROF_UNWIND_H */

@@ -46,9 +46,8 @@ pub enum Sub {
     after_help = "Examples:\n  bprof stat -e cycles,instructions -a 5\n  bprof stat -e instructions:u -- ./my-program\n  bprof stat -e task-clock,context-switches -I 1000 -p 1234"
 )]
 pub struct StatArgs {
-    /// Count for this many seconds (default: until Ctrl-C or the target exits).
-    #[arg(value_name = "DURATION")]
-    pub duration: Option<String>,
+    #[command(flatten)]
+    pub target: TargetArgs,
 
     /// Events, comma-separated (repeatable), with optional :u / :k
     /// [default: task-clock,context-switches,cpu-migrations,page-faults,
@@ -60,19 +59,6 @@ pub struct StatArgs {
     /// with a COMMAND, for as long as it runs.
     #[arg(short = 'a', long = "all-cpus")]
     pub all_cpus: bool,
-
-    /// Count only on these CPUs (e.g. 0,2-3): every task there, or with
-    /// -p/-t only those.
-    #[arg(short = 'C', long = "cpu", value_name = "CPUS")]
-    pub cpu: Option<String>,
-
-    /// Count these processes (comma-separated PIDs) and their new threads.
-    #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]")]
-    pub pid: Option<String>,
-
-    /// Count these threads (comma-separated TIDs).
-    #[arg(short = 't', long = "tid", value_name = "TID[,TID...]")]
-    pub tid: Option<String>,
 
     /// Print counts every MS milliseconds (at least 10).
     #[arg(short = 'I', long = "interval-print", value_name = "MS")]
@@ -92,38 +78,19 @@ pub struct StatArgs {
     pub for_each_cgroup: Option<String>,
 
     /// bpffs directory where the shared counters are pinned.
-    #[arg(long = "bpf-pin-dir", alias = "bpf-attr-map", value_name = "DIR", default_value = crate::shared::DEFAULT_PIN_DIR)]
+    #[arg(long = "bpf-pin-dir", alias = "bpf-attr-map", value_name = "DIR", default_value = crate::bpf::shared_counters::DEFAULT_PIN_DIR)]
     pub pin_dir: PathBuf,
 
     /// Extra detail (sharing state); twice (-vv) also libbpf's messages.
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
-
-    /// Command to run and count with its children, until it exits (with -a
-    /// or -C: count those CPUs while it runs, as perf stat -a -- COMMAND).
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
 }
 
 /// Profiling options (the default mode).
 #[derive(Debug, Args)]
 pub struct ProfileArgs {
-    /// Profile for this many seconds (default: until Ctrl-C, or until the
-    /// target exits).
-    #[arg(value_name = "DURATION")]
-    pub duration: Option<String>,
-
-    /// Profile these processes (comma-separated PIDs); their new threads too.
-    #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]")]
-    pub pid: Option<String>,
-
-    /// Profile these threads only (comma-separated TIDs).
-    #[arg(short = 'L', long = "tid", value_name = "TID[,TID...]")]
-    pub tid: Option<String>,
-
-    /// Sample only on these CPUs (e.g. 0,2-3).
-    #[arg(short = 'C', long = "cpu", value_name = "CPUS")]
-    pub cpu: Option<String>,
+    #[command(flatten)]
+    pub target: TargetArgs,
 
     /// Sample this many times per second on each CPU [default: 49].
     #[arg(
@@ -198,6 +165,11 @@ pub struct ProfileArgs {
     #[arg(long = "svg", value_name = "FILE")]
     pub svg: Option<PathBuf>,
 
+    /// Also write the summary (samples counted, lost and why, unique
+    /// stacks, unknown frames) as JSON to FILE, for scripts.
+    #[arg(long = "stats-json", value_name = "FILE")]
+    pub stats_json: Option<PathBuf>,
+
     /// Keep only samples matching FILTER, in perf's --filter language
     /// (e.g. 'tid == 1234', 'cpu == 0 || cpu == 1, period > 1000',
     /// 'ip < 0xffffffff00000000', 'cgroup == /system.slice', 'comm == bash',
@@ -256,8 +228,41 @@ pub struct ProfileArgs {
     /// also libbpf's messages.
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
+}
 
-    /// Command to run and profile with its children, until it exits.
+/// Whom to watch and for how long: the same flags for profiles and
+/// `bprof stat`, checked by the same code.
+#[derive(Debug, Args)]
+pub struct TargetArgs {
+    /// Run for this many seconds (default: until Ctrl-C, or until the
+    /// target exits).
+    #[arg(value_name = "DURATION")]
+    pub duration: Option<String>,
+
+    /// Only these processes (comma-separated PIDs) and their new threads.
+    #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]")]
+    pub pid: Option<String>,
+
+    /// Only these threads (comma-separated TIDs); -L is profile.py's name.
+    #[arg(
+        short = 't',
+        long = "tid",
+        visible_short_alias = 'L',
+        value_name = "TID[,TID...]"
+    )]
+    pub tid: Option<String>,
+
+    /// Only on these CPUs (e.g. 0,2-3).
+    #[arg(short = 'C', long = "cpu", value_name = "CPUS")]
+    pub cpu: Option<String>,
+
+    /// Create FILE (empty) once recording has begun, for scripts that start
+    /// their workload after bprof is ready.
+    #[arg(long = "ready-file", value_name = "FILE")]
+    pub ready_file: Option<PathBuf>,
+
+    /// Command to run with its children, until it exits (bprof stat -a or
+    /// -C: count those CPUs while it runs, as perf stat -a -- COMMAND).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }

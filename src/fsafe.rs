@@ -6,7 +6,7 @@
 //! with `fstat` (a regular file, its owner, its size), and then handed on by
 //! descriptor (`/proc/self/fd/N`) so that what was checked is what is read.
 
-use std::fs::{File, Metadata, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -17,8 +17,6 @@ use std::path::{Path, PathBuf};
 pub enum Owner {
     /// Anyone (the file was reached through a process's own mapping).
     Any,
-    /// Root or this user (the profiled process's).
-    RootOr(u32),
     /// Exactly this user (a perf map must be its process's own).
     Exactly(u32),
 }
@@ -27,7 +25,6 @@ impl Owner {
     fn allows(self, uid: u32) -> bool {
         match self {
             Owner::Any => true,
-            Owner::RootOr(u) => uid == 0 || uid == u,
             Owner::Exactly(u) => uid == u,
         }
     }
@@ -62,8 +59,6 @@ impl std::fmt::Display for Refused {
 pub struct Checked {
     /// The open file; read it, or hand [`Checked::fd_path`] to a library.
     pub file: File,
-    /// Its `fstat`.
-    pub meta: Metadata,
 }
 
 impl Checked {
@@ -141,7 +136,7 @@ fn check(file: File, owner: Owner, max_size: u64) -> Result<Checked, Refused> {
     if meta.len() > max_size {
         return Err(Refused::TooLarge(meta.len()));
     }
-    Ok(Checked { file, meta })
+    Ok(Checked { file })
 }
 
 /// Creates (mode 0700, whatever the umask) or opens the directory `path` for
@@ -251,12 +246,17 @@ mod tests {
             open_untrusted(&fifo, Owner::Any, 100),
             Err(Refused::NotRegular)
         ));
-        let me = open_untrusted(&f, Owner::Any, 10).unwrap().meta.uid();
+        let me = open_untrusted(&f, Owner::Any, 10)
+            .unwrap()
+            .file
+            .metadata()
+            .unwrap()
+            .uid();
         assert!(matches!(
             open_untrusted(&f, Owner::Exactly(me + 1), 10),
             Err(Refused::Owner(_))
         ));
-        let checked = open_untrusted(&f, Owner::RootOr(me), 10).unwrap();
+        let checked = open_untrusted(&f, Owner::Exactly(me), 10).unwrap();
         assert_eq!(std::fs::read(checked.fd_path()).unwrap(), b"0123456789");
 
         // Inside a root: a symlink (even to a path inside it) is refused, a

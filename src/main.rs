@@ -1,57 +1,5 @@
 //! bprof: a sampling profiler that counts stacks inside the kernel with BPF.
 
-use bprof::{cli, programs, record, stat_cmd};
-use std::process::ExitCode;
-
-use clap::Parser;
-
-fn main() -> ExitCode {
-    let cli = match cli::Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            // One line: clap's first line, minus its own "error: " prefix.
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            eprintln!("bprof: {}", first.trim_start_matches("error: "));
-            return ExitCode::from(2);
-        }
-    };
-    if let Some(cli::Sub::Stat(args)) = cli.sub {
-        programs::init_libbpf_logging(args.verbose > 1);
-        return match stat_cmd::Settings::from_args(args) {
-            Ok(s) => finish(stat_cmd::run(s)),
-            Err(e) => usage_error(e),
-        };
-    }
-    let cli = cli.profile;
-    programs::init_libbpf_logging(cli.verbose > 1);
-    let settings = match record::Settings::from_cli(cli) {
-        Ok(s) => s,
-        Err(e) => return usage_error(e),
-    };
-    finish(record::run(settings).map(|o| o.exit_code))
-}
-
-/// Bad input: one line, exit status 2, before anything was loaded.
-fn usage_error(e: anyhow::Error) -> ExitCode {
-    eprintln!("bprof: {e:#}");
-    ExitCode::from(2)
-}
-
-/// Exits with the session's code, or reports its error in one line.
-fn finish(result: anyhow::Result<i32>) -> ExitCode {
-    match result {
-        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
-        // A reader that stopped reading (`| head`) is not a failure.
-        Err(e) if bprof::output::file::is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bprof: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+fn main() -> std::process::ExitCode {
+    bprof::run()
 }

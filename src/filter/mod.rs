@@ -15,10 +15,10 @@
 use std::fmt;
 
 /// The most entries the BPF program walks (perf's bound too).
-pub const MAX_FILTER_ENTRIES: usize = 64;
+pub const MAX_FILTER_ENTRIES: usize = crate::bpf::abi::MAX_FILTERS;
 
 /// Longest comm the kernel keeps (TASK_COMM_LEN - 1).
-const COMM_MAX: usize = 15;
+const COMM_MAX: usize = crate::bpf::abi::COMM_LEN - 1;
 
 /// A sample property a test looks at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -131,18 +131,18 @@ impl fmt::Display for Op {
 
 /// User or kernel mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mode {
+pub enum CpuMode {
     /// The sample hit user code.
     User,
     /// The sample hit kernel code.
     Kernel,
 }
 
-impl fmt::Display for Mode {
+impl fmt::Display for CpuMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Mode::User => "user",
-            Mode::Kernel => "kernel",
+            CpuMode::User => "user",
+            CpuMode::Kernel => "kernel",
         })
     }
 }
@@ -157,7 +157,7 @@ pub enum Value {
     /// A thread name, NUL-padded as the kernel stores it.
     Comm([u8; 16]),
     /// A mode.
-    Mode(Mode),
+    Mode(CpuMode),
 }
 
 /// One test: `term op value`.
@@ -278,7 +278,7 @@ impl fmt::Display for FilterError {
 impl std::error::Error for FilterError {}
 
 mod parse;
-pub use parse::{parse, parse_all};
+pub use parse::parse_all;
 
 #[cfg(test)]
 mod tests;

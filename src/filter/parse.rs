@@ -1,7 +1,7 @@
 //! The scanner-parser for `--filter` (grammar in the parent module).
 
 use super::{
-    ends_path, ends_word, Filter, FilterError, Mode, Op, Term, Test, Value, COMM_MAX,
+    ends_path, ends_word, CpuMode, Filter, FilterError, Op, Term, Test, Value, COMM_MAX,
     MAX_FILTER_ENTRIES, MEMORY_TERMS, OPS, TERMS,
 };
 
@@ -155,8 +155,8 @@ impl Parser<'_> {
         };
         let term = match TERMS.iter().find(|(n, _)| *n == word) {
             Some(&(_, term)) => term,
-            None if word == "user" => return Ok(mode(Mode::User)),
-            None if word == "kernel" => return Ok(mode(Mode::Kernel)),
+            None if word == "user" => return Ok(mode(CpuMode::User)),
+            None if word == "kernel" => return Ok(mode(CpuMode::Kernel)),
             None if MEMORY_TERMS.split_whitespace().any(|m| m == word) => {
                 let msg =
                     format!("term '{word}' needs a memory-sampling event (not supported by bprof)");
@@ -237,8 +237,8 @@ impl Parser<'_> {
                 Value::Path(path)
             }
             Term::Mode => match self.take_while(|c| !ends_word(c)).as_str() {
-                "user" => Value::Mode(Mode::User),
-                "kernel" => Value::Mode(Mode::Kernel),
+                "user" => Value::Mode(CpuMode::User),
+                "kernel" => Value::Mode(CpuMode::Kernel),
                 v => return self.err(format!("expected 'user' or 'kernel', not '{v}'"), col),
             },
             _ => {

@@ -1,5 +1,6 @@
 //! Unit and property tests of the filter parser.
 
+use super::parse::parse;
 use super::*;
 use proptest::prelude::*;
 
@@ -144,9 +145,9 @@ fn happy_paths() {
         one("comm == 123456789012345").value,
         comm("123456789012345")
     );
-    assert_eq!(one("user").value, Value::Mode(Mode::User));
-    assert_eq!(one(" kernel ").value, Value::Mode(Mode::Kernel));
-    assert_eq!(one("mode == kernel").value, Value::Mode(Mode::Kernel));
+    assert_eq!(one("user").value, Value::Mode(CpuMode::User));
+    assert_eq!(one(" kernel ").value, Value::Mode(CpuMode::Kernel));
+    assert_eq!(one("mode == kernel").value, Value::Mode(CpuMode::Kernel));
     assert_eq!(one("mode!=user").op, Op::Ne);
     let and = parse("tid == 1 && pid == 2").unwrap();
     assert_eq!(and, parse("tid == 1, pid == 2").unwrap());
@@ -233,7 +234,7 @@ fn arb_test() -> impl Strategy<Value = Test> {
         (eq_ne(), any::<bool>()).prop_map(|(op, k)| Test {
             term: Term::Mode,
             op,
-            value: Value::Mode(if k { Mode::Kernel } else { Mode::User }),
+            value: Value::Mode(if k { CpuMode::Kernel } else { CpuMode::User }),
         }),
     ]
 }

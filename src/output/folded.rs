@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use crate::symbols::Stack;
+use crate::symbolize::Stack;
 
 /// How frames are written.
 #[derive(Debug, Clone, Copy, Default)]

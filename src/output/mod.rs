@@ -4,4 +4,5 @@ pub mod file;
 pub mod folded;
 pub mod report;
 pub mod stat;
+pub(crate) mod summary;
 pub mod svg;

@@ -4,12 +4,12 @@
 
 use std::io::{self, Write};
 
-use crate::symbols::Stack;
+use crate::symbolize::Stack;
 
 /// Writes the report of the `limit` hottest stacks (all when `None`).
 pub fn write(out: &mut dyn Write, stacks: &[Stack], limit: Option<usize>) -> io::Result<()> {
     let mut sorted: Vec<&Stack> = stacks.iter().collect();
-    sorted.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.pid.cmp(&b.pid)));
+    sorted.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.tid.cmp(&b.tid)));
     if let Some(n) = limit {
         sorted.truncate(n);
     }
@@ -30,7 +30,7 @@ pub fn write(out: &mut dyn Write, stacks: &[Stack], limit: Option<usize>) -> io:
             writeln!(out, "    {f}")?;
         }
         let what = if s.off_cpu { " [off-cpu us]" } else { "" };
-        writeln!(out, "    -                {} ({}){what}", s.comm, s.pid)?;
+        writeln!(out, "    -                {} ({}){what}", s.comm, s.tid)?;
         writeln!(out, "        {}\n", s.count)?;
     }
     out.flush()

@@ -3,8 +3,8 @@
 
 use std::io::{self, Write};
 
-use crate::counters::EventSpec;
-use crate::stat::Reading;
+use crate::bpf::counting::Reading;
+use crate::events::counting::EventSpec;
 
 /// How counts are printed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +24,22 @@ pub struct Line<'a> {
     pub spec: &'a EventSpec,
     /// Its count, `None` when the machine cannot count it.
     pub reading: Option<Reading>,
+}
+
+/// "N cycles, M instructions, X insn per cycle", when both were counted.
+pub(crate) fn cycles_text(c: &[Option<Reading>]) -> Option<String> {
+    let (cycles, insns) = (c.first().copied().flatten()?, c.get(1).copied().flatten()?);
+    let (cy, ins) = (cycles.scaled(), insns.scaled());
+    let ipc = if cy > 0 {
+        format!(", {:.2} insn per cycle", ins as f64 / cy as f64)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "{} cycles, {} instructions{ipc}",
+        thousands(cy),
+        thousands(ins)
+    ))
 }
 
 /// `1234567` → `1,234,567`.

@@ -5,6 +5,9 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use inferno::flamegraph::{self, Options};
 
+use crate::events::Mode;
+use crate::output::summary::Summary;
+
 /// What the flame graph says about itself.
 #[derive(Debug, Clone, Default)]
 pub struct SvgOptions {
@@ -14,6 +17,42 @@ pub struct SvgOptions {
     pub subtitle: Option<String>,
     /// Unit of the counts, e.g. "samples".
     pub count_name: String,
+}
+
+impl SvgOptions {
+    /// The title, subtitle and unit of a profile's graph: what was
+    /// profiled, for how long, at what rate, and the cycle counts if any.
+    pub(crate) fn for_profile(summary: &Summary, total: u64, counts: Option<String>) -> Self {
+        let (secs, event, rate) = (summary.elapsed.as_secs_f64(), summary.event, summary.rate);
+        let (kind, subtitle, unit) = match summary.mode {
+            Mode::OnCpu => (
+                "",
+                format!("{secs:.2} s, {event} at {rate}, {} samples", summary.stats.counted),
+                "samples",
+            ),
+            Mode::OffCpu => (
+                " off-CPU time",
+                format!(
+                    "{secs:.2} s, {:.3} s blocked (counts are microseconds)",
+                    total as f64 / 1e6
+                ),
+                "us",
+            ),
+            Mode::Wall => (
+                " wall-clock time",
+                format!("{secs:.2} s, on-CPU {event} at {rate} plus off-CPU time, frames ending in [off-cpu] are blocked (counts are microseconds)"),
+                "us",
+            ),
+        };
+        SvgOptions {
+            title: format!("bprof{kind}: {}", summary.what),
+            subtitle: Some(match counts {
+                Some(c) => format!("{subtitle}; {c}"),
+                None => subtitle,
+            }),
+            count_name: unit.into(),
+        }
+    }
 }
 
 /// Draws `lines` as an SVG flame graph into `out`.

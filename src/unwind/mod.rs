@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
+use crate::collect::sideband::Mapping;
 use crate::fsafe::{self, Owner};
-use crate::sideband::Mapping;
 
 /// How user stacks are taken (`--call-graph`, perf's spelling).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,7 +241,10 @@ impl Unwinder {
                 return None;
             }
         };
-        let key = (kernel_dev(checked.meta.dev()), checked.meta.ino());
+        let Ok(meta) = checked.file.metadata() else {
+            return None;
+        };
+        let key = (kernel_dev(meta.dev()), meta.ino());
         if self.files.contains_key(&key) {
             return Some(key);
         }
@@ -249,7 +252,7 @@ impl Unwinder {
         // SAFETY: a read-only private mapping of a regular file; a file
         // truncated meanwhile could fault, as for any mmap reader (perf,
         // blazesym do the same).
-        let data = match unsafe { memmap_file(&checked.file, checked.meta.len()) } {
+        let data = match unsafe { memmap_file(&checked.file, meta.len()) } {
             Ok(d) => d,
             Err(e) => {
                 self.failed.insert(path.to_path_buf(), e.to_string());
@@ -432,7 +435,7 @@ impl Unwinder {
         files: &dyn MapCore,
         maps: &dyn MapCore,
         targets: Option<&dyn MapCore>,
-        index: &mut crate::sideband::MmapIndex,
+        index: &mut crate::collect::sideband::MmapIndex,
     ) {
         for (m, start, end, off) in std::mem::take(&mut index.new_mappings) {
             let wanted = targets.is_none_or(|t| {
@@ -452,7 +455,7 @@ impl Unwinder {
 
     /// The shared libraries `pid` maps (not its executable).
     pub fn add_libraries(&mut self, files: &dyn MapCore, pid: u32) {
-        for m in crate::buildid::executable_mappings(pid) {
+        for m in crate::symbolize::buildid::executable_mappings(pid) {
             let name = m.path.file_name().unwrap_or_default().to_string_lossy();
             if name.contains(".so") {
                 let _ = self.add_file(files, pid, &m.path, None);
@@ -479,7 +482,7 @@ impl Unwinder {
 }
 
 /// The `-v` line of how walks ended.
-pub fn describe_ends(stats: &crate::stacks::Stats) -> String {
+pub fn describe_ends(stats: &crate::collect::stacks::Stats) -> String {
     let walks: u64 = stats.unwind_end.iter().sum();
     let mut parts = Vec::new();
     for (n, name) in stats.unwind_end.iter().zip(END_NAMES) {

@@ -4,16 +4,16 @@
 use anyhow::Result;
 
 use super::{CallGraph, Unwinder};
-use crate::programs::ProfileProgram;
-use crate::settings::Settings;
-use crate::sideband::Sideband;
+use crate::bpf::profile::ProfileProgram;
+use crate::collect::sideband::Sideband;
+use crate::session::settings::ProfileSettings;
 
 /// With `--call-graph dwarf`: maps the table store, loads the tables of the
 /// processes in `scope` (all when `None`) and of `-- COMMAND`, and has the
 /// side band queue new mappings from now on.
 pub fn start(
     prog: &ProfileProgram<'_>,
-    settings: &Settings,
+    settings: &ProfileSettings,
     sideband: &mut Sideband,
     scope: Option<&[u32]>,
     child: Option<u32>,

@@ -1,0 +1,74 @@
+//! The BPF/Rust ABI as Rust sees it. Every constant and layout here comes
+//! from the generated skeletons, that is from bpf/profile.h and bpf/stat.h:
+//! nothing is typed twice, so the two sides cannot drift apart.
+
+use super::skel::profile::types as profile;
+use super::skel::stat::types as stat;
+
+pub(crate) use profile::{frame_record, kern_stack, sample_key, user_stack};
+pub(crate) use stat::stat_value;
+
+/// `comm` bytes, NUL included.
+pub(crate) const COMM_LEN: usize = profile::profile_limits::BPROF_COMM_LEN.0 as usize;
+/// Size of a build ID in a frame record.
+pub(crate) const BUILD_ID_SIZE: usize = profile::profile_limits::BPROF_BUILD_ID_SIZE.0 as usize;
+/// Entries of a compiled `--filter`.
+pub(crate) const MAX_FILTERS: usize = profile::profile_limits::BPROF_MAX_FILTERS.0 as usize;
+/// `sample_key.kind` of off-CPU time.
+pub(crate) const SAMPLE_OFF_CPU: u32 = profile::sample_kind::SAMPLE_OFF_CPU.0;
+/// `frame_record.status`: a build ID and file offset.
+pub(crate) const FRAME_FILE: i32 = profile::frame_status::FRAME_FILE.0 as i32;
+/// `frame_record.status`: a raw address.
+pub(crate) const FRAME_IP: i32 = profile::frame_status::FRAME_IP.0 as i32;
+/// `frame_record.status`: the unwinder stopped early; offset says why.
+pub(crate) const FRAME_TRUNCATED: i32 = profile::frame_status::FRAME_TRUNCATED.0 as i32;
+
+/// Events one `bprof stat` session counts.
+pub(crate) const STAT_MAX_EVENTS: usize = stat::stat_limits::BPROF_STAT_MAX_EVENTS.0 as usize;
+/// Event attributes all sessions together share.
+pub(crate) const STAT_MAX_SLOTS: u32 = stat::stat_limits::BPROF_STAT_MAX_SLOTS.0;
+/// `--for-each-cgroup` entries.
+pub(crate) const STAT_MAX_CGROUPS: usize = stat::stat_limits::BPROF_STAT_MAX_CGROUPS.0 as usize;
+/// args[0] of the BPF_PROG_TEST_RUN that syncs a session's counts.
+pub(crate) const STAT_SYNC: u64 = stat::stat_limits::BPROF_STAT_SYNC.0 as u64;
+
+/// Skeleton types made of integers only, with no implicit padding, so any
+/// byte pattern of the right size is a valid value and every byte is set.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` types of integers and integer arrays
+/// without padding: `read_plain` and `plain_bytes` rely on it.
+pub(crate) unsafe trait Plain: Copy {}
+// SAFETY: integers only, eight-byte fields (profile.h).
+unsafe impl Plain for profile::profile_stats {}
+// SAFETY: integers and a char array, explicit pad fields (profile.h).
+unsafe impl Plain for profile::filter_entry {}
+// SAFETY: integers and a char array, explicit pad field (profile.h).
+unsafe impl Plain for sample_key {}
+// SAFETY: i32, [u8; 20], u64: 4 + 20 + 8, no gap (asserted in profile.bpf.c).
+unsafe impl Plain for frame_record {}
+// SAFETY: three u64 (stat.h).
+unsafe impl Plain for stat_value {}
+
+/// Reads a `Plain` value from the start of `bytes`, if long enough.
+pub(crate) fn read_plain<T: Plain>(bytes: &[u8]) -> Option<T> {
+    (bytes.len() >= std::mem::size_of::<T>())
+        // SAFETY: T is Plain (every bit pattern valid) and the length is checked.
+        .then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// The bytes of a value, to write it into a map.
+pub(crate) fn plain_bytes<T: Plain>(v: &T) -> &[u8] {
+    // SAFETY: T is Plain: no padding, so all size_of::<T>() bytes are initialised.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
+
+// The layouts the Plain impls above promise: no padding anywhere.
+const _: () = {
+    use std::mem::size_of;
+    assert!(size_of::<frame_record>() == 4 + BUILD_ID_SIZE + 8);
+    assert!(size_of::<stat_value>() == 3 * 8);
+    assert!(size_of::<sample_key>() == 4 * 4 + COMM_LEN + 2 * 4);
+    assert!(size_of::<profile::filter_entry>() == 4 * 4 + 8 + COMM_LEN);
+    assert!(size_of::<profile::profile_stats>() % 8 == 0);
+};

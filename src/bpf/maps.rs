@@ -1,0 +1,125 @@
+//! Maps: the layouts of counts, stacks and loss counters as they come out of
+//! the kernel (the reading itself, while recording, is `collect`).
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::bpf::abi::{self, read_plain};
+use crate::bpf::skel::profile::types;
+use crate::collect::stacks::{Stats, UserFrame};
+
+/// When a process in `target_tgids` (shared by the profile and stat
+/// objects) starts to count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetFrom {
+    /// Now (`-p`).
+    Now,
+    /// Its next exec (`-- COMMAND`, forked and held before exec), as perf's
+    /// enable_on_exec: the fork's own pre-exec work is not the command's.
+    Exec,
+}
+
+/// Adds a process to a `target_tgids` map.
+pub fn add_target_tgid(map: &dyn MapCore, tgid: u32, from: TargetFrom) -> Result<()> {
+    let state = match from {
+        TargetFrom::Now => types::target_state::TARGET_ACTIVE,
+        TargetFrom::Exec => types::target_state::TARGET_AT_EXEC,
+    };
+    map.update(&tgid.to_ne_bytes(), &state.0.to_ne_bytes(), MapFlags::ANY)
+        .context("adding a target process")
+}
+
+/// Sums the per-CPU `profile_stats` counters.
+pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
+    let per_cpu = map
+        .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .context("reading profile_stats")?
+        .unwrap_or_default();
+    let mut s = Stats::default();
+    for bytes in per_cpu {
+        let Some(c) = read_plain::<types::profile_stats>(&bytes) else {
+            continue;
+        };
+        s.samples += c.samples;
+        s.counted += c.counted;
+        s.idle += c.idle;
+        s.not_target += c.not_target;
+        s.filtered += c.filtered;
+        s.count_map_full += c.count_map_full;
+        s.kern_stack_lost += c.kern_stack_lost;
+        s.user_stack_lost += c.user_stack_lost;
+        s.no_stack += c.no_stack;
+        s.user_stack_cached += c.user_stack_cached;
+        s.switches_out += c.switches_out;
+        s.blocks_counted += c.blocks_counted;
+        s.blocks_outside += c.blocks_outside;
+        s.counted_weight += c.counted_weight;
+        s.count_keys += c.count_keys;
+        s.kern_stacks_stored += c.kern_stacks_stored;
+        s.user_stacks_stored += c.user_stacks_stored;
+        s.stack_collisions += c.stack_collisions;
+        for (a, b) in s.unwind_end.iter_mut().zip(c.unwind_end) {
+            *a += b;
+        }
+        s.unwind_frames += c.unwind_frames;
+        s.unwind_fp_frames += c.unwind_fp_frames;
+        s.unwind_task_regs += c.unwind_task_regs;
+        s.unwind_find_vma += c.unwind_find_vma;
+    }
+    Ok(s)
+}
+
+/// `struct sample_key` (profile.h): the count map's key, as generated.
+pub type SampleKey = abi::sample_key;
+
+/// Parses `struct kern_stack` (profile.h): IPs, leaf first, zero-padded.
+pub fn parse_kernel_stack(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+        .take_while(|&ip| ip != 0)
+        .collect()
+}
+
+/// Parses `struct user_stack` (profile.h): `nr` frame records.
+pub fn parse_user_stack(bytes: &[u8]) -> Vec<UserFrame> {
+    let record = std::mem::size_of::<abi::frame_record>();
+    let start = std::mem::offset_of!(abi::user_stack, frames);
+    let nr = bytes.get(..4).map_or(0, |b| {
+        u32::from_ne_bytes(b.try_into().unwrap_or_default()) as usize
+    });
+    let mut frames = Vec::with_capacity(nr);
+    for rec in bytes
+        .get(start..)
+        .unwrap_or_default()
+        .chunks_exact(record)
+        .take(nr)
+    {
+        let Some(f) = read_plain::<abi::frame_record>(rec) else {
+            break;
+        };
+        match f.status {
+            abi::FRAME_FILE => frames.push(UserFrame::File {
+                build_id: f.build_id,
+                offset: f.offset,
+            }),
+            abi::FRAME_IP => frames.push(UserFrame::Ip(f.offset)),
+            abi::FRAME_TRUNCATED => {
+                frames.push(UserFrame::Truncated(f.offset.min(u8::MAX as u64) as u8));
+                break;
+            }
+            _ => break,
+        }
+    }
+    frames
+}
+
+/// A NUL-terminated `comm` as a string.
+pub fn comm_string(comm: &[i8]) -> String {
+    let bytes: Vec<u8> = comm
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}

@@ -1,0 +1,28 @@
+//! The BPF side: the only code that loads programs or touches maps.
+//!
+//! [`profile`] is the sampling program (on-CPU, off-CPU, fork following),
+//! [`abi`] the constants and layouts shared with the programs,
+//! [`counting`] the per-session reader of `bprof stat`, [`shared_counters`]
+//! the per-CPU counters every session shares, [`maps`] the typed map access
+//! and [`preflight`] the checks made before loading.
+
+pub(crate) mod abi;
+pub(crate) mod counting;
+pub(crate) mod maps;
+pub(crate) mod preflight;
+pub(crate) mod profile;
+pub(crate) mod shared_counters;
+
+/// Generated BPF skeletons, one module per `bpf/*.bpf.c`.
+pub(crate) mod skel {
+    /// The profiler: on-CPU, off-CPU and fork-following programs.
+    pub(crate) mod profile {
+        #![allow(clippy::all, unused_imports, missing_docs, unreachable_pub)]
+        include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
+    }
+    /// The shared-counter reader of `bprof stat`.
+    pub(crate) mod stat {
+        #![allow(clippy::all, unused_imports, missing_docs, unreachable_pub)]
+        include!(concat!(env!("OUT_DIR"), "/stat.skel.rs"));
+    }
+}

@@ -1,0 +1,396 @@
+//! BPF programs: loading the profile skeleton, configuring it, attaching it.
+
+use std::mem::MaybeUninit;
+use std::os::fd::{IntoRawFd, OwnedFd};
+
+use anyhow::{Context, Result};
+use blazesym::symbolize::Symbolizer;
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
+
+use crate::bpf::abi::plain_bytes;
+use crate::bpf::maps::{self, TargetFrom};
+use crate::bpf::skel::profile::types::{filter_entry, filter_op, filter_term};
+use crate::bpf::skel::profile::{ProfileSkel, ProfileSkelBuilder};
+use crate::collect::stacks::{RawStack, Stats};
+use crate::collect::{self, Collector};
+use crate::filter::{self, Filter, Op, Term, Value};
+use crate::target::cgroup;
+
+/// How the profile program is configured before load.
+#[derive(Debug, Clone)]
+pub struct ProfileOptions {
+    /// Take kernel stacks (off with `-U`).
+    pub kernel_stacks: bool,
+    /// Take user stacks (off with `-K`).
+    pub user_stacks: bool,
+    /// Count the idle task (`-I`).
+    pub include_idle: bool,
+    /// Entries of each stack map and of the count map.
+    pub stack_storage_size: u32,
+    /// Only keep samples of these processes (empty: all).
+    pub tgids: Vec<u32>,
+    /// Only keep samples of these threads (empty: all).
+    pub tids: Vec<u32>,
+    /// Add forked children of target processes to the targets.
+    pub follow_children: bool,
+    /// The compiled `--filter` (empty: keep every sample).
+    pub filter: Vec<filter_entry>,
+    /// What is counted: on-CPU samples, off-CPU time, or both.
+    pub mode: Mode,
+    /// Off-CPU: count kernel threads too.
+    pub kernel_threads: bool,
+    /// How user stacks are walked.
+    pub call_graph: crate::unwind::CallGraph,
+    /// `--call-graph dwarf`: rows of the unwind table map.
+    pub unwind_rows: u32,
+    /// Off-CPU: ignore blocks shorter than this (ns).
+    pub min_block_ns: u64,
+    /// Off-CPU: ignore blocks longer than this (ns; 0: no limit).
+    pub max_block_ns: u64,
+}
+
+pub(crate) use crate::events::Mode;
+
+impl ProfileOptions {
+    /// Whether samples are limited to the processes in target_tgids.
+    pub fn matches_tgids(&self) -> bool {
+        !self.tgids.is_empty() || self.follow_children
+    }
+}
+
+/// Encodes a parsed filter as the map entries profile.bpf.c walks:
+/// single tests stand alone, OR groups are bracketed by GROUP_BEGIN/END.
+/// Cgroup paths are resolved to ids here, before anything is loaded.
+pub fn compile_filter(f: &Filter) -> Result<Vec<filter_entry>> {
+    let mut out = Vec::new();
+    let bracket = |op| filter_entry {
+        op,
+        ..Default::default()
+    };
+    for group in &f.groups {
+        if group.len() > 1 {
+            out.push(bracket(filter_op::FILTER_OP_GROUP_BEGIN));
+        }
+        for t in group {
+            let mut e = filter_entry {
+                op: match t.op {
+                    Op::Eq => filter_op::FILTER_OP_EQ,
+                    Op::Ne => filter_op::FILTER_OP_NE,
+                    Op::Lt => filter_op::FILTER_OP_LT,
+                    Op::Le => filter_op::FILTER_OP_LE,
+                    Op::Gt => filter_op::FILTER_OP_GT,
+                    Op::Ge => filter_op::FILTER_OP_GE,
+                    Op::And => filter_op::FILTER_OP_AND,
+                },
+                term: match t.term {
+                    Term::Tid => filter_term::FILTER_TERM_TID,
+                    Term::Pid => filter_term::FILTER_TERM_PID,
+                    Term::Cpu => filter_term::FILTER_TERM_CPU,
+                    Term::Period => filter_term::FILTER_TERM_PERIOD,
+                    Term::Ip => filter_term::FILTER_TERM_IP,
+                    Term::Uid => filter_term::FILTER_TERM_UID,
+                    Term::Gid => filter_term::FILTER_TERM_GID,
+                    Term::Cgroup => filter_term::FILTER_TERM_CGROUP,
+                    Term::Comm => filter_term::FILTER_TERM_COMM,
+                    Term::Mode => filter_term::FILTER_TERM_MODE,
+                },
+                ..Default::default()
+            };
+            match &t.value {
+                Value::Num(n) => e.value = *n,
+                Value::Path(p) => {
+                    let cg = cgroup::resolve(p)
+                        .with_context(|| format!("in filter term 'cgroup {p}'"))?;
+                    e.value = cg.id;
+                    e.level = cg.level;
+                }
+                Value::Comm(c) => {
+                    for (d, s) in e.comm.iter_mut().zip(c) {
+                        *d = *s as i8;
+                    }
+                }
+                Value::Mode(m) => e.value = u64::from(*m == filter::CpuMode::Kernel),
+            }
+            out.push(e);
+        }
+        if group.len() > 1 {
+            out.push(bracket(filter_op::FILTER_OP_GROUP_END));
+        }
+    }
+    Ok(out)
+}
+
+/// The loaded profile program and the links that keep it attached.
+pub struct ProfileProgram<'obj> {
+    /// The skeleton, whose maps the later stages read.
+    pub skel: ProfileSkel<'obj>,
+    links: Vec<Link>,
+    /// Drains the count and stack maps into user space.
+    pub collector: Collector,
+}
+
+/// Routes libbpf's messages: silent unless `-v`, since a failure is
+/// reported by bprof itself in one line.
+pub fn init_libbpf_logging(verbose: bool) {
+    let print: Option<(libbpf_rs::PrintLevel, libbpf_rs::PrintCallback)> =
+        verbose.then_some((libbpf_rs::PrintLevel::Debug, |_, msg| eprint!("{msg}")));
+    libbpf_rs::set_print(print);
+}
+
+impl<'obj> ProfileProgram<'obj> {
+    /// Opens, configures and loads the program; nothing is attached yet.
+    pub fn load(obj: &'obj mut MaybeUninit<OpenObject>, opts: &ProfileOptions) -> Result<Self> {
+        let open = ProfileSkelBuilder::default()
+            .open(obj)
+            .context("opening the BPF object")?;
+        let mut open = open;
+        let rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .context("BPF object has no .rodata")?;
+        rodata.cfg.kernel_stacks = opts.kernel_stacks.into();
+        rodata.cfg.user_stacks = opts.user_stacks.into();
+        rodata.cfg.include_idle = opts.include_idle.into();
+        // The command's PID is added after load, so following implies matching.
+        rodata.cfg.match_tgid = (!opts.tgids.is_empty() || opts.follow_children).into();
+        rodata.cfg.match_tid = (!opts.tids.is_empty()).into();
+        rodata.cfg.follow_children = opts.follow_children.into();
+        rodata.cfg.filter_len = opts.filter.len() as u32;
+        rodata.cfg.on_cpu = opts.mode.on_cpu().into();
+        rodata.cfg.off_cpu = opts.mode.off_cpu().into();
+        rodata.cfg.all_states = (opts.mode == Mode::Wall).into();
+        rodata.cfg.period_as_us = (opts.mode == Mode::Wall).into();
+        rodata.cfg.kernel_threads = opts.kernel_threads.into();
+        rodata.cfg.min_block_ns = opts.min_block_ns;
+        rodata.cfg.max_block_ns = opts.max_block_ns;
+        let dwarf = opts.call_graph == crate::unwind::CallGraph::Dwarf && opts.user_stacks;
+        rodata.cfg.dwarf = dwarf.into();
+        if dwarf {
+            open.maps.unwind_rows.set_max_entries(opts.unwind_rows)?;
+        }
+        let n = opts.stack_storage_size;
+        open.maps.kern_stacks.set_max_entries(n)?;
+        open.maps.kern_stack_ids.set_max_entries(n)?;
+        open.maps.user_stacks.set_max_entries(n)?;
+        open.maps.user_stack_ids.set_max_entries(n)?;
+        open.maps.user_stack_cache.set_max_entries(n)?;
+        // Room for every -p / -L id given (the defaults are 65536 and 4096).
+        let fit = |n: usize, default: u32| (n as u32).max(default);
+        open.maps
+            .target_tgids
+            .set_max_entries(fit(opts.tgids.len(), 65536))?;
+        open.maps
+            .target_tids
+            .set_max_entries(fit(opts.tids.len(), 4096))?;
+        if !opts.follow_children {
+            open.progs.follow_fork.set_autoload(false);
+            open.progs.arm_command.set_autoload(false);
+        }
+        if !opts.mode.off_cpu() {
+            open.progs.offcpu_switch.set_autoload(false);
+        }
+        let skel = open.load().map_err(load_error)?;
+        let collector = Collector::new(
+            &skel.maps.count_slot,
+            n,
+            opts.kernel_stacks,
+            opts.user_stacks,
+        )?;
+        let prog = ProfileProgram {
+            skel,
+            links: Vec::new(),
+            collector,
+        };
+        for &tgid in &opts.tgids {
+            prog.add_tgid(tgid, TargetFrom::Now)?;
+        }
+        for (i, e) in opts.filter.iter().enumerate() {
+            prog.skel
+                .maps
+                .filters
+                .update(&(i as u32).to_ne_bytes(), plain_bytes(e), MapFlags::ANY)
+                .context("writing the filter")?;
+        }
+        for &tid in &opts.tids {
+            prog.skel
+                .maps
+                .target_tids
+                .update(&tid.to_ne_bytes(), &[1], MapFlags::ANY)
+                .context("adding a target thread")?;
+        }
+        Ok(prog)
+    }
+
+    /// Adds a process to the targets, counted from `from` on.
+    pub fn add_tgid(&self, tgid: u32, from: TargetFrom) -> Result<()> {
+        maps::add_target_tgid(&self.skel.maps.target_tgids, tgid, from)
+    }
+
+    /// Attaches the sampling program to each perf event (taking ownership of
+    /// the fds: libbpf closes them when the links drop) and the fork
+    /// follower if configured.
+    pub fn attach(&mut self, events: Vec<OwnedFd>, follow_children: bool) -> Result<()> {
+        if follow_children {
+            let link = self
+                .skel
+                .progs
+                .follow_fork
+                .attach()
+                .context("attaching tp_btf/sched_process_fork")?;
+            self.links.push(link);
+            let link = self
+                .skel
+                .progs
+                .arm_command
+                .attach()
+                .context("attaching tp_btf/task_rename")?;
+            self.links.push(link);
+        }
+        for fd in events {
+            let link = self
+                .skel
+                .progs
+                .do_sample
+                .attach_perf_event(fd.into_raw_fd())
+                .context("attaching the sampling program to a perf event")?;
+            self.links.push(link);
+        }
+        Ok(())
+    }
+
+    /// Attaches the off-CPU program and measures how many BPF and tracepoint
+    /// frames start the kernel stacks it takes: it records one raw stack
+    /// (skip 0), whose first named frame outside BPF/tracing is where real
+    /// stacks begin (JIT frames without a kallsyms name count as BPF). `forced` (`--stack-skip`) overrides the measurement. Off-CPU
+    /// accounting starts only once the skip is set. Returns the skip used.
+    pub fn attach_offcpu(
+        &mut self,
+        forced: Option<u32>,
+        symbolizer: &Symbolizer,
+        verbose: bool,
+    ) -> Result<u32> {
+        let link = self
+            .skel
+            .progs
+            .offcpu_switch
+            .attach()
+            .context("attaching tp_btf/sched_switch")?;
+        self.links.push(link);
+        let skip = match forced {
+            Some(n) => n,
+            None => self.measure_skip(symbolizer, verbose)?,
+        };
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .context("BPF object has no .bss")?;
+        bss.kernel_skip = skip;
+        // SAFETY: a plain store into the mmapped .bss; the program reads it.
+        unsafe { std::ptr::write_volatile(&mut bss.offcpu_armed, 1) };
+        Ok(skip)
+    }
+
+    fn measure_skip(&mut self, symbolizer: &Symbolizer, verbose: bool) -> Result<u32> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        loop {
+            let bss = self
+                .skel
+                .maps
+                .bss_data
+                .as_deref()
+                .context("BPF object has no .bss")?;
+            // SAFETY: reading the mmapped .bss, which the program writes.
+            if unsafe { std::ptr::read_volatile(&bss.calib_done) } == 1 {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("measuring the stack skip: no context switch was seen in 2 s (use --stack-skip N)");
+            }
+            // Sleeping is itself a context switch.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let raw = self
+            .skel
+            .maps
+            .calib_stack
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .context("reading the calibration stack")?
+            .unwrap_or_default();
+        let ips: Vec<u64> = raw
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+            .take_while(|&ip| ip != 0)
+            .collect();
+        let names = crate::symbolize::kernel_names(symbolizer, &ips);
+        // BPF JIT images live outside the kernel text and kallsyms may not
+        // name them (or name them after a nearby data symbol): a real frame
+        // is in the text and not a BPF or tracing frame.
+        let text = crate::symbolize::kernel_text_range();
+        let skip = ips
+            .iter()
+            .zip(&names)
+            .position(|(&ip, n)| {
+                text.is_none_or(|(lo, hi)| (lo..hi).contains(&ip))
+                    && n.as_deref()
+                        .is_some_and(|n| !crate::symbolize::is_bpf_frame(n))
+            })
+            .context(
+                "measuring the stack skip: the raw stack held only BPF frames (use --stack-skip N)",
+            )?;
+        if verbose {
+            for (i, (ip, n)) in ips.iter().zip(&names).enumerate().take(skip + 2) {
+                let mark = if i < skip { "skipped" } else { "kept" };
+                eprintln!(
+                    "bprof:   raw off-CPU frame {i}: {ip:#x} {} ({mark})",
+                    n.as_deref().unwrap_or("[unknown]")
+                );
+            }
+        }
+        Ok(skip as u32)
+    }
+
+    /// Stops sampling: detaches every program and closes the perf events,
+    /// so the maps hold a final, consistent state.
+    pub fn detach(&mut self) {
+        self.links.clear();
+    }
+
+    /// Called every tick while recording: drains the maps into user space
+    /// when they fill up or on a timer. Returns the current counters (an
+    /// error only if they cannot be read, and then nothing is drained).
+    pub fn tick(&mut self) -> Result<Stats> {
+        let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
+        let maps = collect::Maps {
+            count_slot: &self.skel.maps.count_slot,
+            kern_stacks: &self.skel.maps.kern_stacks,
+            user_stacks: &self.skel.maps.user_stacks,
+        };
+        self.collector.tick(&maps, &stats);
+        Ok(stats)
+    }
+
+    /// After `detach`: the last drain, then the final counters (consistent
+    /// with it, see `Collector::finish`) and every aggregated stack.
+    pub fn finish(&mut self) -> Result<(Stats, Vec<RawStack>)> {
+        let maps = collect::Maps {
+            count_slot: &self.skel.maps.count_slot,
+            kern_stacks: &self.skel.maps.kern_stacks,
+            user_stacks: &self.skel.maps.user_stacks,
+        };
+        self.collector.finish(&maps)?;
+        let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
+        Ok((stats, self.collector.stacks()))
+    }
+}
+
+fn load_error(e: libbpf_rs::Error) -> anyhow::Error {
+    let hint = match e.kind() {
+        libbpf_rs::ErrorKind::PermissionDenied => " (need root, or CAP_BPF and CAP_PERFMON)",
+        _ => "",
+    };
+    anyhow::Error::new(e).context(format!("loading the BPF programs failed{hint}"))
+}

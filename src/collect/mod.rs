@@ -1,0 +1,612 @@
+//! Draining the kernel's maps while recording, so nothing counted is lost.
+//!
+//! The count map is the inner map of a one-slot `ARRAY_OF_MAPS`
+//! (`count_slot`). A drain puts a fresh inner map in the slot; the kernel
+//! returns from that update only after `synchronize_rcu()`
+//! (`maybe_wait_bpf_programs()` in kernel/bpf/syscall.c, for
+//! `ARRAY_OF_MAPS`: at the end of `bpf_map_update_value()` in 6.1, after a
+//! successful update in `map_update_elem()` in 6.18). perf_event and
+//! tracing programs run inside RCU read-side sections, so once it returns no
+//! program still holds a value of the old map, which is then read
+//! completely and dropped. Its keys are aggregated here,
+//! by stack content, into one table for the whole profile.
+//!
+//! Stack contents are copied into user space the first time a drained key
+//! names their id; when a stack map gets half full, every entry it holds is
+//! copied and deleted (`lookup_and_delete_batch`). Ids are never reused, so an
+//! id still held in the kernel (an LRU cache, a blocked thread's off-CPU
+//! record) stays resolvable from the copy.
+
+pub mod sideband;
+pub mod stacks;
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
+
+use crate::bpf::maps::{comm_string, parse_kernel_stack, parse_user_stack, SampleKey};
+use crate::collect::stacks::{RawStack, Stats, UserFrame};
+
+/// A drain runs at least this often, so the kernel maps stay small.
+pub const DRAIN_EVERY: Duration = Duration::from_secs(1);
+
+/// Where a key's stack points, after resolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum StackRef {
+    /// Not taken, or no stack in that mode (e.g. the kernel stack of a
+    /// user-mode sample).
+    None,
+    /// Wanted but lost in the kernel (map full).
+    Lost,
+    /// An interned content.
+    Content(u32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct AggKey {
+    tgid: u32,
+    tid: u32,
+    comm: [i8; 16],
+    off_cpu: bool,
+    kernel: StackRef,
+    user: StackRef,
+}
+
+/// Each distinct stack content once, shared by every id and key naming it.
+struct Interner<F> {
+    index: HashMap<Rc<[F]>, u32>,
+    list: Vec<Rc<[F]>>,
+}
+
+impl<F: Eq + std::hash::Hash + Clone> Interner<F> {
+    fn new() -> Self {
+        Interner {
+            index: HashMap::new(),
+            list: Vec::new(),
+        }
+    }
+
+    fn intern(&mut self, frames: Vec<F>) -> u32 {
+        let rc: Rc<[F]> = frames.into();
+        if let Some(&i) = self.index.get(&rc) {
+            return i;
+        }
+        let i = self.list.len() as u32;
+        self.list.push(rc.clone());
+        self.index.insert(rc, i);
+        i
+    }
+}
+
+/// What the drains did, for `-v`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DrainStats {
+    /// Count maps swapped out and read (the final read included).
+    pub drains: u64,
+    /// Count-map entries read.
+    pub entries: u64,
+    /// Stack-map entries copied to user space and deleted in the kernel.
+    pub stacks_deleted: u64,
+    /// Drained keys whose stack id had no content (kernel or copy): a bug
+    /// if ever non-zero; such samples show a lost stack.
+    pub unresolved: u64,
+    /// Distinct stack contents held in user space.
+    pub contents: u64,
+}
+
+/// The maps a collector reads, borrowed from the loaded skeleton.
+pub struct Maps<'a> {
+    /// The one-slot `ARRAY_OF_MAPS` holding the current count map.
+    pub count_slot: &'a dyn MapCore,
+    /// Kernel stacks by id.
+    pub kern_stacks: &'a dyn MapCore,
+    /// User stacks by id.
+    pub user_stacks: &'a dyn MapCore,
+}
+
+/// The user-space side of the count and stack maps.
+pub struct Collector {
+    size: u32,
+    want_kernel: bool,
+    want_user: bool,
+    agg: HashMap<AggKey, u64>,
+    kernel: Interner<u64>,
+    user: Interner<UserFrame>,
+    kern_ids: HashMap<i32, u32>,
+    user_ids: HashMap<i32, u32>,
+    keys_at_swap: u64,
+    last_drain: Instant,
+    kern_deleted: u64,
+    user_deleted: u64,
+    /// The count map in the slot now.
+    current: Option<MapHandle>,
+    /// Aggregate the threads of a process together.
+    merge_threads: bool,
+    /// A failed drain was reported.
+    warned: bool,
+    /// Count-map keys since the swap, kernel and user stacks stored, at the
+    /// last tick.
+    last_tick: [u64; 3],
+    /// What the drains did.
+    pub stats: DrainStats,
+}
+
+fn create_count_map(size: u32) -> Result<MapHandle> {
+    let opts = libbpf_sys::bpf_map_create_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
+        ..Default::default()
+    };
+    MapHandle::create(
+        MapType::Hash,
+        Some("bprof_counts"),
+        std::mem::size_of::<SampleKey>() as u32,
+        8,
+        size,
+        &opts,
+    )
+    .context("creating a count map")
+}
+
+impl Collector {
+    /// Puts the first count map (of `size` entries) in `count_slot`; call
+    /// before anything is attached.
+    pub fn new(
+        count_slot: &dyn MapCore,
+        size: u32,
+        want_kernel: bool,
+        want_user: bool,
+    ) -> Result<Self> {
+        let c = Collector {
+            size,
+            want_kernel,
+            want_user,
+            agg: HashMap::new(),
+            kernel: Interner::new(),
+            user: Interner::new(),
+            kern_ids: HashMap::new(),
+            user_ids: HashMap::new(),
+            keys_at_swap: 0,
+            last_drain: Instant::now(),
+            kern_deleted: 0,
+            user_deleted: 0,
+            current: None,
+            merge_threads: false,
+            warned: false,
+            last_tick: [0; 3],
+            stats: DrainStats::default(),
+        };
+        let mut c = c;
+        c.swap(count_slot)?;
+        Ok(c)
+    }
+
+    /// Installs a fresh count map and returns the previous one, which no
+    /// program uses any more once this returns.
+    fn swap(&mut self, count_slot: &dyn MapCore) -> Result<Option<MapHandle>> {
+        let fresh = create_count_map(self.size)?;
+        let fd = fresh.as_fd().as_raw_fd() as u32;
+        count_slot
+            .update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+            .context("installing a fresh count map")?;
+        Ok(self.current.replace(fresh))
+    }
+
+    /// Aggregates the threads of each process together (their stacks stay
+    /// apart by thread name): for outputs that do not show thread ids, so
+    /// that user memory grows with distinct stacks, not with threads.
+    pub fn merge_threads(&mut self, yes: bool) {
+        self.merge_threads = yes;
+    }
+
+    /// Drains if the count map or a stack map is half full, or on the
+    /// timer. `stats` is a current reading of the kernel's counters. A
+    /// failed drain is said once and recording goes on: what it cost shows
+    /// as counted losses (a full map) or fails the final totals check.
+    pub fn tick(&mut self, maps: &Maps, stats: &Stats) {
+        if let Err(e) = self.try_tick(maps, stats) {
+            if !self.warned {
+                eprintln!("bprof: draining the kernel maps failed: {e:#}");
+                self.warned = true;
+            }
+        }
+    }
+
+    fn try_tick(&mut self, maps: &Maps, stats: &Stats) -> Result<()> {
+        let keys = stats.count_keys.saturating_sub(self.keys_at_swap);
+        let kern_fill = stats.kern_stacks_stored.saturating_sub(self.kern_deleted);
+        let user_fill = stats.user_stacks_stored.saturating_sub(self.user_deleted);
+        // How much each map grew since the last tick: the next tick may
+        // bring as much again.
+        let now = [keys, stats.kern_stacks_stored, stats.user_stacks_stored];
+        let grew: Vec<u64> = now
+            .iter()
+            .zip(&self.last_tick)
+            .map(|(n, p)| n.saturating_sub(*p))
+            .collect();
+        self.last_tick = now;
+        let due = |fill: u64, grew: u64| self.due(fill, grew);
+        let stacks_full = due(kern_fill, grew[1]) || due(user_fill, grew[2]);
+        if due(keys, grew[0]) || stacks_full || self.last_drain.elapsed() >= DRAIN_EVERY {
+            // Growth since now is measured from the fresh map.
+            self.last_tick[0] = 0;
+            self.drain(maps, stats.count_keys)?;
+            if stacks_full {
+                self.purge_stacks(maps)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A map is drained when half full, or earlier when one more tick
+    /// growing as fast as the last one would take it past three quarters.
+    fn due(&self, fill: u64, grew: u64) -> bool {
+        let size = u64::from(self.size);
+        fill * 2 >= size || (fill + grew) * 4 >= size * 3
+    }
+
+    /// Swaps the count map out and aggregates all of it. `count_keys`: the
+    /// kernel's key counter, read before the swap.
+    fn drain(&mut self, maps: &Maps, count_keys: u64) -> Result<()> {
+        let Some(old) = self.swap(maps.count_slot)? else {
+            return Ok(());
+        };
+        self.keys_at_swap = count_keys;
+        self.last_drain = Instant::now();
+        self.stats.drains += 1;
+        let mut entries = Vec::new();
+        for_each_entry(
+            old.as_fd(),
+            std::mem::size_of::<SampleKey>(),
+            8,
+            false,
+            |k, v| {
+                entries.push((
+                    read_key(k),
+                    u64::from_ne_bytes(v[..8].try_into().unwrap_or_default()),
+                ));
+            },
+        )
+        .context("reading the count map")?;
+        drop(old);
+        self.stats.entries += entries.len() as u64;
+        for (key, count) in entries {
+            let Some(key) = key else { continue };
+            let kernel = self.resolve_kernel(maps.kern_stacks, key.kern_stack_id)?;
+            let user = if key.tgid == 0 {
+                StackRef::None
+            } else {
+                self.resolve_user(maps.user_stacks, key.user_stack_id)?
+            };
+            let k = AggKey {
+                tgid: key.tgid,
+                tid: if self.merge_threads {
+                    key.tgid
+                } else {
+                    key.tid
+                },
+                comm: key.comm,
+                off_cpu: key.kind == crate::bpf::abi::SAMPLE_OFF_CPU,
+                kernel: if self.want_kernel {
+                    kernel
+                } else {
+                    StackRef::None
+                },
+                user: if self.want_user { user } else { StackRef::None },
+            };
+            *self.agg.entry(k).or_default() += count;
+        }
+        Ok(())
+    }
+
+    fn resolve_kernel(&mut self, map: &dyn MapCore, id: i32) -> Result<StackRef> {
+        if let Some(r) = negative(id) {
+            return Ok(r);
+        }
+        if let Some(&c) = self.kern_ids.get(&id) {
+            return Ok(StackRef::Content(c));
+        }
+        match map
+            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+            .context("reading a kernel stack")?
+        {
+            Some(bytes) => {
+                let c = self.kernel.intern(parse_kernel_stack(&bytes));
+                self.kern_ids.insert(id, c);
+                Ok(StackRef::Content(c))
+            }
+            None => {
+                self.stats.unresolved += 1;
+                Ok(StackRef::Lost)
+            }
+        }
+    }
+
+    fn resolve_user(&mut self, map: &dyn MapCore, id: i32) -> Result<StackRef> {
+        if let Some(r) = negative(id) {
+            return Ok(r);
+        }
+        if let Some(&c) = self.user_ids.get(&id) {
+            return Ok(StackRef::Content(c));
+        }
+        match map
+            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+            .context("reading a user stack")?
+        {
+            Some(bytes) => {
+                let c = self.user.intern(parse_user_stack(&bytes));
+                self.user_ids.insert(id, c);
+                Ok(StackRef::Content(c))
+            }
+            None => {
+                self.stats.unresolved += 1;
+                Ok(StackRef::Lost)
+            }
+        }
+    }
+
+    /// Copies every entry of both stack maps and deletes it in the kernel.
+    fn purge_stacks(&mut self, maps: &Maps) -> Result<()> {
+        let mut kern = Vec::new();
+        let vsize = maps.kern_stacks.value_size() as usize;
+        for_each_entry(maps.kern_stacks.as_fd(), 4, vsize, true, |k, v| {
+            kern.push((
+                i32::from_ne_bytes(k[..4].try_into().unwrap_or_default()),
+                parse_kernel_stack(v),
+            ));
+        })
+        .context("draining the kernel stack map")?;
+        self.kern_deleted += kern.len() as u64;
+        self.stats.stacks_deleted += kern.len() as u64;
+        for (id, frames) in kern {
+            if !self.kern_ids.contains_key(&id) {
+                let c = self.kernel.intern(frames);
+                self.kern_ids.insert(id, c);
+            }
+        }
+        let mut user = Vec::new();
+        let vsize = maps.user_stacks.value_size() as usize;
+        for_each_entry(maps.user_stacks.as_fd(), 4, vsize, true, |k, v| {
+            user.push((
+                i32::from_ne_bytes(k[..4].try_into().unwrap_or_default()),
+                parse_user_stack(v),
+            ));
+        })
+        .context("draining the user stack map")?;
+        self.user_deleted += user.len() as u64;
+        self.stats.stacks_deleted += user.len() as u64;
+        for (id, frames) in user {
+            if !self.user_ids.contains_key(&id) {
+                let c = self.user.intern(frames);
+                self.user_ids.insert(id, c);
+            }
+        }
+        Ok(())
+    }
+
+    /// The last drain, once every program is detached: the swap's grace
+    /// period also waits out a program still running on another CPU, so
+    /// `read_stats` (called after this) sees final counters that match.
+    pub fn finish(&mut self, maps: &Maps) -> Result<()> {
+        self.drain(maps, 0)
+    }
+
+    /// Every aggregated stack. The sum of the counts is what the drained
+    /// maps held.
+    pub fn stacks(&mut self) -> Vec<RawStack> {
+        self.stats.contents = (self.kernel.list.len() + self.user.list.len()) as u64;
+        let kernel = &self.kernel.list;
+        let user = &self.user.list;
+        self.agg
+            .iter()
+            .map(|(k, &count)| RawStack {
+                tgid: k.tgid,
+                tid: k.tid,
+                comm: comm_string(&k.comm),
+                kernel: match k.kernel {
+                    StackRef::Content(c) => kernel[c as usize].to_vec(),
+                    _ => Vec::new(),
+                },
+                user: match k.user {
+                    StackRef::Content(c) => user[c as usize].to_vec(),
+                    _ => Vec::new(),
+                },
+                kernel_lost: k.kernel == StackRef::Lost,
+                user_lost: k.user == StackRef::Lost,
+                off_cpu: k.off_cpu,
+                count,
+            })
+            .collect()
+    }
+
+    /// The sum of every aggregated count.
+    pub fn total(&self) -> u64 {
+        self.agg.values().sum()
+    }
+}
+
+/// The invariant every profile ends with: what the outputs hold equals
+/// what the kernel counted (it counts samples lost to a full count map
+/// apart, and those are reported). `None` when it holds, else the message.
+pub fn check_totals(stats: &Stats, drained: u64, lines: &[(String, u64)]) -> Option<String> {
+    let out: u64 = lines.iter().map(|(_, c)| c).sum();
+    (out != stats.counted_weight || drained != stats.counted_weight).then(|| {
+        format!(
+            "accounting error: the outputs hold {out} and the drained count maps {drained}, but the kernel counted {} ({} samples, {} lost to a full count map)",
+            stats.counted_weight, stats.counted, stats.count_map_full
+        )
+    })
+}
+
+/// The `-v` line about drains.
+pub fn describe(d: &DrainStats, stats: &Stats) -> String {
+    format!(
+        "{} drains read {} count-map entries; {} kernel and {} user stacks stored, {} copied and deleted from the kernel, {} distinct contents kept; {} hash collisions; {} unresolved",
+        d.drains,
+        d.entries,
+        stats.kern_stacks_stored,
+        stats.user_stacks_stored,
+        d.stacks_deleted,
+        d.contents,
+        stats.stack_collisions,
+        d.unresolved
+    )
+}
+
+/// -EFAULT means "no stack in that mode" (e.g. the kernel stack of a
+/// user-mode sample); -1 means "not taken"; any other negative id is a
+/// lost stack. `None` for a real id.
+fn negative(id: i32) -> Option<StackRef> {
+    match id {
+        0.. => None,
+        -1 => Some(StackRef::None),
+        e if e == -libc::EFAULT => Some(StackRef::None),
+        _ => Some(StackRef::Lost),
+    }
+}
+
+fn read_key(bytes: &[u8]) -> Option<SampleKey> {
+    crate::bpf::abi::read_plain::<SampleKey>(bytes)
+}
+
+/// Calls `f` on every entry of a hash map, with the batch syscalls: from
+/// the start to the kernel's ENOENT, however short a batch is (the kernel
+/// ends a batch at a hash bucket that does not fit), growing the buffers
+/// on ENOSPC (one bucket larger than the batch). `delete`: lookup and
+/// delete each batch.
+pub fn for_each_entry(
+    fd: BorrowedFd<'_>,
+    key_size: usize,
+    value_size: usize,
+    delete: bool,
+    mut f: impl FnMut(&[u8], &[u8]),
+) -> Result<()> {
+    let mut cap: u32 = 256;
+    let mut keys = vec![0u8; cap as usize * key_size];
+    let mut values = vec![0u8; cap as usize * value_size];
+    // The batch token: a bucket index for hash maps (u32); room for more.
+    let mut token_in = [0u64; 1];
+    let mut token_out = [0u64; 1];
+    let mut first = true;
+    let opts = libbpf_sys::bpf_map_batch_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+        elem_flags: 0,
+        flags: 0,
+    };
+    loop {
+        let mut count = cap;
+        let in_ptr = if first {
+            std::ptr::null_mut()
+        } else {
+            token_in.as_mut_ptr().cast()
+        };
+        // SAFETY: keys/values hold `cap` entries of the map's key and value
+        // size, the tokens are 8 bytes (a hash map's is 4), count is `cap`.
+        let ret = unsafe {
+            let call = if delete {
+                libbpf_sys::bpf_map_lookup_and_delete_batch
+            } else {
+                libbpf_sys::bpf_map_lookup_batch
+            };
+            call(
+                fd.as_raw_fd(),
+                in_ptr,
+                token_out.as_mut_ptr().cast(),
+                keys.as_mut_ptr().cast(),
+                values.as_mut_ptr().cast(),
+                &mut count,
+                &opts,
+            )
+        };
+        let count = (count.min(cap)) as usize;
+        if ret == 0 || ret == -libc::ENOENT {
+            for i in 0..count {
+                f(
+                    &keys[i * key_size..(i + 1) * key_size],
+                    &values[i * value_size..(i + 1) * value_size],
+                );
+            }
+        }
+        match ret {
+            0 => {
+                token_in = token_out;
+                first = false;
+            }
+            e if e == -libc::ENOENT => return Ok(()),
+            e if e == -libc::ENOSPC && cap < 1 << 20 => {
+                cap *= 4;
+                keys.resize(cap as usize * key_size, 0);
+                values.resize(cap as usize * value_size, 0);
+            }
+            e => bail!(
+                "map batch read failed: {}",
+                std::io::Error::from_raw_os_error(-e)
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash_map(entries: u32) -> MapHandle {
+        let opts = libbpf_sys::bpf_map_create_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
+            ..Default::default()
+        };
+        let m = MapHandle::create(MapType::Hash, Some("bprof_test"), 4, 8, entries, &opts)
+            .expect("create a hash map (needs root)");
+        for k in 0..entries {
+            m.update(
+                &k.to_ne_bytes(),
+                &(u64::from(k) * 3).to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .unwrap();
+        }
+        m
+    }
+
+    #[test]
+    fn batch_read_returns_every_entry_of_a_large_hash_map() {
+        // 20,000 entries in 256-entry batches: the kernel ends many batches
+        // short, at buckets that do not fit; all must still be read.
+        let m = hash_map(20_000);
+        let mut seen = HashMap::new();
+        for_each_entry(m.as_fd(), 4, 8, false, |k, v| {
+            let k = u32::from_ne_bytes(k.try_into().unwrap());
+            let v = u64::from_ne_bytes(v.try_into().unwrap());
+            assert!(seen.insert(k, v).is_none(), "key {k} twice");
+        })
+        .unwrap();
+        assert_eq!(seen.len(), 20_000);
+        assert!(seen.iter().all(|(&k, &v)| v == u64::from(k) * 3));
+        // Read and delete: the same entries, and the map is empty after.
+        let mut n = 0;
+        for_each_entry(m.as_fd(), 4, 8, true, |_, _| n += 1).unwrap();
+        assert_eq!(n, 20_000);
+        assert!(m.keys().next().is_none());
+    }
+
+    #[test]
+    fn totals_mismatch_is_reported() {
+        let stats = Stats {
+            counted: 10,
+            counted_weight: 10,
+            ..Default::default()
+        };
+        let lines = vec![("a;b".to_string(), 6), ("a;c".to_string(), 4)];
+        assert_eq!(check_totals(&stats, 10, &lines), None);
+        let msg = check_totals(&stats, 10, &lines[..1]).unwrap();
+        assert!(
+            msg.contains("outputs hold 6") && msg.contains("counted 10"),
+            "{msg}"
+        );
+        assert!(check_totals(&stats, 9, &lines).is_some());
+    }
+}

@@ -1,0 +1,305 @@
+//! Side-band mmap records: which file every executable mapping came from,
+//! with its build ID, for processes that may exit before the profile ends.
+//!
+//! One software "dummy" perf event per CPU with `mmap2` and `build_id` set
+//! makes the kernel write a PERF_RECORD_MMAP2 for every executable mmap
+//! system-wide (what `perf record` does too). Only these small records go
+//! through the ring buffers; samples never do. With `task` set it also
+//! reports process exits, when a JIT process's perf map must be opened
+//! before it is gone (see [`crate::symbolize::jit`]).
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{Context, Result};
+use perf_event_open_sys::bindings as pb;
+
+use crate::collect::stacks::BUILD_ID_SIZE;
+use crate::events::sampling;
+use crate::symbolize::jit::{self, JitFiles};
+
+/// Data pages per CPU (a power of two): 256 KiB holds thousands of records.
+const DATA_PAGES: usize = 64;
+const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+
+/// A file some process mapped, as that process named it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Mapping {
+    /// The process that mapped it (its mount namespace gives the path meaning).
+    pub pid: u32,
+    /// Path as seen inside that process.
+    pub path: PathBuf,
+}
+
+/// What the side band saw.
+#[derive(Debug, Default)]
+pub struct MmapIndex {
+    /// Mappings by build ID (zero-padded to 20 bytes).
+    pub by_build_id: HashMap<[u8; BUILD_ID_SIZE], HashSet<Mapping>>,
+    /// Mappings whose build ID the kernel could not read at mmap time.
+    pub without_build_id: HashSet<Mapping>,
+    /// Records the kernel dropped because a ring buffer was full.
+    pub lost: u64,
+    /// JIT symbol files (perf maps, jitdumps) of the processes seen.
+    pub jit: JitFiles,
+    /// When set (`--call-graph dwarf`), every new file mapping with its
+    /// address range, for the unwinder to take.
+    pub queue_mappings: bool,
+    /// The queued mappings: (mapping, start, end, file offset).
+    pub new_mappings: Vec<(Mapping, u64, u64, u64)>,
+    /// Processes that exited, queued with `queue_mappings`.
+    pub exits: Vec<u32>,
+}
+
+struct Ring {
+    _fd: OwnedFd,
+    base: *mut u8,
+    len: usize,
+}
+
+/// The per-CPU dummy events and their ring buffers.
+pub struct Sideband {
+    rings: Vec<Ring>,
+    page: usize,
+    /// Everything read so far.
+    pub index: MmapIndex,
+}
+
+impl Sideband {
+    /// Opens a dummy event with a ring buffer on each CPU.
+    pub fn open(cpus: &[u32]) -> Result<Sideband> {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let len = page * (DATA_PAGES + 1);
+        let mut rings = Vec::with_capacity(cpus.len());
+        for &cpu in cpus {
+            let mut attr =
+                sampling::base_attr(pb::PERF_TYPE_SOFTWARE, pb::PERF_COUNT_SW_DUMMY as u64);
+            attr.set_mmap(1);
+            attr.set_mmap2(1);
+            attr.set_build_id(1);
+            // PERF_RECORD_EXIT (and FORK): a JIT's files are opened at its exit.
+            attr.set_task(1);
+            attr.set_exclude_kernel(1);
+            let fd = sampling::open(&mut attr, -1, cpu as i32)
+                .with_context(|| format!("opening the mmap side-band event on CPU {cpu}"))?;
+            // SAFETY: mapping a perf event fd as documented in perf_event_open(2).
+            let base = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd.as_raw_fd(),
+                    0,
+                )
+            };
+            if base == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error())
+                    .context("mapping the side-band ring buffer");
+            }
+            rings.push(Ring {
+                _fd: fd,
+                base: base.cast(),
+                len,
+            });
+        }
+        Ok(Sideband {
+            rings,
+            page,
+            index: MmapIndex::default(),
+        })
+    }
+
+    /// Records the executable mappings of processes that exist now (all,
+    /// or just `pids`), since the side band only sees mmaps from now on: a
+    /// process that exits during the profile is then still resolvable.
+    pub fn snapshot(&mut self, pids: Option<&[u32]>) {
+        let all: Vec<u32>;
+        let watch = pids.is_some();
+        let pids = match pids {
+            Some(p) => p,
+            None => {
+                all = std::fs::read_dir("/proc")
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect();
+                &all
+            }
+        };
+        for &pid in pids {
+            self.index
+                .without_build_id
+                .extend(crate::symbolize::buildid::executable_mappings(pid));
+            // Its user, should it exit during the profile; -p targets are
+            // also watched for a perf map from the start.
+            self.index.jit.note_process(pid, watch);
+        }
+    }
+
+    /// Reads every pending record from every ring.
+    pub fn drain(&mut self) {
+        for ring in &self.rings {
+            drain_ring(ring, self.page, &mut self.index);
+        }
+        self.index.jit.poll();
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: base/len are exactly what mmap returned.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+fn drain_ring(ring: &Ring, page: usize, index: &mut MmapIndex) {
+    // The first page of the mapping is a perf_event_mmap_page; its head and
+    // tail are shared with the kernel, hence the atomics.
+    let meta = ring.base.cast::<pb::perf_event_mmap_page>();
+    // SAFETY: meta points to the mapped, aligned control page, alive as long as ring.
+    let (head, tail) = unsafe {
+        let head = &*(std::ptr::addr_of_mut!((*meta).data_head) as *const AtomicU64);
+        let tail = &*(std::ptr::addr_of_mut!((*meta).data_tail) as *const AtomicU64);
+        (head, tail)
+    };
+    let data_size = (ring.len - page) as u64;
+    // SAFETY: the data area follows the metadata page within the mapping.
+    let data = unsafe { std::slice::from_raw_parts(ring.base.add(page), data_size as usize) };
+    let end = head.load(Ordering::Acquire);
+    let mut pos = tail.load(Ordering::Relaxed);
+    let mut rec = Vec::new();
+    while pos + 8 <= end {
+        let at = |off: u64| data[((pos + off) % data_size) as usize];
+        let size = u16::from_ne_bytes([at(6), at(7)]) as u64;
+        if size < 8 || pos + size > end {
+            break;
+        }
+        rec.clear();
+        rec.extend((0..size).map(at));
+        parse_record(&rec, index);
+        pos += size;
+    }
+    tail.store(pos, Ordering::Release);
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    b.get(off..off + 4)
+        .map_or(0, |s| u32::from_ne_bytes(s.try_into().unwrap_or_default()))
+}
+
+fn parse_record(rec: &[u8], index: &mut MmapIndex) {
+    let kind = u32_at(rec, 0);
+    let misc = u16::from_ne_bytes([rec[4], rec[5]]);
+    if kind == pb::PERF_RECORD_LOST {
+        index.lost += rec
+            .get(16..24)
+            .map_or(0, |s| u64::from_ne_bytes(s.try_into().unwrap_or_default()));
+        return;
+    }
+    if kind == pb::PERF_RECORD_EXIT {
+        // {pid, ppid, tid, ptid, time}: the process is gone when its main
+        // thread is.
+        let (pid, tid) = (u32_at(rec, 8), u32_at(rec, 16));
+        if pid == tid && rec.len() >= 24 {
+            index.jit.on_exit(pid);
+            if index.queue_mappings {
+                index.exits.push(pid);
+            }
+        }
+        return;
+    }
+    if kind != pb::PERF_RECORD_MMAP2 || rec.len() < 73 {
+        return;
+    }
+    let pid = u32_at(rec, 8);
+    let name = &rec[72..];
+    let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+    // Anonymous executable memory (or a memfd) is where JITs put code.
+    if name.starts_with(b"//anon") || name.starts_with(b"[anon") || name.starts_with(b"/memfd:") {
+        index.jit.note_jit(pid);
+    }
+    // Anonymous and special mappings ([vdso], //anon) carry no file.
+    if !name.starts_with(b"/") {
+        return;
+    }
+    let mapping = Mapping {
+        pid,
+        path: PathBuf::from(std::ffi::OsStr::from_bytes(name)),
+    };
+    if index.queue_mappings {
+        // {header, pid, tid, addr, len, ...}
+        let word = |off: usize| {
+            rec.get(off..off + 8)
+                .map_or(0, |s| u64::from_ne_bytes(s.try_into().unwrap_or_default()))
+        };
+        let (addr, len, pgoff) = (word(16), word(24), word(32));
+        index
+            .new_mappings
+            .push((mapping.clone(), addr, addr.saturating_add(len), pgoff));
+    }
+    // A jitdump is mapped (executable) only so that profilers find it; it
+    // is not an ELF file.
+    if jit::is_jitdump_name(&mapping.path) {
+        index.jit.note_jitdump(pid, mapping.path);
+        return;
+    }
+    if misc & MISC_MMAP_BUILD_ID != 0 {
+        let n = (rec[40] as usize).min(BUILD_ID_SIZE);
+        let mut id = [0u8; BUILD_ID_SIZE];
+        id[..n].copy_from_slice(&rec[44..44 + n]);
+        index.by_build_id.entry(id).or_default().insert(mapping);
+    } else {
+        index.without_build_id.insert(mapping);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A PERF_RECORD_EXIT of `pid`'s main thread, as the ring holds it.
+    fn exit_record(pid: u32) -> Vec<u8> {
+        let mut r = Vec::new();
+        r.extend_from_slice(&pb::PERF_RECORD_EXIT.to_ne_bytes());
+        r.extend_from_slice(&0u16.to_ne_bytes());
+        r.extend_from_slice(&40u16.to_ne_bytes());
+        for v in [pid, 1, pid, 1] {
+            r.extend_from_slice(&v.to_ne_bytes());
+        }
+        r.extend_from_slice(&0u64.to_ne_bytes());
+        r.extend_from_slice(&[0u8; 8]);
+        r
+    }
+
+    #[test]
+    fn an_exit_record_opens_the_perf_map_before_it_goes() {
+        let me = std::process::id();
+        let path = format!("/tmp/perf-{me}.map");
+        let mut index = MmapIndex::default();
+        // Anonymous executable memory makes this process a JIT.
+        let mut mmap = vec![0u8; 72];
+        mmap[..4].copy_from_slice(&pb::PERF_RECORD_MMAP2.to_ne_bytes());
+        mmap[8..12].copy_from_slice(&me.to_ne_bytes());
+        mmap.extend_from_slice(b"//anon\0\0");
+        parse_record(&mmap, &mut index);
+        std::fs::write(&path, "5000 10 at_exit\n").unwrap();
+        parse_record(&exit_record(me), &mut index);
+        std::fs::remove_file(&path).unwrap();
+        // Exited: no longer looked for, and what was opened is read.
+        index.jit.poll();
+        let names = index.jit.names(me, &[0x5008]);
+        assert_eq!(names.get(&0x5008).map(String::as_str), Some("at_exit"));
+        // Another thread's exit is not the process's.
+        let mut other = MmapIndex::default();
+        other.jit.note_jit(me);
+        let mut rec = exit_record(me);
+        rec[16..20].copy_from_slice(&(me + 1).to_ne_bytes());
+        parse_record(&rec, &mut other);
+        assert!(other.jit.names(me, &[0x5008]).is_empty());
+    }
+}

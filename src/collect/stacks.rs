@@ -1,0 +1,105 @@
+//! Stacks as they come out of the kernel: plain data, before symbolization.
+
+/// Size of a GNU build ID as the kernel reports it.
+pub const BUILD_ID_SIZE: usize = crate::bpf::abi::BUILD_ID_SIZE;
+
+/// One user-space frame as `BPF_F_STACK_BUILD_ID` stack maps store it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UserFrame {
+    /// A file offset within the ELF file with this build ID.
+    File {
+        /// The file's build ID (shorter IDs are zero-padded, as the kernel
+        /// reports them).
+        build_id: [u8; BUILD_ID_SIZE],
+        /// Offset into the file.
+        offset: u64,
+    },
+    /// The kernel could not name the file (anonymous memory such as JIT
+    /// code, or the mm lock was busy): a raw virtual address.
+    Ip(u64),
+    /// The unwinder stopped early here (`--call-graph dwarf`); the value is
+    /// why (`enum unwind_end`, see [`crate::unwind::END_NAMES`]).
+    Truncated(u8),
+}
+
+/// One distinct (thread, kernel stack, user stack) and how often it was seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawStack {
+    /// Process id.
+    pub tgid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Thread name at the time of the sample.
+    pub comm: String,
+    /// Kernel frames, leaf first.
+    pub kernel: Vec<u64>,
+    /// User frames, leaf first.
+    pub user: Vec<UserFrame>,
+    /// The kernel stack was wanted but lost (map full or collision).
+    pub kernel_lost: bool,
+    /// The user stack was wanted but lost (map full or collision).
+    pub user_lost: bool,
+    /// Off-CPU time rather than an on-CPU sample.
+    pub off_cpu: bool,
+    /// Samples, or microseconds for off-CPU and `--wall` profiles.
+    pub count: u64,
+}
+
+/// Sample accounting, summed over CPUs (see `struct profile_stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Program runs.
+    pub samples: u64,
+    /// Samples counted into stacks.
+    pub counted: u64,
+    /// Idle samples skipped (no `-I`).
+    pub idle: u64,
+    /// Samples of other processes than the target.
+    pub not_target: u64,
+    /// Samples dropped by `--filter`.
+    pub filtered: u64,
+    /// Samples lost because the count map was full.
+    pub count_map_full: u64,
+    /// Kernel stacks lost (stack map full or hash collision).
+    pub kern_stack_lost: u64,
+    /// User stacks lost (stack map full or hash collision).
+    pub user_stack_lost: u64,
+    /// Samples with neither stack usable.
+    pub no_stack: u64,
+    /// User stacks found in the cache, without a build-ID walk.
+    pub user_stack_cached: u64,
+    /// Off-CPU: switch-outs recorded.
+    pub switches_out: u64,
+    /// Off-CPU: blocks charged to a stack.
+    pub blocks_counted: u64,
+    /// Off-CPU: blocks outside --min-block/--max-block.
+    pub blocks_outside: u64,
+    /// Sum of what the counted samples added (1 each, or microseconds for
+    /// off-CPU and `--wall`): the outputs add up to this.
+    pub counted_weight: u64,
+    /// New keys inserted into the count map.
+    pub count_keys: u64,
+    /// Entries stored into the kernel stack map.
+    pub kern_stacks_stored: u64,
+    /// Entries stored into the user stack map.
+    pub user_stacks_stored: u64,
+    /// Distinct stacks with the same 64-bit hash (each stored on its own).
+    pub stack_collisions: u64,
+    /// `--call-graph dwarf`: walks by how they ended (`enum unwind_end`).
+    pub unwind_end: [u64; 9],
+    /// `--call-graph dwarf`: frames recorded.
+    pub unwind_frames: u64,
+    /// `--call-graph dwarf`: frames walked by frame pointer (no table).
+    pub unwind_fp_frames: u64,
+    /// `--call-graph dwarf`: walks started from the task's saved registers.
+    pub unwind_task_regs: u64,
+    /// `--call-graph dwarf`: mappings found by the kernel, not the table.
+    pub unwind_find_vma: u64,
+}
+
+impl Stats {
+    /// Samples that were wanted but not counted.
+    pub fn lost(&self) -> u64 {
+        self.count_map_full
+    }
+}

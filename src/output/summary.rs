@@ -1,0 +1,241 @@
+//! The end-of-profile summary: where every sample went, in one struct,
+//! written for people (stderr) or for programs (`--stats-json`).
+
+use std::io::{self, Write};
+use std::time::Duration;
+
+use crate::collect::stacks::Stats;
+use crate::events::sampling::{Event, Rate};
+use crate::events::Mode;
+use crate::symbolize::SymbolStats;
+
+/// Everything the summary reports about one profile.
+#[derive(Debug, Clone)]
+pub(crate) struct Summary {
+    pub(crate) stats: Stats,
+    pub(crate) symbols: SymbolStats,
+    pub(crate) unique_stacks: usize,
+    pub(crate) sideband_lost: u64,
+    pub(crate) event: Event,
+    pub(crate) rate: Rate,
+    pub(crate) mode: Mode,
+    /// The target, as the title says it.
+    pub(crate) what: String,
+    pub(crate) filtered: bool,
+    pub(crate) elapsed: Duration,
+    pub(crate) interrupted: bool,
+    /// Milliseconds from the end of recording to the first output.
+    pub(crate) first_output_ms: f64,
+}
+
+impl Summary {
+    /// Unknown frames over the samples, as a user sees them in the graph,
+    /// not over the distinct addresses.
+    pub(crate) fn unknown_pct(&self) -> f64 {
+        let s = &self.symbols;
+        if s.sampled_frames == 0 {
+            0.0
+        } else {
+            100.0 * s.sampled_unknown as f64 / s.sampled_frames as f64
+        }
+    }
+
+    /// The human summary; `verbose` adds where uncounted samples went.
+    pub(crate) fn write(&self, e: &mut dyn Write, verbose: bool) -> io::Result<()> {
+        let st = &self.stats;
+        let interrupted = if self.interrupted {
+            ", interrupted"
+        } else {
+            ""
+        };
+        let (what, secs, event, rate) = (
+            &self.what,
+            self.elapsed.as_secs_f64(),
+            self.event,
+            self.rate,
+        );
+        let tail = format!(
+            "{} lost, {} unique stacks, {:.1}% of sampled frames unknown",
+            st.lost(),
+            self.unique_stacks,
+            self.unknown_pct()
+        );
+        match self.mode {
+            Mode::OnCpu => writeln!(
+                e,
+                "bprof: {} samples of {what} over {secs:.2} s ({event}, {rate}){interrupted}, {tail}",
+                st.counted
+            )?,
+            Mode::OffCpu | Mode::Wall => {
+                let on_cpu = if self.mode == Mode::Wall {
+                    format!(
+                        " and {} on-CPU samples ({event}, {rate})",
+                        st.counted.saturating_sub(st.blocks_counted)
+                    )
+                } else {
+                    String::new()
+                };
+                writeln!(
+                    e,
+                    "bprof: {} off-CPU blocks{on_cpu} of {what} over {secs:.2} s{interrupted}, {tail}",
+                    st.blocks_counted
+                )?;
+                if st.blocks_outside > 0 {
+                    writeln!(
+                        e,
+                        "bprof: {} blocks outside --min-block/--max-block ignored",
+                        st.blocks_outside
+                    )?;
+                }
+            }
+        }
+        self.write_losses(e)?;
+        if verbose {
+            writeln!(
+                e,
+                "bprof: program runs {}, idle skipped {}, other processes {}, filtered {}, user stacks from the cache {}",
+                st.samples, st.idle, st.not_target, st.filtered, st.user_stack_cached
+            )?;
+        }
+        Ok(())
+    }
+
+    fn write_losses(&self, e: &mut dyn Write) -> io::Result<()> {
+        let st = &self.stats;
+        if self.filtered {
+            writeln!(e, "bprof: {} samples dropped by filter", st.filtered)?;
+        }
+        if st.count_map_full > 0 {
+            writeln!(
+                e,
+                "bprof: {} samples lost: the count map was full (raise --stack-storage-size)",
+                st.count_map_full
+            )?;
+        }
+        if st.kern_stack_lost + st.user_stack_lost > 0 {
+            writeln!(
+                e,
+                "bprof: {} kernel and {} user stacks lost to a full stack map or hash collisions (raise --stack-storage-size); those samples show [Missed ... Stack]",
+                st.kern_stack_lost, st.user_stack_lost
+            )?;
+        }
+        if st.no_stack > 0 {
+            writeln!(e, "bprof: {} samples had no usable stack", st.no_stack)?;
+        }
+        if self.sideband_lost > 0 {
+            writeln!(
+                e,
+                "bprof: {} mmap records lost; some exited processes may show [unknown]",
+                self.sideband_lost
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The same facts as one JSON object, for scripts and the benchmarks.
+    pub(crate) fn json(&self) -> serde_json::Value {
+        let st = &self.stats;
+        let mode = match self.mode {
+            Mode::OnCpu => "on-cpu",
+            Mode::OffCpu => "off-cpu",
+            Mode::Wall => "wall",
+        };
+        serde_json::json!({
+            "target": self.what,
+            "mode": mode,
+            "event": self.event.to_string(),
+            "rate": self.rate.to_string(),
+            "seconds": self.elapsed.as_secs_f64(),
+            "interrupted": self.interrupted,
+            "samples": {
+                "program_runs": st.samples,
+                "counted": st.counted,
+                "counted_weight": st.counted_weight,
+                "lost": st.lost(),
+                "idle": st.idle,
+                "not_target": st.not_target,
+                "filtered": st.filtered,
+                "count_map_full": st.count_map_full,
+                "kernel_stacks_lost": st.kern_stack_lost,
+                "user_stacks_lost": st.user_stack_lost,
+                "no_stack": st.no_stack,
+                "user_stacks_cached": st.user_stack_cached,
+            },
+            "off_cpu": {
+                "switches_out": st.switches_out,
+                "blocks_counted": st.blocks_counted,
+                "blocks_outside": st.blocks_outside,
+            },
+            "unique_stacks": self.unique_stacks,
+            "stack_collisions": st.stack_collisions,
+            "mmap_records_lost": self.sideband_lost,
+            "frames": {
+                "unique": self.symbols.unique_frames,
+                "unique_unknown": self.symbols.unknown_frames,
+                "sampled": self.symbols.sampled_frames,
+                "sampled_unknown": self.symbols.sampled_unknown,
+                "unknown_percent": self.unknown_pct(),
+            },
+            "first_output_ms": self.first_output_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(mode: Mode) -> Summary {
+        Summary {
+            stats: Stats {
+                samples: 120,
+                counted: 100,
+                idle: 10,
+                not_target: 5,
+                filtered: 3,
+                count_map_full: 2,
+                counted_weight: 100,
+                ..Default::default()
+            },
+            symbols: SymbolStats {
+                unique_frames: 40,
+                unknown_frames: 4,
+                sampled_frames: 400,
+                sampled_unknown: 10,
+            },
+            unique_stacks: 7,
+            sideband_lost: 0,
+            event: Event::CpuClock,
+            rate: Rate::Frequency(99),
+            mode,
+            what: "process 42".into(),
+            filtered: true,
+            elapsed: Duration::from_millis(2500),
+            interrupted: false,
+            first_output_ms: 12.5,
+        }
+    }
+
+    /// Golden text: the summary lines users and scripts read.
+    #[test]
+    fn human_summary_is_exact() {
+        let mut out = Vec::new();
+        summary(Mode::OnCpu).write(&mut out, false).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "bprof: 100 samples of process 42 over 2.50 s (cpu-clock, 99 Hz), 2 lost, 7 unique stacks, 2.5% of sampled frames unknown\n\
+             bprof: 3 samples dropped by filter\n\
+             bprof: 2 samples lost: the count map was full (raise --stack-storage-size)\n"
+        );
+    }
+
+    #[test]
+    fn json_summary_carries_the_accounting() {
+        let j = summary(Mode::Wall).json();
+        assert_eq!(j["mode"], "wall");
+        assert_eq!(j["samples"]["counted"], 100);
+        assert_eq!(j["samples"]["lost"], 2);
+        assert_eq!(j["unique_stacks"], 7);
+        assert_eq!(j["frames"]["unknown_percent"], 2.5);
+    }
+}

@@ -1,0 +1,140 @@
+//! The skeleton every session shares: the command forked and held before
+//! exec, signals, the clock, a tick loop that ends at the duration, a
+//! signal or the targets' end, and the command's exit status.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use crate::output::file::OutputFile;
+use crate::session::signals;
+use crate::target::{Child, ExitStatus, Target};
+
+/// Why recording ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// The duration passed.
+    Duration,
+    /// SIGINT, SIGTERM or SIGHUP.
+    Signal,
+    /// The command ended with this status.
+    CommandExited(ExitStatus),
+    /// Every process or thread of `-p`/`-L` is gone.
+    TargetsGone,
+}
+
+/// One session's command, clock and stop conditions.
+pub(crate) struct Runner<'t> {
+    target: &'t Target,
+    ready: Option<OutputFile>,
+    duration: Option<Duration>,
+    child: Option<Child>,
+    started: Option<Instant>,
+}
+
+impl<'t> Runner<'t> {
+    /// Forks the target's command (if any), held before exec: the caller
+    /// makes its PID a target before [`Runner::start`] lets it run.
+    /// `ready` (`--ready-file`) is created once recording begins.
+    pub(crate) fn new(
+        target: &'t Target,
+        duration: Option<Duration>,
+        ready: Option<&Path>,
+    ) -> Result<Self> {
+        // Checked now, so a bad path fails before anything is recorded.
+        let ready = ready.map(OutputFile::create).transpose()?;
+        let child = match target.command.as_slice() {
+            [] => None,
+            argv => Some(Child::spawn(argv)?),
+        };
+        Ok(Runner {
+            target,
+            ready,
+            duration,
+            child,
+            started: None,
+        })
+    }
+
+    /// The held command's PID.
+    pub(crate) fn child_pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.pid)
+    }
+
+    /// Installs the signal handlers, starts the clock, lets the command exec.
+    /// Then says so through the ready file, if asked.
+    pub(crate) fn start(&mut self) -> Result<()> {
+        signals::install();
+        self.started = Some(Instant::now());
+        if let Some(c) = self.child.as_mut() {
+            c.start()?;
+        }
+        if let Some(f) = self.ready.take() {
+            f.commit(|_| Ok(()))?;
+        }
+        Ok(())
+    }
+
+    /// Time since [`Runner::start`].
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.started.map_or(Duration::ZERO, |s| s.elapsed())
+    }
+
+    /// Calls `on_tick` every `tick` until recording ends; its argument says
+    /// whether this is the last call (the session then collects). Returns
+    /// why it ended.
+    pub(crate) fn run(
+        &self,
+        tick: Duration,
+        mut on_tick: impl FnMut(bool) -> Result<()>,
+    ) -> Result<End> {
+        let ticker = crossbeam_channel::tick(tick);
+        loop {
+            let _ = ticker.recv();
+            let end = self.end();
+            on_tick(end.is_some())?;
+            if let Some(end) = end {
+                return Ok(end);
+            }
+        }
+    }
+
+    fn end(&self) -> Option<End> {
+        if signals::stop_requested() {
+            return Some(End::Signal);
+        }
+        if let Some(st) = self.child.as_ref().and_then(Child::try_wait) {
+            return Some(End::CommandExited(st));
+        }
+        if self.target.exited() {
+            return Some(End::TargetsGone);
+        }
+        self.duration
+            .is_some_and(|d| self.elapsed() >= d)
+            .then_some(End::Duration)
+    }
+
+    /// The command's status: as it ended, or after asking a command still
+    /// running to stop (as perf stat does with --timeout).
+    pub(crate) fn finish(&self, end: End) -> Option<ExitStatus> {
+        match end {
+            End::CommandExited(st) => Some(st),
+            _ => self.child.as_ref().map(Child::stop),
+        }
+    }
+}
+
+/// bprof's exit code for a command's status (0 without a command), saying
+/// how the command ended unless `quiet_success` and it succeeded.
+pub(crate) fn exit_code(status: Option<ExitStatus>, quiet_success: bool) -> i32 {
+    match status {
+        Some(st) => {
+            if !(quiet_success && st == ExitStatus::Code(0)) {
+                eprintln!("bprof: command exited with {}", st.describe());
+            }
+            st.as_shell_code()
+        }
+        None => 0,
+    }
+}

@@ -1,0 +1,308 @@
+//! Checking a profiling request: the command line becomes validated
+//! [`ProfileSettings`] before anything is loaded, so bad input is one line and
+//! exit status 2.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::bpf::profile::{Mode, ProfileOptions};
+use crate::cli::{ProfileArgs, TargetArgs};
+use crate::events::sampling::{self, Event, Rate};
+use crate::filter::Term;
+use crate::output::folded;
+use crate::target::{self, Target};
+
+/// Frequency when neither -F nor -c is given (profile.py's default).
+const DEFAULT_HZ: u64 = 49;
+
+/// A validated profiling request.
+#[derive(Debug, Clone)]
+pub struct ProfileSettings {
+    /// What to profile.
+    pub target: Target,
+    /// The event asked for (may fall back to cpu-clock).
+    pub event: Event,
+    /// Frequency or period.
+    pub rate: Rate,
+    /// How long; `None` until Ctrl-C or the target exits.
+    pub duration: Option<Duration>,
+    /// Program configuration.
+    pub program: ProfileOptions,
+    /// `--stack-skip`: overrides the measured off-CPU skip count.
+    pub stack_skip: Option<u32>,
+    /// Folded output options.
+    pub folded: folded::FoldedOptions,
+    /// Print folded stacks to stdout.
+    pub folded_stdout: bool,
+    /// Write folded stacks here.
+    pub folded_file: Option<PathBuf>,
+    /// Write the flame graph here.
+    pub svg: Option<PathBuf>,
+    /// Created once recording begins (`--ready-file`).
+    pub ready_file: Option<PathBuf>,
+    /// Write the summary as JSON here (`--stats-json`).
+    pub stats_json: Option<PathBuf>,
+    /// Extra detail on stderr.
+    pub verbose: bool,
+    /// Count the target's cycles and instructions through the shared counters.
+    pub counts: bool,
+    /// Cap on a perf map or jitdump read (`--max-perf-map-size`).
+    pub max_perf_map_size: u64,
+    /// How frames without a symbol are shown (`--unknown-as-module`).
+    pub unknown_style: crate::symbolize::UnknownStyle,
+}
+
+fn parse_u64(s: &str, what: &str) -> Result<u64> {
+    s.trim()
+        .parse::<u64>()
+        .map_err(|_| anyhow!("invalid {what} '{s}': expected a positive whole number"))
+}
+
+impl ProfileSettings {
+    /// Checks the command line; every error is one line for the user.
+    pub fn from_cli(cli: ProfileArgs) -> Result<ProfileSettings> {
+        let (target, duration) = target_and_duration(&cli.target)?;
+        if !target.command.is_empty() && (!target.pids.is_empty() || !target.tids.is_empty()) {
+            bail!("a COMMAND cannot be combined with -p or -L");
+        }
+
+        let rate = match (&cli.frequency, &cli.count) {
+            (_, Some(c)) => {
+                let n = parse_u64(c, "period")?;
+                if n == 0 {
+                    bail!("invalid period '0': must be at least 1");
+                }
+                // The kernel refuses periods with the top bit set.
+                if n >= 1 << 63 {
+                    bail!("invalid period '{c}' (-c): must be below 2^63");
+                }
+                Rate::Period(n)
+            }
+            (Some(f), None) => {
+                let hz = parse_u64(f, "frequency")?;
+                let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .unwrap_or(100_000);
+                if hz == 0 || hz > max {
+                    bail!("invalid frequency '{f}': must be between 1 and {max} Hz (perf_event_max_sample_rate)");
+                }
+                Rate::Frequency(hz)
+            }
+            (None, None) => Rate::Frequency(DEFAULT_HZ),
+        };
+        let mode = match (cli.off_cpu, cli.wall) {
+            (true, _) => Mode::OffCpu,
+            (_, true) => Mode::Wall,
+            _ => Mode::OnCpu,
+        };
+        if mode == Mode::OffCpu
+            && (cli.frequency.is_some() || cli.count.is_some() || cli.event.is_some())
+        {
+            bail!("--off-cpu takes no samples, so -F, -c and -e do not apply (use --wall for on-CPU samples and off-CPU time)");
+        }
+        let event = match (&cli.event, mode) {
+            (Some(e), Mode::Wall) => match Event::parse(e)? {
+                ev @ (Event::CpuClock | Event::TaskClock) => ev,
+                other => {
+                    bail!("--wall counts time, so it samples cpu-clock or task-clock, not {other}")
+                }
+            },
+            (None, Mode::Wall) => Event::CpuClock,
+            (Some(e), _) => Event::parse(e)?,
+            (None, _) => Event::Cycles,
+        };
+        if mode == Mode::Wall && matches!(rate, Rate::Period(_)) {
+            bail!("--wall needs a frequency (-F), not a period (-c)");
+        }
+        let micros = |s: &Option<String>, what: &str| -> Result<u64> {
+            s.as_deref().map_or(Ok(0), |v| {
+                parse_u64(v, what).map(|us| us.saturating_mul(1000))
+            })
+        };
+        let min_block_ns = micros(&cli.min_block, "--min-block")?;
+        let max_block_ns = micros(&cli.max_block, "--max-block")?;
+        if max_block_ns != 0 && max_block_ns < min_block_ns {
+            bail!("--max-block must not be below --min-block");
+        }
+        if !mode.off_cpu()
+            && (cli.min_block.is_some()
+                || cli.max_block.is_some()
+                || cli.kernel_threads
+                || cli.stack_skip.is_some())
+        {
+            bail!("--min-block, --max-block, --kernel-threads and --stack-skip need --off-cpu or --wall");
+        }
+        let stack_skip = match &cli.stack_skip {
+            Some(v) => {
+                let n = parse_u64(v, "--stack-skip")?;
+                if n > 255 {
+                    bail!("invalid --stack-skip '{v}': at most 255");
+                }
+                Some(n as u32)
+            }
+            None => None,
+        };
+        let stack_storage_size = parse_u64(&cli.stack_storage_size, "--stack-storage-size")?;
+        if stack_storage_size == 0 || stack_storage_size * MAP_BYTES_PER_ENTRY > MAX_MAP_BYTES {
+            bail!(
+                "invalid --stack-storage-size '{stack_storage_size}': must be between 1 and {} (each entry can take up to {} KiB of kernel memory, and bprof takes at most {} MiB)",
+                MAX_MAP_BYTES / MAP_BYTES_PER_ENTRY,
+                MAP_BYTES_PER_ENTRY / 1024,
+                MAX_MAP_BYTES >> 20
+            );
+        }
+        if let (Some(a), Some(b)) = (&cli.output, &cli.svg) {
+            if crate::output::file::same_file(a, b) {
+                bail!(
+                    "-o {} and --svg {} are the same file",
+                    a.display(),
+                    b.display()
+                );
+            }
+        }
+        let filter = crate::filter::parse_all(&cli.filter)?;
+        if mode.off_cpu() {
+            // Off-CPU time has no sampled ip or period.
+            if let Some(t) = filter
+                .terms()
+                .find(|t| matches!(t, Term::Ip | Term::Period | Term::Mode))
+            {
+                bail!(
+                    "filter term '{}' does not apply to off-CPU time (--off-cpu, --wall)",
+                    t.name()
+                );
+            }
+        }
+        let filter_entries = if filter.is_empty() {
+            Vec::new()
+        } else {
+            crate::bpf::profile::compile_filter(&filter)?
+        };
+        let max_perf_map_size = parse_u64(&cli.max_perf_map_size, "--max-perf-map-size")?;
+        let kernel_stacks = !cli.user_stacks_only;
+        let user_stacks = !cli.kernel_stacks_only;
+        let call_graph = crate::unwind::CallGraph::parse(&cli.call_graph)?;
+        let unwind_rows = parse_u64(&cli.unwind_rows, "--unwind-rows")?;
+        if unwind_rows == 0 || unwind_rows > crate::unwind::MAX_ROWS as u64 {
+            bail!(
+                "invalid --unwind-rows '{}': expected 1 to {}",
+                cli.unwind_rows,
+                crate::unwind::MAX_ROWS
+            );
+        }
+        Ok(ProfileSettings {
+            program: ProfileOptions {
+                kernel_stacks,
+                user_stacks,
+                include_idle: cli.include_idle,
+                stack_storage_size: stack_storage_size as u32,
+                tgids: target.pids.clone(),
+                tids: target.tids.clone(),
+                follow_children: !target.command.is_empty(),
+                filter: filter_entries,
+                mode,
+                kernel_threads: cli.kernel_threads,
+                call_graph,
+                unwind_rows: unwind_rows as u32,
+                min_block_ns,
+                max_block_ns,
+            },
+            stack_skip,
+            target,
+            event,
+            rate,
+            duration,
+            folded: folded::FoldedOptions {
+                delimiter: cli.delimited,
+                annotate_kernel: cli.annotations,
+                kernel_stacks,
+                user_stacks,
+                mark_off_cpu: mode == Mode::Wall,
+            },
+            folded_stdout: cli.folded && cli.output.is_none(),
+            folded_file: cli.output,
+            svg: cli.svg,
+            stats_json: cli.stats_json,
+            ready_file: cli.target.ready_file.clone(),
+            verbose: cli.verbose > 0,
+            counts: !cli.no_counts,
+            max_perf_map_size,
+            unknown_style: if cli.unknown_as_module {
+                crate::symbolize::UnknownStyle::Module
+            } else {
+                crate::symbolize::UnknownStyle::Offset
+            },
+        })
+    }
+}
+
+/// Parses and checks the target flags and duration every session takes:
+/// CPUs against the possible ones, lists of IDs, the command.
+pub fn target_and_duration(a: &TargetArgs) -> Result<(Target, Option<Duration>)> {
+    let online = sampling::online_cpus().context("reading the online CPUs")?;
+    let mut target = Target {
+        command: a.command.clone(),
+        ..Default::default()
+    };
+    if let Some(c) = &a.cpu {
+        target.cpus = target::parse_cpu_list(c)?;
+    }
+    if let Some(p) = &a.pid {
+        target.pids = target::parse_id_list(p, "PID")?;
+    }
+    if let Some(t) = &a.tid {
+        target.tids = target::parse_id_list(t, "TID")?;
+    }
+    target.validate(&online)?;
+    let duration = a
+        .duration
+        .as_deref()
+        .map(|d| seconds(d, "duration", 1.0))
+        .transpose()?;
+    Ok((target, duration))
+}
+
+/// The longest duration or interval bprof accepts: a year.
+pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// Parses a duration given in `unit` seconds (1.0 for seconds, 0.001 for
+/// milliseconds): finite, greater than 0 and at most a year, so no later
+/// conversion can overflow.
+pub fn seconds(text: &str, what: &str, unit: f64) -> Result<Duration> {
+    let unit_name = if unit == 1.0 {
+        "seconds"
+    } else {
+        "milliseconds"
+    };
+    text.parse::<f64>()
+        .ok()
+        .map(|v| v * unit)
+        .filter(|s| s.is_finite() && *s > 0.0 && *s <= MAX_SECONDS)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| {
+            anyhow!(
+                "invalid {what} '{text}': expected {unit_name} greater than 0 and at most a year"
+            )
+        })
+}
+
+/// Kernel memory one `--stack-storage-size` entry can take when every map
+/// is full: a count-map key and u64 value, a kernel stack, a user stack,
+/// their dedup and cache entries (about 48 bytes each), and the kernel's
+/// per-element overhead (about 64 bytes per element, five maps).
+pub const MAP_BYTES_PER_ENTRY: u64 = {
+    use crate::bpf::abi;
+    use std::mem::size_of;
+    (size_of::<abi::sample_key>()
+        + 8
+        + size_of::<abi::kern_stack>()
+        + size_of::<abi::user_stack>()
+        + 3 * 48
+        + 5 * 64) as u64
+};
+
+/// The most kernel memory bprof's maps may take: 1 GiB.
+pub const MAX_MAP_BYTES: u64 = 1 << 30;

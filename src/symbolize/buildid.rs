@@ -1,0 +1,190 @@
+//! Build ID → ELF file: which file on this machine a user frame's build ID
+//! names, so it can be symbolized even after its process exited.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crate::collect::sideband::{Mapping, MmapIndex};
+use crate::collect::stacks::BUILD_ID_SIZE;
+
+/// A build ID, zero-padded to the size the kernel reports.
+pub type BuildId = [u8; BUILD_ID_SIZE];
+
+/// Reads a file's build ID, padded like the kernel's.
+pub fn read(path: &Path) -> Option<BuildId> {
+    // Hostile input: checked before blazesym parses it.
+    if let Err(why) = crate::symbolize::elfcheck::check(path) {
+        // Not every mapped file is ELF; only a malformed ELF is news.
+        if why != crate::symbolize::elfcheck::NOT_ELF {
+            crate::symbolize::note_refused(path, &why);
+        }
+        return None;
+    }
+    let id = std::panic::catch_unwind(|| blazesym::helper::read_elf_build_id(path))
+        .ok()?
+        .ok()??;
+    let mut padded = [0u8; BUILD_ID_SIZE];
+    let n = id.len().min(BUILD_ID_SIZE);
+    padded[..n].copy_from_slice(&id[..n]);
+    Some(padded)
+}
+
+/// Finds files by build ID: first the files the side band saw mapped with
+/// that ID, then every other file known to have been mapped (side band
+/// records without an ID, the start-up snapshot, the live processes' maps),
+/// each read once, then the system's debug directory.
+pub struct FileFinder<'a> {
+    index: &'a MmapIndex,
+    pids: BTreeSet<u32>,
+    ids: HashMap<PathBuf, Option<BuildId>>,
+    table: Option<HashMap<BuildId, Vec<PathBuf>>>,
+    found: HashMap<(BuildId, u32), Option<PathBuf>>,
+}
+
+/// The real user id of live process `pid`.
+fn uid_of(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Paths under which bprof may open `m.path`: as named, and through the
+/// process's root (`/proc/PID/root/...`) while it lives, which reaches files
+/// of other mount namespaces (containers). `all` also keeps the root path
+/// when the plain one exists, for when the expected build ID is known.
+fn candidates(m: &Mapping, all: bool) -> Vec<PathBuf> {
+    let mut out = Vec::with_capacity(2);
+    let plain_exists = m.path.exists();
+    if plain_exists {
+        out.push(m.path.clone());
+    }
+    let root = PathBuf::from(format!("/proc/{}/root", m.pid));
+    let other_root = match (fs::metadata(&root), fs::metadata("/")) {
+        (Ok(a), Ok(b)) => a.dev() != b.dev() || a.ino() != b.ino(),
+        _ => false,
+    };
+    if root.exists() && (all || !plain_exists || other_root) {
+        out.push(root.join(m.path.strip_prefix("/").unwrap_or(&m.path)));
+    }
+    out
+}
+
+/// Executable file mappings of a live process, from /proc/PID/maps.
+pub fn executable_mappings(pid: u32) -> Vec<Mapping> {
+    let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Vec::new();
+    };
+    let paths: BTreeSet<&str> = maps
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.contains('x')))
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| p.starts_with('/'))
+        .collect();
+    paths
+        .into_iter()
+        .map(|p| Mapping {
+            pid,
+            path: PathBuf::from(p),
+        })
+        .collect()
+}
+
+impl<'a> FileFinder<'a> {
+    /// A finder over the side band's records and the profiled processes.
+    pub fn new(index: &'a MmapIndex, pids: BTreeSet<u32>) -> Self {
+        FileFinder {
+            index,
+            pids,
+            ids: HashMap::new(),
+            table: None,
+            found: HashMap::new(),
+        }
+    }
+
+    fn build_id_of(&mut self, path: &Path) -> Option<BuildId> {
+        *self
+            .ids
+            .entry(path.to_path_buf())
+            .or_insert_with(|| read(path))
+    }
+
+    /// The file to name the frames of process `tgid` in the file with build
+    /// ID `id`: one that process itself mapped, or failing that one owned by
+    /// root or by that process's user, never another user's file (a copy
+    /// with the same build ID and renamed functions would lie).
+    pub fn find(&mut self, id: &BuildId, tgid: u32) -> Option<PathBuf> {
+        if let Some(p) = self.found.get(&(*id, tgid)) {
+            return p.clone();
+        }
+        let p = self.search(id, tgid);
+        self.found.insert((*id, tgid), p.clone());
+        p
+    }
+
+    fn search(&mut self, id: &BuildId, tgid: u32) -> Option<PathBuf> {
+        let mappings: Vec<Mapping> = self
+            .index
+            .by_build_id
+            .get(id)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        let (own, others): (Vec<Mapping>, Vec<Mapping>) =
+            mappings.into_iter().partition(|m| m.pid == tgid);
+        for p in own.iter().flat_map(|m| candidates(m, true)) {
+            if self.build_id_of(&p).as_ref() == Some(id) {
+                return Some(p);
+            }
+        }
+        let uid = uid_of(tgid);
+        let trusted =
+            |p: &Path| fs::metadata(p).is_ok_and(|m| m.uid() == 0 || Some(m.uid()) == uid);
+        let mut paths: Vec<PathBuf> = others.iter().flat_map(|m| candidates(m, true)).collect();
+        if self.table.is_none() {
+            self.build_table();
+        }
+        paths.extend(
+            self.table
+                .as_ref()
+                .and_then(|t| t.get(id))
+                .into_iter()
+                .flatten()
+                .cloned(),
+        );
+        // Root's files first, so a user's copy never wins when root has one.
+        paths.sort_by_key(|p| fs::metadata(p).map_or(u32::MAX, |m| m.uid()));
+        paths
+            .into_iter()
+            .find(|p| trusted(p) && self.build_id_of(p).as_ref() == Some(id))
+    }
+
+    /// Reads the build ID of every other known file once.
+    fn build_table(&mut self) {
+        let mut mappings: Vec<Mapping> = self.index.without_build_id.iter().cloned().collect();
+        let live: Vec<u32> = self
+            .pids
+            .iter()
+            .copied()
+            .chain([std::process::id()])
+            .collect();
+        for pid in live {
+            mappings.extend(executable_mappings(pid));
+        }
+        let paths: BTreeSet<PathBuf> = mappings.iter().flat_map(|m| candidates(m, false)).collect();
+        let mut table: HashMap<BuildId, Vec<PathBuf>> = HashMap::new();
+        for p in paths {
+            if let Some(id) = self.build_id_of(&p) {
+                table.entry(id).or_default().push(p);
+            }
+        }
+        self.table = Some(table);
+    }
+}

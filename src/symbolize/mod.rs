@@ -1,0 +1,560 @@
+//! Symbols: turning kernel addresses and (build ID, file offset) frames
+//! into function names with blazesym, each unique address once.
+//!
+//! User frames are symbolized from the files themselves, found through their
+//! build IDs, so a process that exited during the profile keeps its names.
+//! Only frames the kernel could not tie to a file (JIT code, a busy mm lock)
+//! need the live process (`/proc/PID/maps`, perf-PID.map).
+
+pub mod buildid;
+pub(crate) mod debuginfod;
+pub(crate) mod elfcheck;
+pub(crate) mod jit;
+pub(crate) mod jitdump;
+pub(crate) mod perfmap;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fs;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use blazesym::{MaybeDefault, Pid};
+
+use crate::collect::sideband::MmapIndex;
+use crate::collect::stacks::{RawStack, UserFrame, BUILD_ID_SIZE};
+use crate::symbolize::buildid::FileFinder;
+use crate::target;
+
+/// Shown for a frame no source could name, as perf and bcc do.
+pub const UNKNOWN: &str = "[unknown]";
+
+/// A symbolized stack, ready for the outputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stack {
+    /// Process id.
+    pub tgid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Thread name.
+    pub comm: String,
+    /// Kernel function names, leaf first (inlined frames included).
+    pub kernel: Vec<String>,
+    /// User function names, leaf first (inlined frames included).
+    pub user: Vec<String>,
+    /// The kernel stack was lost (map full or collision).
+    pub kernel_lost: bool,
+    /// The user stack was lost (map full or collision).
+    pub user_lost: bool,
+    /// Off-CPU time rather than on-CPU samples.
+    pub off_cpu: bool,
+    /// Samples, or microseconds for off-CPU and `--wall` profiles.
+    pub count: u64,
+}
+
+/// How many frames could be named.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SymbolStats {
+    /// Unique addresses looked up.
+    pub unique_frames: u64,
+    /// Of those, the ones no symbol named (`[unknown]` or `module+0xoff`).
+    pub unknown_frames: u64,
+    /// Frames in the samples, each stack's frames counted once per sample
+    /// (or microsecond).
+    pub sampled_frames: u64,
+    /// Of those, the unknown ones: the share a user sees in the graph.
+    pub sampled_unknown: u64,
+}
+
+/// How a frame inside a file that has no symbol for it is shown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UnknownStyle {
+    /// `libfoo.so.1+0x15a20`: the module and the file offset.
+    #[default]
+    Offset,
+    /// `[libfoo.so.1]`: the module only, so one box per module in a graph.
+    Module,
+}
+
+/// A user frame with its address already moved into the call instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum UserKey {
+    /// Build ID, the process (which file names it depends on who mapped
+    /// it), offset.
+    File([u8; BUILD_ID_SIZE], u32, u64),
+    Ip(u32, u64),
+    /// The unwinder stopped early: shown as `[truncated]`.
+    Truncated,
+}
+
+/// Return addresses point after the call; step back one byte so that the
+/// frame is attributed to the calling line, not the next one.
+fn caller(addr: u64, is_leaf: bool) -> u64 {
+    if is_leaf {
+        addr
+    } else {
+        addr.saturating_sub(1)
+    }
+}
+
+fn user_keys(s: &RawStack) -> impl Iterator<Item = UserKey> + '_ {
+    // The first user frame is exact only if the sample hit user mode.
+    let in_kernel = !s.kernel.is_empty() || s.kernel_lost;
+    s.user.iter().enumerate().map(move |(i, f)| {
+        let leaf = i == 0 && !in_kernel;
+        match *f {
+            UserFrame::File { build_id, offset } => {
+                UserKey::File(build_id, s.tgid, caller(offset, leaf))
+            }
+            UserFrame::Ip(ip) => UserKey::Ip(s.tgid, caller(ip, leaf)),
+            UserFrame::Truncated(_) => UserKey::Truncated,
+        }
+    })
+}
+
+fn kernel_keys(s: &RawStack) -> impl Iterator<Item = u64> + '_ {
+    s.kernel.iter().enumerate().map(|(i, &a)| caller(a, i == 0))
+}
+
+/// The symbolizer for one profile. Reuse it for every stage (off-CPU
+/// calibration, then the stacks): it parses /proc/kallsyms once and caches
+/// every file it opens.
+pub fn symbolizer() -> Symbolizer {
+    // Function names only: source lines are not part of any output.
+    Symbolizer::builder().enable_code_info(false).build()
+}
+
+/// Symbolizes every stack. `index` names the files behind build IDs.
+pub fn symbolize(
+    symbolizer: &Symbolizer,
+    raw: &[RawStack],
+    index: &MmapIndex,
+) -> (Vec<Stack>, SymbolStats) {
+    symbolize_with(symbolizer, raw, index, UnknownStyle::default())
+}
+
+/// Debug files the system keeps by build ID (perf and gdb look there too):
+/// `/usr/lib/debug/.build-id/xx/rest.debug`. Root's directories only.
+fn build_id_debug_file(id: &[u8; BUILD_ID_SIZE]) -> Option<PathBuf> {
+    let len = id.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    if len < 8 {
+        return None;
+    }
+    let hex: String = id[..len].iter().map(|b| format!("{b:02x}")).collect();
+    ["/usr/lib/debug", "/lib/debug"]
+        .iter()
+        .map(|d| PathBuf::from(format!("{d}/.build-id/{}/{}.debug", &hex[..2], &hex[2..])))
+        .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file()))
+}
+
+/// Symbolizes addresses in the ELF file `path`, which is hostile input: it
+/// is checked first (sizes that would make blazesym allocate without bound
+/// abort the process, see crate::symbolize::elfcheck), and a panic inside blazesym on
+/// it costs only its frames. Empty when the file was refused.
+pub fn symbolize_file<'s>(
+    symbolizer: &'s Symbolizer,
+    path: &Path,
+    input: Input<&[u64]>,
+) -> Vec<Symbolized<'s>> {
+    if let Err(why) = crate::symbolize::elfcheck::check(path) {
+        note_refused(path, &why);
+        return Vec::new();
+    }
+    quiet_panics();
+    IN_PARSER.with(|c| c.set(true));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        symbolizer
+            .symbolize(&Source::Elf(Elf::new(path)), input)
+            .unwrap_or_default()
+    }));
+    IN_PARSER.with(|c| c.set(false));
+    r.unwrap_or_else(|p| {
+        let what = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        let what = what.lines().next().unwrap_or_default();
+        note_refused(path, &format!("the ELF parser failed on it ({what})"));
+        Vec::new()
+    })
+}
+
+thread_local! {
+    /// Set while blazesym parses a hostile file: its panics are reported
+    /// as a skipped file at -v, not as a crash message.
+    static IN_PARSER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Installs (once) a panic hook that stays quiet inside the parser.
+fn quiet_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !IN_PARSER.with(|c| c.get()) {
+                default(info);
+            }
+        }));
+    });
+}
+
+/// Files refused as malformed, said once each at the end (`-v`).
+static REFUSED: std::sync::Mutex<Vec<(PathBuf, String)>> = std::sync::Mutex::new(Vec::new());
+
+pub(crate) fn note_refused(path: &Path, why: &str) {
+    if let Ok(mut r) = REFUSED.lock() {
+        if !r.iter().any(|(p, _)| p == path) {
+            r.push((path.to_path_buf(), why.to_string()));
+        }
+    }
+}
+
+/// The files refused as malformed so far, with why.
+pub fn refused_files() -> Vec<(PathBuf, String)> {
+    REFUSED.lock().map(|r| r.clone()).unwrap_or_default()
+}
+
+/// Turns file offsets of `path` into virtual offsets (its PT_LOAD program
+/// headers): a separate debug file has the same addresses but not the same
+/// file layout. Files over 1 GiB, or not ELF, give `None`s.
+fn virt_offsets(path: &Path, offsets: &[u64]) -> Vec<Option<u64>> {
+    use object::read::elf::{ElfFile64, ProgramHeader};
+    let none = || vec![None; offsets.len()];
+    let Ok(checked) = crate::fsafe::open_untrusted(path, crate::fsafe::Owner::Any, 1 << 30) else {
+        return none();
+    };
+    let Ok(data) = fs::read(checked.fd_path()) else {
+        return none();
+    };
+    let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*data) else {
+        return none();
+    };
+    let e = elf.endian();
+    let loads: Vec<(u64, u64, u64)> = elf
+        .elf_program_headers()
+        .iter()
+        .filter(|ph| ph.p_type(e) == object::elf::PT_LOAD)
+        .map(|ph| (ph.p_offset(e), ph.p_filesz(e), ph.p_vaddr(e)))
+        .collect();
+    offsets
+        .iter()
+        .map(|&off| {
+            loads
+                .iter()
+                .find(|(o, sz, _)| off >= *o && off - o < *sz)
+                .map(|(o, _, v)| off - o + v)
+        })
+        .collect()
+}
+
+/// Addresses of data objects in `path` (variables that no function shares):
+/// a garbage return address that lands in .data must not take their name.
+fn data_symbols(path: &Path) -> HashSet<u64> {
+    let inspector = blazesym::inspect::Inspector::new();
+    let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
+        debug_syms: false,
+        ..blazesym::inspect::source::Elf::new(path)
+    });
+    let (mut vars, mut funcs) = (HashSet::new(), HashSet::new());
+    let _ = inspector.for_each(&src, |sym| {
+        match sym.sym_type {
+            blazesym::SymType::Variable => vars.insert(sym.addr),
+            _ => funcs.insert(sym.addr),
+        };
+        ControlFlow::Continue(())
+    });
+    vars.retain(|a| !funcs.contains(a));
+    vars
+}
+
+/// The name a module is shown under: its file name.
+fn module_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// Symbolizes every stack, showing frames no symbol names in `style`.
+pub fn symbolize_with(
+    symbolizer: &Symbolizer,
+    raw: &[RawStack],
+    index: &MmapIndex,
+    style: UnknownStyle,
+) -> (Vec<Stack>, SymbolStats) {
+    let mut names = Names::default();
+    let mut unknown_keys: HashSet<UserKey> = HashSet::new();
+    let mut debuginfod = crate::symbolize::debuginfod::Client::from_env();
+
+    let kaddrs: BTreeSet<u64> = raw.iter().flat_map(kernel_keys).collect();
+    let kernel_names = symbolize_kernel(symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
+
+    let ukeys: BTreeSet<UserKey> = raw.iter().flat_map(user_keys).collect();
+    let mut by_file: HashMap<([u8; BUILD_ID_SIZE], u32), Vec<u64>> = HashMap::new();
+    let mut by_pid: HashMap<u32, Vec<u64>> = HashMap::new();
+    for k in &ukeys {
+        match *k {
+            UserKey::File(id, tgid, off) => by_file.entry((id, tgid)).or_default().push(off),
+            UserKey::Ip(pid, ip) => by_pid.entry(pid).or_default().push(ip),
+            UserKey::Truncated => {}
+        }
+    }
+    let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());
+    let mut user_names: HashMap<UserKey, Vec<String>> = HashMap::new();
+    user_names.insert(UserKey::Truncated, vec!["[truncated]".to_string()]);
+    // Parsed once per file however many processes map it.
+    let mut data_cache: HashMap<PathBuf, HashSet<u64>> = HashMap::new();
+    for ((id, tgid), offsets) in by_file {
+        let path = finder.find(&id, tgid);
+        let run = |p: &Path| symbolize_file(symbolizer, p, Input::FileOffset(&offsets));
+        let mut resolved: Vec<Option<Symbolized<'_>>> = match &path {
+            Some(p) => {
+                let data = data_cache
+                    .entry(p.clone())
+                    .or_insert_with(|| data_symbols(p));
+                run(p)
+                    .into_iter()
+                    .map(|s| match s {
+                        // Only code names an address, never a data object.
+                        Symbolized::Sym(sym) if data.contains(&sym.addr) => None,
+                        Symbolized::Sym(sym) => Some(Symbolized::Sym(sym)),
+                        Symbolized::Unknown(_) => None,
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        resolved.resize_with(offsets.len(), || None);
+        // A stripped file's names may sit in a debug file kept by build ID
+        // (blazesym only follows .gnu_debuglink).
+        if resolved.iter().any(Option::is_none) {
+            let debug = build_id_debug_file(&id)
+                .or_else(|| debuginfod.as_mut().and_then(|c| c.debuginfo(&id)));
+            if let (Some(debug), Some(p)) = (debug, &path) {
+                let virt = virt_offsets(p, &offsets);
+                let wanted: Vec<(usize, u64)> = virt
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| resolved[*i].is_none())
+                    .filter_map(|(i, v)| Some((i, (*v)?)))
+                    .collect();
+                let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
+                let found = symbolize_file(symbolizer, &debug, Input::VirtOffset(&addrs));
+                for ((i, _), s) in wanted.into_iter().zip(found) {
+                    if matches!(s, Symbolized::Sym(_)) {
+                        resolved[i] = Some(s);
+                    }
+                }
+            }
+        }
+        // Where the file came from, even if it could not be opened.
+        let module = path.as_deref().map(module_name).or_else(|| {
+            index
+                .by_build_id
+                .get(&id)
+                .and_then(|ms| ms.iter().map(|m| module_name(&m.path)).min())
+        });
+        for (i, &off) in offsets.iter().enumerate() {
+            let key = UserKey::File(id, tgid, off);
+            let frame = match (&resolved[i], &module) {
+                (Some(sym), _) => names.of(Some(sym)),
+                (None, Some(m)) => {
+                    unknown_keys.insert(key);
+                    names.unknown(match style {
+                        UnknownStyle::Offset => format!("{m}+{off:#x}"),
+                        UnknownStyle::Module => format!("[{m}]"),
+                    })
+                }
+                (None, None) => {
+                    unknown_keys.insert(key);
+                    names.of(None)
+                }
+            };
+            user_names.insert(key, frame);
+        }
+    }
+    for (pid, ips) in by_pid {
+        // JIT code: from the perf map / jitdump bprof opened safely, for
+        // live and exited processes alike (see crate::symbolize::jit).
+        let jit = index.jit.names(pid, &ips);
+        let resolved = target::alive(pid).then(|| {
+            // Files only: blazesym would open /tmp/perf-PID.map as root
+            // with none of bprof's checks.
+            let src = Source::Process(Process {
+                perf_map: false,
+                ..Process::new(Pid::from(pid))
+            });
+            symbolizer
+                .symbolize(&src, Input::AbsAddr(&ips))
+                .unwrap_or_default()
+        });
+        for (i, &ip) in ips.iter().enumerate() {
+            let sym = resolved.as_ref().and_then(|r| r.get(i));
+            let frame = match (sym, jit.get(&ip)) {
+                (Some(Symbolized::Sym(_)), _) => names.of(sym),
+                (_, None) => {
+                    unknown_keys.insert(UserKey::Ip(pid, ip));
+                    names.of(sym)
+                }
+                (_, Some(name)) => names.named(name),
+            };
+            user_names.insert(UserKey::Ip(pid, ip), frame);
+        }
+    }
+    if let Some(c) = &debuginfod {
+        c.report();
+    }
+    let unknown_kernel: HashSet<u64> = kernel_names
+        .iter()
+        .filter(|(_, sym)| !matches!(sym, Some(Symbolized::Sym(_))))
+        .map(|(a, _)| *a)
+        .collect();
+    let kernel_names: HashMap<u64, Vec<String>> = kernel_names
+        .into_iter()
+        .map(|(a, sym)| (a, names.of(sym.as_ref())))
+        .collect();
+    for s in raw {
+        let user = user_keys(s).map(|k| unknown_keys.contains(&k));
+        let kernel = kernel_keys(s).map(|a| unknown_kernel.contains(&a));
+        for unknown in user.chain(kernel) {
+            names.stats.sampled_frames += s.count;
+            if unknown {
+                names.stats.sampled_unknown += s.count;
+            }
+        }
+    }
+
+    let stacks = raw
+        .iter()
+        .map(|s| Stack {
+            tgid: s.tgid,
+            tid: s.tid,
+            comm: s.comm.clone(),
+            kernel: kernel_keys(s)
+                .flat_map(|k| kernel_names[&k].iter().cloned())
+                .collect(),
+            user: user_keys(s)
+                .flat_map(|k| user_names[&k].iter().cloned())
+                .collect(),
+            kernel_lost: s.kernel_lost,
+            user_lost: s.user_lost,
+            off_cpu: s.off_cpu,
+            count: s.count,
+        })
+        .collect();
+    (stacks, names.stats)
+}
+
+fn symbolize_kernel(
+    symbolizer: &Symbolizer,
+    addrs: &[u64],
+) -> Vec<(u64, Option<Symbolized<'static>>)> {
+    if addrs.is_empty() {
+        return Vec::new();
+    }
+    // kallsyms only: reading a vmlinux image would be slow and is rarely present.
+    let kernel = Kernel {
+        vmlinux: MaybeDefault::None,
+        ..Default::default()
+    };
+    let res = symbolizer
+        .symbolize(&Source::Kernel(kernel), Input::AbsAddr(addrs))
+        .unwrap_or_default();
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| (a, res.get(i).map(|s| own(s.clone()))))
+        .collect()
+}
+
+/// Names of kernel addresses (exact, not return addresses), `None` when
+/// kallsyms has no symbol.
+pub fn kernel_names(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Option<String>> {
+    symbolize_kernel(symbolizer, addrs)
+        .into_iter()
+        .map(|(_, s)| s.and_then(|s| s.into_sym()).map(|s| s.name.into_owned()))
+        .collect()
+}
+
+/// The kernel's text section, `[_stext, _etext)`, from /proc/kallsyms.
+pub fn kernel_text_range() -> Option<(u64, u64)> {
+    let syms = fs::read_to_string("/proc/kallsyms").ok()?;
+    let find = |name: &str| {
+        syms.lines().find_map(|l| {
+            let mut w = l.split_whitespace();
+            let addr = w.next()?;
+            let _kind = w.next()?;
+            (w.next()? == name)
+                .then(|| u64::from_str_radix(addr, 16).ok())
+                .flatten()
+        })
+    };
+    let (lo, hi) = (find("_stext")?, find("_etext")?);
+    (lo != 0 && lo < hi).then_some((lo, hi))
+}
+
+/// Frames that belong to BPF or to the tracing machinery that called it:
+/// they start every stack taken inside a tracepoint's BPF program and must
+/// never reach an output.
+pub fn is_bpf_frame(name: &str) -> bool {
+    name.starts_with("bpf_prog_")
+        || name.starts_with("bpf_trace_run")
+        || name.starts_with("__bpf_trace_")
+        || name.starts_with("__traceiter_")
+        || name.starts_with("bpf_trampoline_")
+        || name.starts_with("__bpf_prog_enter")
+        || name.starts_with("__bpf_prog_exit")
+        || name.starts_with("bpf_get_stack")
+        || name.starts_with("__bpf_get_stack")
+}
+
+fn own(s: Symbolized<'_>) -> Symbolized<'static> {
+    match s {
+        Symbolized::Sym(sym) => Symbolized::Sym(sym.into_owned()),
+        Symbolized::Unknown(r) => Symbolized::Unknown(r),
+    }
+}
+
+/// Turns one symbolization result into frame names (leaf first) and keeps
+/// the unknown count.
+#[derive(Default)]
+struct Names {
+    stats: SymbolStats,
+}
+
+impl Names {
+    /// A frame no symbol names, shown as `text`.
+    fn unknown(&mut self, text: String) -> Vec<String> {
+        self.stats.unique_frames += 1;
+        self.stats.unknown_frames += 1;
+        vec![text]
+    }
+
+    fn named(&mut self, name: &str) -> Vec<String> {
+        self.stats.unique_frames += 1;
+        vec![name.to_string()]
+    }
+
+    fn of(&mut self, sym: Option<&Symbolized<'_>>) -> Vec<String> {
+        self.stats.unique_frames += 1;
+        match sym {
+            Some(Symbolized::Sym(sym)) => {
+                // blazesym lists inlined callees outermost first; we go leaf first.
+                let mut v: Vec<String> = sym
+                    .inlined
+                    .iter()
+                    .rev()
+                    .map(|f| f.name.to_string())
+                    .collect();
+                v.push(sym.name.to_string());
+                v
+            }
+            _ => {
+                self.stats.unknown_frames += 1;
+                vec![UNKNOWN.to_string()]
+            }
+        }
+    }
+}

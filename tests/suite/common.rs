@@ -1,0 +1,362 @@
+//! Shared test harness: builds the fixtures, runs bprof, parses its output.
+//! Tests need root (they load real BPF programs), as `.ci/run` provides.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+
+/// Returns from a test that loads BPF programs unless running as root.
+macro_rules! root_or_skip {
+    () => {
+        if !$crate::common::is_root() {
+            return;
+        }
+    };
+}
+
+/// Whether the suite runs as root; if not, says once (on the real stderr,
+/// which libtest does not capture) that the BPF tests are skipped.
+pub fn is_root() -> bool {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        SAID.call_once(|| {
+            let msg = b"bprof suite: not root, so the tests that load BPF programs are skipped (run scripts/test.sh as root for all of them)\n";
+            // SAFETY: writing a valid buffer to fd 2, bypassing libtest's capture.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        });
+    }
+    root
+}
+
+/// The bprof binary under test.
+pub fn bprof() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_bprof"))
+}
+
+/// Profiles are serialized: they sample whole CPUs, and a quiet machine keeps
+/// the known shares stable.
+pub fn exclusive() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Where tests keep their files.
+pub fn scratch_root() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scratch");
+    std::fs::create_dir_all(&dir).expect("create scratch root");
+    dir
+}
+
+/// A scratch directory for one test's files.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("scratch")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// Builds (once) and returns the path of fixture `name` (fixtures/NAME.c or
+/// fixtures/NAME.rs). C is built with frame pointers, as FP unwinding needs.
+pub fn fixture(name: &str) -> PathBuf {
+    static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = built.get(name) {
+        return p.clone();
+    }
+    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
+    std::fs::create_dir_all(&out_dir).expect("create fixture dir");
+    // The comm of a process is its file name: keep the "fx_" prefix short.
+    let out = out_dir.join(format!("fx_{name}"));
+    let c = src_dir.join(format!("{name}.c"));
+    let status = if c.exists() {
+        Command::new("gcc")
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+            .arg(&out)
+            .arg(&c)
+            .status()
+    } else {
+        Command::new("rustc")
+            .args(["-O", "-g", "-C", "force-frame-pointers=yes", "-o"])
+            .arg(&out)
+            .arg(src_dir.join(format!("{name}.rs")))
+            .status()
+    };
+    assert!(
+        status.expect("run compiler").success(),
+        "building fixture {name}"
+    );
+    built.insert(name.to_string(), out.clone());
+    out
+}
+
+/// One folded line.
+#[derive(Debug, Clone)]
+pub struct Folded {
+    pub frames: Vec<String>,
+    pub count: u64,
+}
+
+/// Parses folded output strictly: every line must be `frames COUNT`.
+pub fn parse_folded(text: &str) -> Vec<Folded> {
+    text.lines()
+        .map(|l| {
+            let (stack, count) = l
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("no count in folded line {l:?}"));
+            let count: u64 = count
+                .parse()
+                .unwrap_or_else(|_| panic!("bad count in folded line {l:?}"));
+            assert!(count > 0, "zero count in {l:?}");
+            let frames: Vec<String> = stack.split(';').map(str::to_string).collect();
+            assert!(frames.iter().all(|f| !f.is_empty()), "empty frame in {l:?}");
+            Folded { frames, count }
+        })
+        .collect()
+}
+
+/// Total samples of lines whose first frame is `comm`.
+pub fn total_for(lines: &[Folded], comm: &str) -> u64 {
+    lines
+        .iter()
+        .filter(|l| l.frames[0] == comm)
+        .map(|l| l.count)
+        .sum()
+}
+
+/// Samples of lines of `comm` that contain frame `f`.
+pub fn with_frame(lines: &[Folded], comm: &str, f: &str) -> u64 {
+    lines
+        .iter()
+        .filter(|l| l.frames[0] == comm && l.frames.iter().any(|x| x == f))
+        .map(|l| l.count)
+        .sum()
+}
+
+/// Runs a command to completion, capturing everything.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null()).output().expect("run bprof")
+}
+
+/// Asserts the documented bad-input behaviour: non-zero exit, exactly one
+/// line on stderr starting with "bprof: ", no panic. Returns the line.
+pub fn assert_one_line_error(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        !out.status.success(),
+        "expected failure, got success; stderr: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "expected one stderr line, got: {stderr:?}");
+    assert!(
+        lines[0].starts_with("bprof: "),
+        "unexpected stderr: {stderr:?}"
+    );
+    lines[0].to_string()
+}
+
+/// Percent share of `part` in `whole`.
+pub fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+/// Whether any loaded BPF program is bprof's sampler (after a short grace
+/// period: programs are freed asynchronously after their last fd closes).
+pub fn bprof_programs_loaded() -> bool {
+    for _ in 0..40 {
+        let out = Command::new("bpftool")
+            .args(["prog", "show"])
+            .output()
+            .expect("run bpftool");
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !text.contains("do_sample") && !text.contains("follow_fork") {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    true
+}
+
+/// `perf record -g -F HZ -o DATA -- ARGV...`, asserting it worked.
+pub fn perf_record<S: AsRef<std::ffi::OsStr>>(data: &Path, hz: &str, argv: &[S]) {
+    let rec = Command::new("perf")
+        .args(["record", "-q", "-F", hz, "-g", "-o"])
+        .arg(data)
+        .arg("--")
+        .args(argv)
+        .output()
+        .expect("run perf record");
+    assert!(
+        rec.status.success(),
+        "perf record failed: {}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
+}
+
+/// Shares of heavy/medium/light of one process's samples, by `perf record`.
+pub fn perf_shares(bin: &Path, secs: &str, dir: &Path) -> BTreeMap<String, f64> {
+    let data = dir.join("perf.data");
+    perf_record(&data, "999", &[bin.as_os_str(), secs.as_ref()]);
+    let rep = Command::new("perf")
+        .args([
+            "report",
+            "--stdio",
+            "--no-children",
+            "-s",
+            "sym",
+            "-q",
+            "-i",
+        ])
+        .arg(&data)
+        .output()
+        .expect("run perf report");
+    let text = String::from_utf8_lossy(&rep.stdout);
+    let mut shares = BTreeMap::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(p), Some(_), Some(sym)) = (words.next(), words.next(), words.next()) else {
+            continue;
+        };
+        if let Ok(p) = p.trim_end_matches('%').parse::<f64>() {
+            *shares.entry(sym.to_string()).or_insert(0.0) += p;
+        }
+    }
+    shares
+}
+
+/// Where the cgroup v2 hierarchy is mounted (hybrid systems have it below
+/// /sys/fs/cgroup/unified).
+pub fn cgroup2_root() -> PathBuf {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("read mountinfo")
+        .lines()
+        .find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let mount = pre.split_whitespace().nth(4)?;
+            post.starts_with("cgroup2 ").then(|| PathBuf::from(mount))
+        })
+        .expect("cgroup2 mounted")
+}
+
+/// Sends SIGINT, as Ctrl-C would.
+pub fn interrupt(pid: u32) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+}
+
+/// A background process, killed and reaped when the test ends however it
+/// ends (a failed assert included).
+pub struct Workload(pub std::process::Child);
+
+impl Workload {
+    /// Starts a fixture and returns once it says its work has begun (it
+    /// creates the file named by `$BPROF_READY`; see fixtures/ready.h).
+    pub fn start(cmd: &mut Command) -> Workload {
+        let ready = ready_path();
+        let w = Workload(
+            cmd.env("BPROF_READY", &ready)
+                .spawn()
+                .expect("start workload"),
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !ready.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "workload never became ready"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let _ = std::fs::remove_file(&ready);
+        w
+    }
+
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A cgroup v2 directory for one test: its processes are killed and the
+/// directory removed when the test ends.
+pub struct TestCgroup {
+    /// The directory under the cgroup2 mount.
+    pub dir: PathBuf,
+    /// Its path relative to the cgroup2 root, with a leading '/'.
+    pub name: String,
+}
+
+impl TestCgroup {
+    /// Creates `<cgroup2 root>/bprof-test-<pid>-<tag>`.
+    pub fn new(tag: &str) -> TestCgroup {
+        let name = format!("bprof-test-{}-{tag}", std::process::id());
+        let dir = cgroup2_root().join(&name);
+        std::fs::create_dir_all(&dir).expect("create test cgroup");
+        TestCgroup {
+            dir,
+            name: format!("/{name}"),
+        }
+    }
+
+    /// Moves process `pid` into it.
+    pub fn add(&self, pid: u32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).expect("join test cgroup");
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        // cgroup.kill (5.14+) ends every member; rmdir then succeeds once
+        // they are reaped by their parents.
+        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+/// A fresh path for `--ready-file` (or a fixture's `$BPROF_READY`).
+pub fn ready_path() -> PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let p = scratch_root().join(format!("ready-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// Waits until a background bprof started with `--ready-file PATH` records
+/// (it creates the file then); fails if it exits first.
+pub fn wait_ready(path: &Path, child: &mut std::process::Child) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !path.exists() {
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("bprof exited before it was ready: {st}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bprof never became ready"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

@@ -1,0 +1,260 @@
+//! `--filter`: perf's filter language compiled into BPF map entries and
+//! evaluated in the kernel, on real fixtures (run as root).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use crate::common::*;
+
+/// Starts the two-thread fixture and returns it with its thread ids.
+fn threads(secs: &str) -> (Child, HashMap<String, String>) {
+    let mut child = Command::new(fixture("threads"))
+        .arg(secs)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut tids = HashMap::new();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    for _ in 0..2 {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let (name, tid) = line.trim().split_once(' ').unwrap();
+        tids.insert(name.to_string(), tid.to_string());
+    }
+    (child, tids)
+}
+
+fn profile(args: &[&str]) -> (Vec<Folded>, String) {
+    let out = run(bprof().args(["-F", "499", "-f"]).args(args));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{args:?}: {stderr}");
+    (parse_folded(&String::from_utf8_lossy(&out.stdout)), stderr)
+}
+
+fn dropped(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("bprof: ")?
+                .strip_suffix(" samples dropped by filter")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no dropped count in {stderr}"))
+}
+
+#[test]
+fn tid_eq_and_ne_split_the_two_threads() {
+    root_or_skip!();
+    let _g = exclusive();
+    let (mut child, tids) = threads("10");
+    let (a, b) = (&tids["alpha"], &tids["beta"]);
+    let (eq, stderr) = profile(&["--filter", &format!("tid == {a}"), "1"]);
+    assert!(with_frame(&eq, "alpha", "alpha_spin") > 80, "{eq:?}");
+    assert!(eq.iter().all(|l| l.frames[0] == "alpha"), "{eq:?}");
+    assert!(dropped(&stderr) > 0);
+
+    let pid = child.id().to_string();
+    let (ne, _) = profile(&["-p", &pid, "--filter", &format!("tid!={a}"), "1"]);
+    assert!(with_frame(&ne, "beta", "beta_spin") > 80, "{ne:?}");
+    assert_eq!(total_for(&ne, "alpha"), 0, "{ne:?}");
+
+    // An OR group keeps both; a second --filter ANDs with it.
+    let (or, _) = profile(&["--filter", &format!("tid == {a} || tid == {b}"), "1"]);
+    assert!(
+        total_for(&or, "alpha") > 80 && total_for(&or, "beta") > 80,
+        "{or:?}"
+    );
+    assert!(or
+        .iter()
+        .all(|l| l.frames[0] == "alpha" || l.frames[0] == "beta"));
+    let (and, _) = profile(&[
+        "--filter",
+        &format!("tid == {a} || tid == {b}"),
+        "--filter",
+        &format!("tid != {b}"),
+        "1",
+    ]);
+    assert!(total_for(&and, "alpha") > 60, "{and:?}");
+    assert_eq!(total_for(&and, "beta"), 0);
+    let _ = (child.kill(), child.wait());
+}
+
+#[test]
+fn cpu_filter_keeps_only_that_cpu() {
+    root_or_skip!();
+    let _g = exclusive();
+    let spawn = |cpu: &str, name: &str| {
+        Workload::start(
+            Command::new("taskset")
+                .args(["-c", cpu])
+                .arg(fixture(name))
+                .arg("3"),
+        )
+    };
+    let on0 = spawn("0", "work631");
+    let on1 = spawn("1", "rust_work");
+    let (lines, _) = profile(&["--filter", "cpu == 1", "1"]);
+    drop((on0, on1));
+    assert!(total_for(&lines, "fx_rust_work") > 150, "{lines:?}");
+    assert_eq!(total_for(&lines, "fx_work631"), 0, "{lines:?}");
+}
+
+#[test]
+fn period_beyond_any_sample_keeps_nothing_and_says_so() {
+    root_or_skip!();
+    let _g = exclusive();
+    let bin = fixture("work631");
+    let out = run(bprof()
+        .args([
+            "-F",
+            "499",
+            "-f",
+            "--filter",
+            "period > 0xffffffffffff",
+            "--",
+        ])
+        .arg(&bin)
+        .arg("1"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "samples kept: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(dropped(&stderr) > 150, "{stderr}");
+    assert!(stderr.contains("bprof: 0 samples"), "{stderr}");
+    // A flame graph of nothing is not written, and the summary says why.
+    let svg = scratch("period-svg").join("empty.svg");
+    let out = run(bprof()
+        .args(["-F", "499", "--filter", "period > 0xffffffffffff", "--svg"])
+        .arg(&svg)
+        .arg("--")
+        .arg(&bin)
+        .arg("0.5"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("samples dropped by filter"), "{stderr}");
+    assert!(
+        stderr
+            .trim_end()
+            .ends_with(&format!("no flame graph was written to {}", svg.display())),
+        "{stderr}"
+    );
+    assert!(!svg.exists());
+}
+
+#[test]
+fn ip_below_kernel_keeps_no_kernel_leaf() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dd = [
+        "--",
+        "dd",
+        "if=/dev/zero",
+        "of=/dev/null",
+        "bs=64k",
+        "count=200000",
+    ];
+    let (all, _) = profile(&[&["-a"][..], &dd[..]].concat());
+    let kernel_leaf = |lines: &[Folded]| {
+        lines
+            .iter()
+            .filter(|l| l.frames.last().is_some_and(|f| f.ends_with("_[k]")))
+            .map(|l| l.count)
+            .sum::<u64>()
+    };
+    assert!(
+        kernel_leaf(&all) > 50,
+        "dd should spend time in the kernel: {all:?}"
+    );
+    let (user, stderr) =
+        profile(&[&["-a", "--filter", "ip < 0xffff800000000000"][..], &dd[..]].concat());
+    assert_eq!(kernel_leaf(&user), 0, "{user:?}");
+    assert!(dropped(&stderr) > 50);
+    // The `user` shorthand means the same.
+    let (mode, _) = profile(&[&["-a", "--filter", "user"][..], &dd[..]].concat());
+    assert_eq!(kernel_leaf(&mode), 0, "{mode:?}");
+    let (kern, _) = profile(&[&["-a", "--filter", "kernel"][..], &dd[..]].concat());
+    assert!(kern.iter().filter(|l| l.frames[0] == "dd").all(|l| l
+        .frames
+        .last()
+        .unwrap()
+        .ends_with("_[k]")));
+}
+
+#[test]
+fn cgroup_filter_keeps_that_cgroup() {
+    root_or_skip!();
+    let _g = exclusive();
+    let cg = TestCgroup::new("filter");
+    let inside = Workload::start(Command::new(fixture("rust_work")).arg("8"));
+    cg.add(inside.id());
+    let outside = Workload::start(Command::new(fixture("work631")).arg("8"));
+    let (lines, _) = profile(&["--filter", &format!("cgroup == {}", cg.name), "1"]);
+    let (rest, _) = profile(&["--filter", &format!("cgroup != {}", cg.name), "1"]);
+    drop((inside, outside, cg));
+    assert!(total_for(&lines, "fx_rust_work") > 100, "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.frames[0] == "fx_rust_work"),
+        "{lines:?}"
+    );
+    assert_eq!(total_for(&rest, "fx_rust_work"), 0);
+    assert!(total_for(&rest, "fx_work631") > 100);
+}
+
+#[test]
+fn comm_filter() {
+    root_or_skip!();
+    let _g = exclusive();
+    let a = Workload::start(Command::new(fixture("work631")).arg("8"));
+    let b = Workload::start(Command::new(fixture("rust_work")).arg("8"));
+    let (lines, _) = profile(&["--filter", "comm == fx_rust_work", "1"]);
+    let (quoted, _) = profile(&["--filter", "comm==\"fx_work631\" && pid > 0", "1"]);
+    drop((a, b));
+    assert!(total_for(&lines, "fx_rust_work") > 100, "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.frames[0] == "fx_rust_work"),
+        "{lines:?}"
+    );
+    assert!(total_for(&quoted, "fx_work631") > 100, "{quoted:?}");
+    assert!(
+        quoted.iter().all(|l| l.frames[0] == "fx_work631"),
+        "{quoted:?}"
+    );
+}
+
+#[test]
+fn malformed_filters_exit_2_with_one_line_pointing_at_the_column() {
+    for (filter, want) in [
+        (
+            "tid === 3",
+            "invalid filter 'tid === 3': unexpected '=' at column 7",
+        ),
+        ("", "empty filter"),
+        ("   ", "empty filter"),
+        ("foo == 1", "unknown term 'foo'"),
+        ("tid ==", "missing value"),
+        ("tid == 3 ,", "expected a term after ','"),
+        ("tid == 3 ||", "expected a term after '||'"),
+        ("tid == 99999999999999999999", "number too big"),
+        ("tid == -1", "negative value"),
+        ("tid == 4294967296", "too big for tid"),
+        ("(tid == 1)", "unsupported syntax"),
+        ("mem_op == 1", "needs a memory-sampling event"),
+        ("comm < x", "not allowed for comm"),
+        ("cgroup == /no-such-cgroup-bprof", "no such cgroup"),
+    ] {
+        let out = run(bprof().args(["--filter", filter, "1"]));
+        let line = assert_one_line_error(&out);
+        assert_eq!(out.status.code(), Some(2), "{filter:?}: {line}");
+        assert!(line.contains(want), "{filter:?}: {line}");
+    }
+    let many = vec!["cpu == 0"; 65].join(", ");
+    let out = run(bprof().args(["--filter", &many, "1"]));
+    let line = assert_one_line_error(&out);
+    assert!(line.contains("too complex"), "{line}");
+    assert_eq!(out.status.code(), Some(2));
+}

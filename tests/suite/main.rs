@@ -1,0 +1,18 @@
+//! bprof's integration suite: one test binary. The tests load real BPF
+//! programs and profile real fixtures, so most need root (scripts/test.sh);
+//! without it they are skipped with a message, and only the checks that
+//! need no privilege run (`cargo test` also runs the unit and golden tests
+//! in src/, which never need root).
+
+#[macro_use]
+mod common;
+
+mod bad_input;
+mod filter;
+mod hostile;
+mod jit;
+mod mutants;
+mod names;
+mod offcpu;
+mod profile;
+mod stat;

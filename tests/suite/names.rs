@@ -1,0 +1,402 @@
+//! Honest names: frames without a symbol show their module and offset, and a
+//! stripped binary is named from a debug file kept by build ID (run as root).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::*;
+
+/// Removes a file planted under /usr/lib/debug when the test ends.
+struct Planted(PathBuf);
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn build_id(bin: &Path) -> String {
+    let out = run(Command::new("readelf").arg("-n").arg(bin));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .expect("a build ID")
+}
+
+/// work631 stripped of every symbol and of its debuglink, plus its debug file.
+fn stripped_work631(dir: &Path) -> (PathBuf, PathBuf) {
+    let bin = dir.join("fx_w631s");
+    let debug = dir.join("fx_w631s.debug");
+    let full = fixture("work631");
+    let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
+    ok(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&full)
+        .arg(&debug));
+    ok(Command::new("objcopy")
+        .arg("--strip-all")
+        .arg(&full)
+        .arg(&bin));
+    (bin, debug)
+}
+
+fn profile(bin: &Path) -> (Vec<Folded>, String) {
+    let out = run(bprof()
+        .args(["--no-counts", "-F", "999", "-f", "--"])
+        .arg(bin)
+        .arg("1"));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    (parse_folded(&String::from_utf8_lossy(&out.stdout)), err)
+}
+
+fn unknown_pct(stderr: &str) -> f64 {
+    let (pre, _) = stderr
+        .split_once("% of sampled frames unknown")
+        .expect("summary");
+    pre.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn stripped_frames_show_module_and_offset_then_names_from_the_build_id_debug_file() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("names_stripped");
+    let (bin, debug) = stripped_work631(&dir);
+
+    // No symbols anywhere: the frames in the binary say where they are.
+    let (lines, err) = profile(&bin);
+    let total: u64 = lines.iter().map(|l| l.count).sum();
+    let in_module = lines
+        .iter()
+        .filter(|l| l.frames.iter().any(|f| f.starts_with("fx_w631s+0x")))
+        .map(|l| l.count)
+        .sum::<u64>();
+    assert!(in_module * 10 > total * 9, "{lines:?}");
+    assert_eq!(with_frame(&lines, "fx_w631s", "heavy"), 0);
+    // Only frames outside any file (exec's first instants) stay [unknown].
+    assert!(
+        with_frame(&lines, "fx_w631s", "[unknown]") * 20 < total,
+        "{lines:?}"
+    );
+    assert!(unknown_pct(&err) > 30.0, "{err}");
+
+    // The debug file at /usr/lib/debug/.build-id/xx/rest.debug (no
+    // debuglink in the binary): named, in perf's 6:3:1 shares.
+    let id = build_id(&bin);
+    let at = PathBuf::from(format!(
+        "/usr/lib/debug/.build-id/{}/{}.debug",
+        &id[..2],
+        &id[2..]
+    ));
+    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+    std::fs::copy(&debug, &at).unwrap();
+    let _planted = Planted(at);
+    let (lines, err) = profile(&bin);
+    let heavy = with_frame(&lines, "fx_w631s", "heavy");
+    let medium = with_frame(&lines, "fx_w631s", "medium");
+    let light = with_frame(&lines, "fx_w631s", "light");
+    let all = total_for(&lines, "fx_w631s");
+    assert!(heavy + medium + light > all * 9 / 10, "{lines:?}");
+    let share = |n| pct(n, heavy + medium + light);
+    assert!((share(heavy) - 60.0).abs() < 8.0, "{lines:?}");
+    assert!((share(medium) - 30.0).abs() < 8.0, "{lines:?}");
+    assert!(unknown_pct(&err) < 10.0, "{err}");
+    // perf on the unstripped binary agrees on the shares.
+    let perf = perf_shares(&fixture("work631"), "1", &dir);
+    assert!((perf["heavy"] - share(heavy)).abs() < 10.0, "{perf:?}");
+}
+
+#[test]
+fn unknown_as_module_gives_one_frame_per_module() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("names_module");
+    let (bin, _) = stripped_work631(&dir);
+    let out = run(bprof()
+        .args([
+            "--no-counts",
+            "-F",
+            "999",
+            "-f",
+            "--unknown-as-module",
+            "--",
+        ])
+        .arg(&bin)
+        .arg("1"));
+    assert!(out.status.success());
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let total: u64 = lines.iter().map(|l| l.count).sum();
+    assert!(
+        with_frame(&lines, "fx_w631s", "[fx_w631s]") * 10 > total * 9,
+        "{lines:?}"
+    );
+    assert!(!lines
+        .iter()
+        .any(|l| l.frames.iter().any(|f| f.contains("+0x"))));
+}
+
+/// Kills a background process when the test ends.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = (self.0.kill(), self.0.wait());
+    }
+}
+
+#[test]
+fn hostile_a_same_build_id_copy_never_names_another_users_process() {
+    root_or_skip!();
+    let _g = exclusive();
+    let full = fixture("work631");
+    // nobody's copy: same build ID, functions renamed.
+    let dir = Path::new("/tmp/bprof-hostile-spoof");
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let spoof = dir.join("fx_spoof");
+    let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
+    ok(Command::new("objcopy")
+        .args([
+            // Its DWARF would still say "heavy": only the renamed symtab.
+            "--strip-debug",
+            "--redefine-sym",
+            "heavy=evil_heavy",
+            "--redefine-sym",
+            "medium=evil_medium",
+            "--redefine-sym",
+            "light=evil_light",
+        ])
+        .arg(&full)
+        .arg(&spoof));
+    ok(Command::new("chown")
+        .args(["-R", "nobody:nogroup"])
+        .arg(dir));
+    assert_eq!(build_id(&spoof), build_id(&full));
+
+    let theirs = Running(
+        Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(&spoof)
+            .arg("4")
+            .spawn()
+            .unwrap(),
+    );
+    let mine = Running(Command::new(&full).arg("4").spawn().unwrap());
+    let out = run(bprof()
+        .args(["--no-counts", "-F", "499", "-f", "-p"])
+        .arg(format!("{},{}", mine.0.id(), theirs.0.id()))
+        .arg("2"));
+    drop((mine, theirs));
+    let _ = std::fs::remove_dir_all(dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let root_total = total_for(&lines, "fx_work631");
+    let named =
+        with_frame(&lines, "fx_work631", "heavy") + with_frame(&lines, "fx_work631", "medium");
+    assert!(root_total > 300 && named * 10 > root_total * 7, "{lines:?}");
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.frames[0] == "fx_work631" && l.frames.iter().any(|f| f.starts_with("evil_"))),
+        "root's process named from nobody's file: {lines:?}"
+    );
+}
+
+/// A real `debuginfod` serving a directory, on loopback.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = (self.0.kill(), self.0.wait());
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn debuginfod_fetches_and_caches_missing_debug_info_and_a_dead_server_costs_a_bounded_wait() {
+    root_or_skip!();
+    if Command::new("debuginfod")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        panic!("debuginfod is not installed (scripts/install-deps.sh installs it)");
+    }
+    let _g = exclusive();
+    let dir = scratch("names_debuginfod");
+    let (bin, _) = stripped_work631(&dir);
+    let id = build_id(&bin);
+    // The server scans a directory holding the unstripped binary.
+    let served = dir.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    std::fs::copy(fixture("work631"), served.join("fx_work631")).unwrap();
+    let port = free_port();
+    let _server = Server(
+        Command::new("debuginfod")
+            .args(["-F", "-p", &port.to_string(), "-d"])
+            .arg(dir.join("db.sqlite"))
+            .arg(&served)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    // Ready once it serves this build ID (it scans in the background).
+    let ready = (0..300).any(|i| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        // A fresh cache each time: the client caches a miss for minutes.
+        std::process::Command::new("debuginfod-find")
+            .env("DEBUGINFOD_URLS", &url)
+            .env(
+                "DEBUGINFOD_CACHE_PATH",
+                dir.join(format!("probe-cache-{i}")),
+            )
+            .args(["debuginfo", &id])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    assert!(ready, "debuginfod never served {id}");
+
+    let cache = dir.join("cache");
+    let profile_with = |urls: &str, timeout: &str| {
+        let out = run(bprof()
+            .env("DEBUGINFOD_URLS", urls)
+            .env("DEBUGINFOD_CACHE_PATH", &cache)
+            .env("DEBUGINFOD_TIMEOUT", timeout)
+            .args(["--no-counts", "-F", "999", "-f", "--"])
+            .arg(&bin)
+            .arg("1"));
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        (parse_folded(&String::from_utf8_lossy(&out.stdout)), err)
+    };
+    let (lines, err) = profile_with(&url, "5");
+    let named = with_frame(&lines, "fx_w631s", "heavy") + with_frame(&lines, "fx_w631s", "medium");
+    assert!(
+        named * 10 > total_for(&lines, "fx_w631s") * 7,
+        "{err} {lines:?}"
+    );
+    let cached = cache.join(&id).join("debuginfo");
+    assert!(cached.is_file(), "not cached at {}", cached.display());
+
+    // The cache alone names it next time, with no server at all.
+    drop(_server);
+    let (lines, _) = profile_with("http://127.0.0.1:9", "5");
+    assert!(with_frame(&lines, "fx_w631s", "heavy") > 0);
+
+    // A server that accepts and never answers: a bounded wait, one note.
+    std::fs::remove_dir_all(&cache).unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("http://{}", silent.local_addr().unwrap());
+    let t = std::time::Instant::now();
+    let (lines, err) = profile_with(&silent_url, "2");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(err.contains("bprof: debuginfod: "), "{err}");
+    assert!(with_frame(&lines, "fx_w631s", "heavy") == 0);
+    assert!(lines.iter().map(|l| l.count).sum::<u64>() > 300);
+    drop(silent);
+}
+
+/// File offset of symbol `name` in `bin` (from nm and the PT_LOAD headers).
+fn file_offset_of(bin: &Path, name: &str) -> u64 {
+    let nm = run(Command::new("nm").arg(bin));
+    let vaddr = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() == 3 && w[2] == name).then(|| u64::from_str_radix(w[0], 16).unwrap())
+        })
+        .expect("symbol");
+    let ph = run(Command::new("readelf").args(["-lW"]).arg(bin));
+    String::from_utf8_lossy(&ph.stdout)
+        .lines()
+        .filter(|l| l.trim_start().starts_with("LOAD"))
+        .find_map(|l| {
+            let w: Vec<u64> = l
+                .split_whitespace()
+                .skip(1)
+                .take(5)
+                .map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap())
+                .collect();
+            let (off, va, memsz) = (w[0], w[1], w[4]);
+            (vaddr >= va && vaddr < va + memsz).then(|| vaddr - va + off)
+        })
+        .expect("a segment")
+}
+
+#[test]
+fn an_address_on_a_data_object_is_never_named_after_it() {
+    root_or_skip!();
+    let dir = scratch("names_data");
+    let src = dir.join("data.c");
+    std::fs::write(
+        &src,
+        "int table[4096] = {1};\n__attribute__((noinline)) int lookup_slot(int i) { return table[i]; }\nint main(void) { return lookup_slot(1); }\n",
+    )
+    .unwrap();
+    let bin = dir.join("fx_data");
+    assert!(Command::new("gcc")
+        .args(["-O1", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
+    let hex = build_id(&bin);
+    let mut id = [0u8; 20];
+    for (i, b) in id.iter_mut().enumerate().take(hex.len() / 2) {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+    }
+    let me = std::process::id();
+    let mut index = bprof::collect::sideband::MmapIndex::default();
+    index
+        .by_build_id
+        .entry(id)
+        .or_default()
+        .insert(bprof::collect::sideband::Mapping {
+            pid: me,
+            path: bin.clone(),
+        });
+    let (data_off, code_off) = (
+        file_offset_of(&bin, "table"),
+        file_offset_of(&bin, "lookup_slot"),
+    );
+    let frame = |offset| bprof::collect::stacks::UserFrame::File {
+        build_id: id,
+        offset,
+    };
+    let raw = vec![bprof::collect::stacks::RawStack {
+        tgid: me,
+        tid: me,
+        comm: "fx_data".into(),
+        kernel: Vec::new(),
+        // Leaf first: an address in lookup_slot, then a "return address" in table.
+        user: vec![frame(code_off), frame(data_off + 9)],
+        kernel_lost: false,
+        user_lost: false,
+        off_cpu: false,
+        count: 1,
+    }];
+    let sym = bprof::symbolize::symbolizer();
+    let (stacks, stats) = bprof::symbolize::symbolize(&sym, &raw, &index);
+    assert_eq!(stacks[0].user[0], "lookup_slot");
+    assert_eq!(stacks[0].user[1], format!("fx_data+{:#x}", data_off + 8));
+    assert_eq!((stats.sampled_frames, stats.sampled_unknown), (2, 1));
+}

@@ -1,0 +1,824 @@
+//! End-to-end profiles of real fixtures with real BPF (run as root).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::common::*;
+
+fn folded_of(args: &[&str], cmd: &[&str]) -> (Vec<Folded>, String, std::process::ExitStatus) {
+    let out = run(bprof().args(args).arg("-f").arg("--").args(cmd));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (
+        parse_folded(&String::from_utf8_lossy(&out.stdout)),
+        stderr,
+        out.status,
+    )
+}
+
+#[test]
+fn shares_631_match_the_workload_and_perf() {
+    root_or_skip!();
+    let _g = exclusive();
+    let bin = fixture("work631");
+    let (lines, stderr, status) = folded_of(&["-F", "999"], &[bin.to_str().unwrap(), "3"]);
+    assert!(status.success(), "{stderr}");
+    let total = total_for(&lines, "fx_work631");
+    assert!(total > 1000, "too few samples: {total}\n{stderr}");
+    let share = |f| pct(with_frame(&lines, "fx_work631", f), total);
+    let (h, m, l) = (share("heavy"), share("medium"), share("light"));
+    for (got, want, name) in [(h, 60.0, "heavy"), (m, 30.0, "medium"), (l, 10.0, "light")] {
+        assert!(
+            (got - want).abs() <= 4.0,
+            "{name}: {got:.1}% (want {want}%)\n{lines:?}"
+        );
+    }
+    // The workers' samples are under main: the whole stack was walked. A
+    // sample in a function's first instruction, before it pushes its frame
+    // pointer, skips its caller (as with perf), so allow a handful.
+    let workers = |under_main: bool| -> u64 {
+        lines
+            .iter()
+            .filter(|l| {
+                l.frames
+                    .last()
+                    .is_some_and(|x| ["heavy", "medium", "light"].contains(&x.as_str()))
+            })
+            .filter(|l| l.frames.iter().any(|x| x == "main") == under_main)
+            .map(|l| l.count)
+            .sum()
+    };
+    assert!(workers(false) * 100 <= workers(true), "{lines:?}");
+
+    let dir = scratch("shares_perf");
+    let perf = perf_shares(&bin, "3", &dir);
+    for (got, name) in [(h, "heavy"), (m, "medium"), (l, "light")] {
+        let p = perf.get(name).copied().unwrap_or(0.0);
+        assert!(
+            (got - p).abs() <= 5.0,
+            "{name}: bprof {got:.1}% vs perf {p:.1}%"
+        );
+    }
+}
+
+#[test]
+fn folded_format_is_exact_and_starts_with_comm() {
+    root_or_skip!();
+    let _g = exclusive();
+    let bin = fixture("threads");
+    let (lines, stderr, status) = folded_of(&["-F", "499"], &[bin.to_str().unwrap(), "1"]);
+    assert!(status.success(), "{stderr}");
+    // Threads are named by pthread_setname_np: the first frame is the comm.
+    assert!(with_frame(&lines, "alpha", "alpha_spin") > 100, "{lines:?}");
+    assert!(with_frame(&lines, "beta", "beta_spin") > 100, "{lines:?}");
+    assert_eq!(with_frame(&lines, "alpha", "beta_spin"), 0);
+    assert_eq!(with_frame(&lines, "beta", "alpha_spin"), 0);
+    // Identical lines are merged: each stack text appears once.
+    let mut seen = std::collections::HashSet::new();
+    for l in &lines {
+        assert!(seen.insert(l.frames.join(";")), "duplicate line {l:?}");
+    }
+}
+
+#[test]
+fn delimiter_and_kernel_annotations() {
+    root_or_skip!();
+    let _g = exclusive();
+    // dd from /dev/zero to /dev/null spends its time in the kernel.
+    let (lines, stderr, status) = folded_of(
+        &["-F", "499", "-d", "-a"],
+        &[
+            "dd",
+            "if=/dev/zero",
+            "of=/dev/null",
+            "bs=64k",
+            "count=200000",
+        ],
+    );
+    assert!(status.success(), "{stderr}");
+    let dd: Vec<&Folded> = lines.iter().filter(|l| l.frames[0] == "dd").collect();
+    let with_delim: Vec<&&Folded> = dd
+        .iter()
+        .filter(|l| l.frames.iter().any(|f| f == "-"))
+        .collect();
+    assert!(!with_delim.is_empty(), "no delimited stacks: {dd:?}");
+    for l in with_delim {
+        let at = l.frames.iter().position(|f| f == "-").unwrap();
+        assert!(
+            l.frames[1..at].iter().all(|f| !f.ends_with("_[k]")),
+            "user frame annotated: {l:?}"
+        );
+        assert!(
+            l.frames[at + 1..].iter().all(|f| f.ends_with("_[k]")),
+            "kernel frame not annotated: {l:?}"
+        );
+    }
+}
+
+#[test]
+fn user_only_and_kernel_only() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dd = [
+        "dd",
+        "if=/dev/zero",
+        "of=/dev/null",
+        "bs=64k",
+        "count=100000",
+    ];
+    let (user, _, _) = folded_of(&["-F", "499", "-U", "-a"], &dd);
+    assert!(
+        user.iter()
+            .all(|l| l.frames.iter().all(|f| !f.ends_with("_[k]"))),
+        "{user:?}"
+    );
+    let (kernel, _, _) = folded_of(&["-F", "499", "-K", "-a"], &dd);
+    let dd_lines: Vec<&Folded> = kernel.iter().filter(|l| l.frames[0] == "dd").collect();
+    assert!(!dd_lines.is_empty());
+    assert!(
+        dd_lines
+            .iter()
+            .all(|l| l.frames[1..].iter().all(|f| f.ends_with("_[k]"))),
+        "{dd_lines:?}"
+    );
+}
+
+#[test]
+fn svg_is_well_formed_and_holds_hot_frames() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("svg");
+    let svg = dir.join("flame.svg");
+    let folded = dir.join("out.folded");
+    let bin = fixture("work631");
+    let out = run(bprof()
+        .args(["-F", "499", "--svg"])
+        .arg(&svg)
+        .arg("-o")
+        .arg(&folded)
+        .arg("--")
+        .arg(&bin)
+        .arg("1"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let mut reader = quick_xml::Reader::from_str(&text);
+    let mut depth = 0i64;
+    let mut elements = 0;
+    loop {
+        match reader.read_event().expect("well-formed SVG") {
+            quick_xml::events::Event::Start(_) => {
+                depth += 1;
+                elements += 1;
+            }
+            quick_xml::events::Event::End(_) => depth -= 1,
+            quick_xml::events::Event::Eof => break,
+            _ => {}
+        }
+    }
+    assert_eq!(depth, 0, "unbalanced SVG");
+    assert!(elements > 10);
+    for f in ["heavy", "medium", "light", "main", "fx_work631"] {
+        assert!(text.contains(f), "SVG lacks {f}");
+    }
+    assert!(
+        text.contains("bprof: command"),
+        "title should say what was profiled"
+    );
+    assert!(text.contains("499 Hz"), "subtitle should give the rate");
+    // The folded file was written in the same run.
+    let lines = parse_folded(&std::fs::read_to_string(&folded).unwrap());
+    assert!(with_frame(&lines, "fx_work631", "heavy") > 0);
+}
+
+#[test]
+fn short_lived_process_is_named_after_it_exited() {
+    root_or_skip!();
+    let _g = exclusive();
+    let bin = fixture("shortlived");
+    let ready = ready_path();
+    let mut prof = bprof()
+        .args(["-F", "999", "-f", "--ready-file"])
+        .arg(&ready)
+        .arg("5")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_ready(&ready, &mut prof);
+    for _ in 0..40 {
+        assert!(Command::new(&bin).status().unwrap().success());
+    }
+    let out = prof.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let total = total_for(&lines, "fx_shortlived");
+    let named = with_frame(&lines, "fx_shortlived", "shortlived_work");
+    assert!(total > 400, "only {total} samples of the short-lived runs");
+    assert!(pct(named, total) > 80.0, "{named} of {total} samples named");
+}
+
+/// User stacks are cached by raw addresses (see user_stack_id in
+/// profile.bpf.c); when a library is swapped for another at the same
+/// addresses, the same raw stack must get the new library's names.
+#[test]
+fn a_library_swapped_in_at_the_same_address_gets_its_own_names() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("dlswap");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/dlswap_lib.c");
+    let libs: Vec<String> = ["alpha", "beta"]
+        .iter()
+        .map(|n| {
+            let lib = dir.join(format!("libdl_{n}.so"));
+            let ok = Command::new("gcc")
+                .args(["-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC"])
+                .arg(format!("-DSPIN={n}_spin"))
+                .arg("-o")
+                .arg(&lib)
+                .arg(&src)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "building {n}");
+            lib.to_string_lossy().into_owned()
+        })
+        .collect();
+    let bin = fixture("dlswap");
+    let (lines, stderr, status) = folded_of(
+        &["-F", "499"],
+        &[bin.to_str().unwrap(), "0.2", "4", &libs[0], &libs[1]],
+    );
+    assert!(status.success(), "{stderr}");
+    // The premise: both libraries were loaded at one address.
+    let bases: std::collections::BTreeSet<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with(dir.to_str().unwrap()))
+        .filter_map(|l| l.split(' ').nth(1))
+        .collect();
+    assert_eq!(
+        bases.len(),
+        1,
+        "libraries loaded at several addresses: {stderr}"
+    );
+    let total = total_for(&lines, "fx_dlswap");
+    let alpha = with_frame(&lines, "fx_dlswap", "alpha_spin");
+    let beta = with_frame(&lines, "fx_dlswap", "beta_spin");
+    assert!(total > 200, "{total} samples\n{stderr}");
+    // Each library spins half the time, and neither stack is lost (a
+    // kernel stack-trace map would bucket beta's with alpha's, by address).
+    let missed = with_frame(&lines, "fx_dlswap", "[Missed User Stack]");
+    let counts = format!("alpha {alpha}, beta {beta}, missed {missed} of {total}");
+    assert!(pct(alpha, total) > 35.0, "{counts}");
+    assert!(pct(beta, total) > 35.0, "{counts}");
+    assert_eq!(missed, 0, "{counts}");
+}
+
+#[test]
+fn command_is_followed_into_children_and_its_status_returned() {
+    root_or_skip!();
+    let _g = exclusive();
+    let forker = fixture("forker");
+    let work = fixture("work631");
+    let (lines, stderr, status) = folded_of(
+        &["-F", "499"],
+        &[forker.to_str().unwrap(), "1", work.to_str().unwrap(), "1"],
+    );
+    assert!(status.success(), "{stderr}");
+    assert!(
+        with_frame(&lines, "fx_forker", "child_work") > 50,
+        "forked child missing: {lines:?}"
+    );
+    assert!(
+        with_frame(&lines, "fx_work631", "heavy") > 50,
+        "exec'd grandchild missing: {lines:?}"
+    );
+    assert!(stderr.contains("command exited with status 0"), "{stderr}");
+
+    let (_, stderr, status) = folded_of(&[], &["sh", "-c", "exit 3"]);
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("command exited with status 3"), "{stderr}");
+}
+
+#[test]
+fn pid_sees_only_that_process() {
+    root_or_skip!();
+    let _g = exclusive();
+    let a = Workload::start(Command::new(fixture("work631")).arg("4"));
+    let b = Workload::start(Command::new(fixture("rust_work")).arg("4"));
+    let out = run(bprof().args(["-F", "499", "-f", "-p", &a.id().to_string(), "2"]));
+    drop((a, b));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(total_for(&lines, "fx_work631") > 250);
+    assert!(
+        lines.iter().all(|l| l.frames[0] == "fx_work631"),
+        "other processes leaked in: {lines:?}"
+    );
+}
+
+#[test]
+fn tid_sees_only_that_thread() {
+    root_or_skip!();
+    let _g = exclusive();
+    let mut child = Command::new(fixture("threads"))
+        .arg("4")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut tids = std::collections::HashMap::new();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    for _ in 0..2 {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let (name, tid) = line.trim().split_once(' ').unwrap();
+        tids.insert(name.to_string(), tid.to_string());
+    }
+    let out = run(bprof().args(["-F", "499", "-f", "-L", &tids["beta"], "1.5"]));
+    drop(child);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(with_frame(&lines, "beta", "beta_spin") > 80, "{lines:?}");
+    assert!(lines.iter().all(|l| l.frames[0] == "beta"), "{lines:?}");
+}
+
+#[test]
+fn cpu_list_samples_only_those_cpus() {
+    root_or_skip!();
+    let _g = exclusive();
+    // Pinned to CPU 1: sampling only CPU 0 must not see it; CPU 1 must.
+    let w = Workload::start(
+        Command::new("taskset")
+            .arg("-c")
+            .arg("1")
+            .arg(fixture("work631"))
+            .arg("4"),
+    );
+    let pid = (w.id()).to_string();
+    let on1 = run(bprof().args(["-F", "499", "-f", "-C", "1", "-p", &pid, "1"]));
+    let on0 = run(bprof().args(["-F", "499", "-f", "-C", "0", "-p", &pid, "1"]));
+    drop(w);
+    let on1 = parse_folded(&String::from_utf8_lossy(&on1.stdout));
+    let on0 = parse_folded(&String::from_utf8_lossy(&on0.stdout));
+    assert!(total_for(&on1, "fx_work631") > 150, "{on1:?}");
+    assert_eq!(total_for(&on0, "fx_work631"), 0, "{on0:?}");
+}
+
+#[test]
+fn deep_recursion_is_walked() {
+    root_or_skip!();
+    let _g = exclusive();
+    let bin = fixture("recurse");
+    let (lines, stderr, _) = folded_of(&["-F", "499"], &[bin.to_str().unwrap(), "1", "60"]);
+    let deep = lines
+        .iter()
+        .filter(|l| l.frames.last().is_some_and(|f| f == "bottom"))
+        .map(|l| l.frames.iter().filter(|f| *f == "recurse").count())
+        .max()
+        .unwrap_or(0);
+    assert_eq!(deep, 61, "{stderr}");
+}
+
+#[test]
+fn rust_names_are_demangled() {
+    root_or_skip!();
+    let _g = exclusive();
+    let bin = fixture("rust_work");
+    let (lines, stderr, _) = folded_of(&["-F", "499"], &[bin.to_str().unwrap(), "1"]);
+    assert!(
+        with_frame(&lines, "fx_rust_work", "rust_work::hot::spin_rust") > 100,
+        "{stderr}\n{lines:?}"
+    );
+    assert!(with_frame(&lines, "fx_rust_work", "rust_work::main") > 100);
+}
+
+#[test]
+fn jit_frames_named_through_perf_map() {
+    root_or_skip!();
+    let _g = exclusive();
+    let jit = Workload::start(Command::new(fixture("jit")).arg("3"));
+    let out = run(bprof().args(["-F", "499", "-f", "-p", &jit.id().to_string(), "1"]));
+    drop(jit);
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let total = total_for(&lines, "fx_jit");
+    assert!(
+        pct(with_frame(&lines, "fx_jit", "jit_spin"), total) > 80.0,
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn sigint_still_writes_every_output_and_leaves_nothing() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("sigint");
+    let svg = dir.join("flame.svg");
+    let folded = dir.join("out.folded");
+    let w = Workload::start(Command::new(fixture("work631")).arg("5"));
+    let ready = ready_path();
+    let mut child = bprof()
+        .args(["-F", "499", "-p", &w.id().to_string(), "--svg"])
+        .arg(&svg)
+        .arg("-o")
+        .arg(&folded)
+        .arg("--ready-file")
+        .arg(&ready)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_ready(&ready, &mut child);
+    // Recording time, not a barrier: the outputs must hold samples.
+    std::thread::sleep(Duration::from_millis(1000));
+    interrupt(child.id());
+    let out = child.wait_with_output().unwrap();
+    drop(w);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let lines = parse_folded(&std::fs::read_to_string(&folded).unwrap());
+    assert!(with_frame(&lines, "fx_work631", "heavy") > 50);
+    assert!(std::fs::read_to_string(&svg)
+        .unwrap()
+        .trim_end()
+        .ends_with("</svg>"));
+    assert!(
+        !bprof_programs_loaded(),
+        "BPF programs left loaded after exit"
+    );
+}
+
+#[test]
+fn default_report_lists_stacks_hottest_last() {
+    root_or_skip!();
+    let _g = exclusive();
+    let bin = fixture("work631");
+    let out = run(bprof().args(["-F", "499", "--"]).arg(&bin).arg("1"));
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let blocks: Vec<&str> = text
+        .split("\n\n")
+        .filter(|b| !b.trim().is_empty())
+        .collect();
+    let last = blocks.last().expect("a report");
+    assert!(
+        last.contains("    heavy\n"),
+        "hottest stack should be last: {last}"
+    );
+    assert!(last.contains("-                fx_work631 ("), "{last}");
+    let count: u64 = last.lines().last().unwrap().trim().parse().unwrap();
+    assert!(count > 100);
+}
+
+#[test]
+fn tiny_maps_count_and_report_every_loss() {
+    root_or_skip!();
+    let _g = exclusive();
+    let bin = fixture("recurse");
+    // Two map slots cannot hold the stacks of a whole system: losses must be
+    // counted in the kernel and reported, not silently dropped.
+    let w = Workload::start(Command::new(&bin).arg("3"));
+    let out = run(bprof().args(["-F", "999", "-f", "-I", "--stack-storage-size", "2", "1.5"]));
+    drop(w);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("samples lost: the count map was full"),
+        "{stderr}"
+    );
+    // Two user stacks fit: the rest are lost, and said to be.
+    let user_lost: u64 = stderr
+        .lines()
+        .find_map(|l| {
+            l.split(" kernel and ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no stack loss reported: {stderr}"));
+    assert!(user_lost > 0, "{stderr}");
+    // The count map is drained every tick, so more than two stacks reach
+    // the output; what did reach it adds up to the samples counted.
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let (samples, _, _) = summary_numbers(&stderr);
+    assert_eq!(
+        lines.iter().map(|l| l.count).sum::<u64>(),
+        samples,
+        "{stderr}"
+    );
+}
+
+#[test]
+fn idle_is_skipped_unless_asked() {
+    root_or_skip!();
+    let _g = exclusive();
+    // Idle is a system-wide matter: profile all CPUs of a mostly idle machine.
+    let out = run(bprof().args(["-F", "199", "-f", "-K", "1"]));
+    let no_idle = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        no_idle.iter().all(|l| !l.frames[0].starts_with("swapper")),
+        "{no_idle:?}"
+    );
+    let out = run(bprof().args(["-F", "199", "-f", "-K", "-I", "1"]));
+    let idle = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        idle.iter().any(|l| l.frames[0].starts_with("swapper")),
+        "{idle:?}"
+    );
+}
+
+#[test]
+fn binary_of_another_mount_namespace_resolves_through_proc_root() {
+    root_or_skip!();
+    let _g = exclusive();
+    // The binary exists only inside the child's private tmpfs mount, as in
+    // a container: bprof must open it through /proc/PID/root.
+    let dir = scratch("mntns");
+    let script = format!(
+        "mount -t tmpfs none {d} && cp {bin} {d}/fx_hidden && exec {d}/fx_hidden 4",
+        d = dir.display(),
+        bin = fixture("work631").display()
+    );
+    let hidden = Workload::start(Command::new("unshare").args(["-m", "sh", "-c", &script]));
+    assert!(
+        !dir.join("fx_hidden").exists(),
+        "the file must not be visible here"
+    );
+    let out = run(bprof().args(["-F", "499", "-f", "-p", &hidden.id().to_string(), "1"]));
+    drop(hidden);
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(with_frame(&lines, "fx_hidden", "heavy") > 50, "{lines:?}");
+}
+
+#[test]
+fn progress_bar_only_on_a_terminal() {
+    root_or_skip!();
+    let _g = exclusive();
+    // script(1) gives bprof a pseudo-terminal for stderr.
+    let cmd = format!("{} -F 99 -f 1.5 > /dev/null", env!("CARGO_BIN_EXE_bprof"));
+    let tty = run(Command::new("script").args(["-qec", &cmd, "/dev/null"]));
+    assert!(
+        String::from_utf8_lossy(&tty.stdout).contains("recording"),
+        "no progress bar on a terminal"
+    );
+    let piped = run(bprof().args(["-F", "99", "-f", "1"]));
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(
+        !stderr.contains("recording"),
+        "decoration on a pipe: {stderr}"
+    );
+}
+
+/// (samples, lost, unique stacks) from the summary line.
+fn summary_numbers(stderr: &str) -> (u64, u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(" unique stacks"))
+        .unwrap_or_else(|| panic!("no summary line: {stderr}"));
+    let num_before = |suffix: &str| -> u64 {
+        let at = line
+            .find(suffix)
+            .unwrap_or_else(|| panic!("no '{suffix}' in {line}"));
+        line[..at]
+            .rsplit([' ', ','])
+            .find(|w| !w.is_empty())
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("no number before '{suffix}' in {line}"))
+    };
+    let samples = line
+        .strip_prefix("bprof: ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no sample count in {line}"));
+    (samples, num_before(" lost"), num_before(" unique stacks"))
+}
+
+/// The numbers of the `-v` drains line: (drains, entries, stacks deleted).
+fn drain_numbers(stderr: &str) -> (u64, u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(" drains read "))
+        .unwrap_or_else(|| panic!("no drains line: {stderr}"));
+    let words: Vec<&str> = line.split([' ', ',', ';']).collect();
+    let before = |w: &str| -> u64 {
+        let i = words.iter().position(|x| *x == w).unwrap();
+        words[i - 1].parse().unwrap()
+    };
+    (before("drains"), before("count-map"), before("copied"))
+}
+
+/// Levels of the manystacks fixture in a line, root first: (level, bit).
+fn tree_levels(l: &Folded) -> Vec<(u32, u32)> {
+    l.frames
+        .iter()
+        .filter_map(|f| {
+            let (lv, bit) = f.strip_prefix("lv")?.split_once('_')?;
+            Some((lv.parse().ok()?, bit.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn more_than_20000_distinct_stacks_all_counted() {
+    root_or_skip!();
+    let _g = exclusive();
+    let bin = fixture("manystacks");
+    let dir = scratch("manystacks");
+    let out_file = dir.join("out.folded");
+    // 2^17 paths, two threads at 4999 Hz: nearly every sample is a new
+    // stack, more than the default 16384-entry maps hold at once.
+    let out = run(bprof()
+        .args(["-v", "-F", "4999", "-o"])
+        .arg(&out_file)
+        .args(["--", bin.to_str().unwrap(), "5", "2", "17"]));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let lines = parse_folded(&std::fs::read_to_string(&out_file).unwrap());
+    let (samples, lost, unique) = summary_numbers(&stderr);
+    assert!(unique > 20_000, "only {unique} unique stacks\n{stderr}");
+    assert_eq!(lost, 0, "{stderr}");
+    assert!(!stderr.contains("[Missed"), "{stderr}");
+    // Every counted sample is in the output, once.
+    let total: u64 = lines.iter().map(|l| l.count).sum();
+    assert_eq!(total, samples, "{stderr}");
+    let (drains, entries, _) = drain_numbers(&stderr);
+    assert!(drains >= 2 && entries >= unique, "{stderr}");
+    // The known shape: samples in leaf() sit under all 17 levels, in order,
+    // each level's bit chosen independently (so each half of lv0 ~ 50 %).
+    let fx = total_for(&lines, "fx_manystacks");
+    let in_leaf: Vec<&Folded> = lines
+        .iter()
+        .filter(|l| l.frames[0] == "fx_manystacks" && l.frames.last().is_some_and(|f| f == "leaf"))
+        .collect();
+    let leaf_total: u64 = in_leaf.iter().map(|l| l.count).sum();
+    let full: u64 = in_leaf
+        .iter()
+        .filter(|l| tree_levels(l).iter().map(|&(lv, _)| lv).eq(0..17))
+        .map(|l| l.count)
+        .sum();
+    assert!(
+        pct(full, leaf_total) >= 99.0,
+        "{full} of {leaf_total} leaf samples with all levels"
+    );
+    let half = pct(with_frame(&lines, "fx_manystacks", "lv0_0"), fx);
+    assert!((half - 50.0).abs() <= 5.0, "lv0_0 has {half:.1}%");
+
+    // perf on the same workload: the share of samples in leaf() itself.
+    let leaf_share = pct(leaf_total, fx);
+    let perf = perf_leaf_share(&bin, &dir);
+    assert!(
+        (leaf_share - perf).abs() <= 10.0,
+        "leaf: bprof {leaf_share:.1}% vs perf {perf:.1}%"
+    );
+}
+
+/// perf record -g of `manystacks 3 2 17`: the self share of leaf().
+fn perf_leaf_share(bin: &std::path::Path, dir: &std::path::Path) -> f64 {
+    let data = dir.join("perf.data");
+    perf_record(
+        &data,
+        "999",
+        &[bin.as_os_str(), "3".as_ref(), "2".as_ref(), "17".as_ref()],
+    );
+    let rep = Command::new("perf")
+        .args([
+            "report",
+            "--stdio",
+            "--no-children",
+            "-s",
+            "sym",
+            "-q",
+            "-g",
+            "none",
+            "-i",
+        ])
+        .arg(&data)
+        .output()
+        .expect("run perf report");
+    String::from_utf8_lossy(&rep.stdout)
+        .lines()
+        .filter(|l| l.split_whitespace().last() == Some("leaf"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .next()?
+                .trim_end_matches('%')
+                .parse::<f64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[test]
+fn tiny_maps_drain_at_the_fill_threshold_and_lose_nothing() {
+    root_or_skip!();
+    let _g = exclusive();
+    let bin = fixture("manystacks");
+    // 512 entries, thousands of distinct stacks: the maps are drained each
+    // time they are half full (checked every 100 ms), so nothing is lost.
+    let out = run(bprof()
+        .args(["-v", "-F", "999", "-f", "--stack-storage-size", "512", "--"])
+        .args([bin.to_str().unwrap(), "3", "1", "15"]));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let (samples, lost, unique) = summary_numbers(&stderr);
+    assert_eq!(lost, 0, "{stderr}");
+    assert!(!stderr.contains("stacks lost"), "{stderr}");
+    assert!(unique > 1500, "{stderr}");
+    assert_eq!(
+        lines.iter().map(|l| l.count).sum::<u64>(),
+        samples,
+        "{stderr}"
+    );
+    let (drains, entries, deleted) = drain_numbers(&stderr);
+    // More drains than the 1 s timer makes, and stacks removed from the
+    // kernel maps after they were copied.
+    assert!(drains > 8, "{stderr}");
+    assert!(entries >= unique && deleted > 1000, "{stderr}");
+}
+
+#[test]
+fn thousands_of_kernel_stacks_none_missed() {
+    root_or_skip!();
+    let _g = exclusive();
+    // Walking and reading a directory tree makes thousands of distinct
+    // kernel stacks: stored by content, none is dropped for sharing a hash
+    // bucket (a 16384-entry STACK_TRACE map lost some at 2-4k stacks).
+    let out = run(bprof().args(["-v", "-K", "-F", "4999", "-f", "--", "sh", "-c"]).arg(
+        "for i in 1 2 3; do find /usr -xdev > /dev/null; cat /usr/lib/x86_64-linux-gnu/*.so* > /dev/null 2>&1; done",
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let (samples, lost, _) = summary_numbers(&stderr);
+    assert_eq!(lost, 0, "{stderr}");
+    assert!(!stderr.contains("stacks lost"), "{stderr}");
+    assert!(lines
+        .iter()
+        .all(|l| l.frames.iter().all(|f| !f.starts_with("[Missed"))));
+    assert_eq!(
+        lines.iter().map(|l| l.count).sum::<u64>(),
+        samples,
+        "{stderr}"
+    );
+    let stored: u64 = stderr
+        .lines()
+        .find_map(|l| l.split("; ").nth(1)?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no stored count: {stderr}"));
+    assert!(stored > 1000, "only {stored} kernel stacks\n{stderr}");
+}
+
+#[test]
+fn user_stacks_stored_by_content_when_the_layout_cache_misses() {
+    root_or_skip!();
+    let _g = exclusive();
+    let bin = fixture("mmapchurn");
+    let out = run(bprof()
+        .args(["-v", "-U", "-F", "999", "-f", "--"])
+        .args([bin.to_str().unwrap(), "2"]));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let (samples, lost, _) = summary_numbers(&stderr);
+    assert!(samples > 1000 && lost == 0, "{stderr}");
+    let cached: u64 = stderr
+        .lines()
+        .find_map(|l| l.split("user stacks from the cache ").nth(1)?.parse().ok())
+        .unwrap_or_else(|| panic!("no cache count: {stderr}"));
+    let stored: u64 = stderr
+        .lines()
+        .find_map(|l| {
+            l.split(" user stacks stored")
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no stored count: {stderr}"));
+    // Every sample missed the layout cache, yet the same few stacks were
+    // stored once each, not once per sample.
+    assert!(cached * 10 < samples, "{stderr}");
+    assert!(stored <= 50, "{stored} user stacks stored\n{stderr}");
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        with_frame(&lines, "fx_mmapchurn", "spin") * 2 > samples,
+        "{lines:?}"
+    );
+}
