@@ -16,3 +16,4 @@ mod names;
 mod offcpu;
 mod profile;
 mod stat;
+mod unwind;
