@@ -293,11 +293,7 @@ fn collect<'a, S: UnwindSection<gimli::EndianSlice<'a, LittleEndian>>>(
         let Ok(mut table) = fde.rows(section, bases, &mut ctx) else {
             continue;
         };
-        loop {
-            let row = match table.next_row() {
-                Ok(Some(r)) => r,
-                _ => break,
-            };
+        while let Ok(Some(row)) = table.next_row() {
             let rule = if signal {
                 Row::new(0, Cfa::Signal, 0, Rbp::Same, 0)
             } else {
