@@ -48,6 +48,9 @@ struct {
 	__type(value, struct unwind_chunk);
 } unwind_maps SEC(".maps");
 
+/* A new unwind_maps chunk starts empty. */
+struct unwind_chunk unwind_zero_chunk = {};
+
 /* User registers at the sample. */
 struct uregs {
 	__u64 ip, sp, bp;
@@ -102,6 +105,34 @@ static long vma_cb(struct task_struct *task, struct vm_area_struct *vma, struct 
 		v->key.dev = inode->i_sb->s_dev;
 	}
 	return 0;
+}
+
+/* Keeps what bpf_find_vma found in unwind_maps, so the next samples of the
+ * process find it there: a forked child that never execs, or a command in
+ * the ms before user space read its mmap records, learns its mappings
+ * one per sample. User space's own view replaces the chunk when it comes. */
+static __always_inline void learn(struct unwind_ctx *c, const struct unwind_map_key *mk, const struct vma_info *v)
+{
+	struct unwind_chunk *ch = bpf_map_lookup_elem(&unwind_maps, mk);
+
+	if (!ch) {
+		bpf_map_update_elem(&unwind_maps, mk, &unwind_zero_chunk, BPF_NOEXIST);
+		ch = bpf_map_lookup_elem(&unwind_maps, mk);
+		if (!ch)
+			return;
+	}
+	for (int k = 0; k < UNWIND_CHUNK_SLOTS; k++) {
+		struct unwind_map_slot *sl = &ch->slots[k];
+
+		if (sl->end == 0) {
+			sl->start = v->start;
+			sl->off = v->off;
+			sl->file = v->key;
+			sl->end = v->end;
+			__sync_fetch_and_add(&c->st->unwind_learned, 1);
+			return;
+		}
+	}
 }
 
 /* The row of file offset `off`: the last one with pc <= off. */
@@ -178,8 +209,11 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		/* Not seen by user space yet: ask the kernel (once per run). */
 		if (err) {
 			err = bpf_find_vma(c->task, c->s->ip, vma_cb, &v, 0);
-			if (!err)
+			if (!err) {
 				__sync_fetch_and_add(&c->st->unwind_find_vma, 1);
+				if (v.key.ino)
+					learn(c, &mk, &v);
+			}
 		}
 		if (err) {
 			rec = &us->frames[n];

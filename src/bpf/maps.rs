@@ -65,6 +65,7 @@ pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
         s.unwind_fp_frames += c.unwind_fp_frames;
         s.unwind_task_regs += c.unwind_task_regs;
         s.unwind_find_vma += c.unwind_find_vma;
+        s.unwind_learned += c.unwind_learned;
     }
     Ok(s)
 }

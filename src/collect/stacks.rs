@@ -95,6 +95,8 @@ pub struct Stats {
     pub unwind_task_regs: u64,
     /// `--call-graph dwarf`: mappings found by the kernel, not the table.
     pub unwind_find_vma: u64,
+    /// `--call-graph dwarf`: of those, kept in the mapping table.
+    pub unwind_learned: u64,
 }
 
 impl Stats {

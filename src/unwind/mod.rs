@@ -67,7 +67,7 @@ pub const END_NAMES: [&str; 9] = [
 
 /// The table store and what it holds.
 pub struct Unwinder {
-    rows: *mut u8,
+    rows_fd: std::os::fd::OwnedFd,
     rows_len: usize,
     capacity: u32,
     used: u32,
@@ -90,9 +90,6 @@ pub struct Unwinder {
     bytes_read: u64,
 }
 
-// SAFETY: the mapping is owned by the Unwinder and only touched through &mut self.
-unsafe impl Send for Unwinder {}
-
 /// The kernel's dev_t of a userspace st_dev (MKDEV: major << 20 | minor).
 fn kernel_dev(st_dev: u64) -> u64 {
     let (major, minor) = (libc::major(st_dev) as u64, libc::minor(st_dev) as u64);
@@ -103,23 +100,12 @@ impl Unwinder {
     /// Maps the loaded `unwind_rows` map (created with `capacity` entries).
     pub fn new(rows_map: &impl AsFd, capacity: u32) -> Result<Unwinder> {
         let len = capacity as usize * std::mem::size_of::<table::Row>();
-        // SAFETY: mapping a BPF_F_MMAPABLE array map's fd, as bpf(2) documents;
-        // the length is the map's value area.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                rows_map.as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).context("mapping the unwind table map");
-        }
+        let rows_fd = rows_map
+            .as_fd()
+            .try_clone_to_owned()
+            .context("the unwind table map")?;
         Ok(Unwinder {
-            rows: base.cast(),
+            rows_fd,
             rows_len: len,
             capacity,
             used: 0,
@@ -282,13 +268,10 @@ impl Unwinder {
             self.no_table += 1;
         }
         let first = self.used;
-        for (i, r) in rows.iter().enumerate() {
-            let at = (first as usize + i) * 16;
-            // SAFETY: first + rows.len() <= capacity (the build's limit), so
-            // the 16 bytes lie inside the mapping.
-            unsafe {
-                std::ptr::copy_nonoverlapping(r.to_bytes().as_ptr(), self.rows.add(at), 16);
-            }
+        if let Err(e) = self.write_rows(first, &rows) {
+            self.failed
+                .insert(path.to_path_buf(), format!("unwind_rows: {e}"));
+            return None;
         }
         self.used += rows.len() as u32;
         let mut value = [0u8; 32];
@@ -355,10 +338,51 @@ impl Unwinder {
     }
 }
 
-impl Drop for Unwinder {
-    fn drop(&mut self) {
-        // SAFETY: rows/rows_len are exactly what mmap returned.
-        unsafe { libc::munmap(self.rows.cast(), self.rows_len) };
+impl Unwinder {
+    /// Writes rows at index `first` of unwind_rows through an mmap of just
+    /// the pages they cover (a mapping of the whole array would count all
+    /// of it in bprof's RSS).
+    fn write_rows(&self, first: u32, rows: &[table::Row]) -> std::io::Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let start = first as usize * 16;
+        let end = start + rows.len() * 16;
+        if end > self.rows_len {
+            return Err(std::io::Error::other("over the map's capacity"));
+        }
+        let from = start / page * page;
+        let len = end - from;
+        // SAFETY: a shared mapping of pages [from, from + len) of a
+        // BPF_F_MMAPABLE array map's value area, inside its size (checked).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.rows_fd.as_raw_fd(),
+                from as libc::off_t,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        for (i, r) in rows.iter().enumerate() {
+            // SAFETY: start - from + 16 * (i + 1) <= len: inside the mapping.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    r.to_bytes().as_ptr(),
+                    base.cast::<u8>().add(start - from + i * 16),
+                    16,
+                );
+            }
+        }
+        // SAFETY: exactly what mmap returned.
+        unsafe { libc::munmap(base, len) };
+        Ok(())
     }
 }
 
@@ -491,10 +515,12 @@ pub fn describe_ends(stats: &crate::collect::stacks::Stats) -> String {
         }
     }
     format!(
-        "bprof: dwarf unwinding: {walks} walks, {} frames ({} by frame pointer), {} from the task's saved registers; ended: {}",
+        "bprof: dwarf unwinding: {walks} walks, {} frames ({} by frame pointer), {} from the task's saved registers, {} mappings asked of the kernel ({} kept); ended: {}",
         stats.unwind_frames,
         stats.unwind_fp_frames,
         stats.unwind_task_regs,
+        stats.unwind_find_vma,
+        stats.unwind_learned,
         if parts.is_empty() { "-".to_string() } else { parts.join(", ") }
     )
 }

@@ -63,10 +63,20 @@ fn norm(f: &str) -> String {
 }
 
 /// perf's stacks (root first) and their counts.
-fn perf_stacks(dir: &Path, argv: &[String]) -> BTreeMap<Vec<String>, u64> {
+fn perf_stacks(dir: &Path, comm: &str, argv: &[String]) -> BTreeMap<Vec<String>, u64> {
     let data = dir.join("perf.data");
     let rec = Command::new("perf")
-        .args(["record", "-q", "--call-graph", "dwarf", "-F", "999", "-o"])
+        // No BPF events: perf aborts on some loaded BPF programs' info.
+        .args([
+            "record",
+            "-q",
+            "--no-bpf-event",
+            "--call-graph",
+            "dwarf",
+            "-F",
+            "999",
+            "-o",
+        ])
         .arg(&data)
         .arg("--")
         .args(argv)
@@ -86,12 +96,23 @@ fn perf_stacks(dir: &Path, argv: &[String]) -> BTreeMap<Vec<String>, u64> {
     let mut stacks = BTreeMap::new();
     for block in text.split("\n\n") {
         let mut lines = block.lines().filter(|l| !l.trim().is_empty());
-        if !lines.next().is_some_and(|h| h.starts_with("fx_unwind")) {
+        if !lines
+            .next()
+            .is_some_and(|h| h.split_whitespace().next() == Some(comm))
+        {
             continue;
         }
-        let mut frames: Vec<String> = lines
-            .filter_map(|l| l.trim().split_once(' ').map(|(_, sym)| norm(sym.trim())))
-            .collect();
+        // Inlined calls share their physical frame's address: one frame per
+        // address, named as its outermost function (bprof's symbolization
+        // shows physical frames).
+        let mut frames: Vec<(String, String)> = Vec::new();
+        for (ip, sym) in lines.filter_map(|l| l.trim().split_once(' ')) {
+            if frames.last().is_some_and(|(last, _)| last == ip) {
+                frames.pop();
+            }
+            frames.push((ip.to_string(), norm(sym.trim())));
+        }
+        let mut frames: Vec<String> = frames.into_iter().map(|(_, s)| s).collect();
         frames.reverse();
         *stacks.entry(frames).or_insert(0) += 1;
     }
@@ -99,7 +120,7 @@ fn perf_stacks(dir: &Path, argv: &[String]) -> BTreeMap<Vec<String>, u64> {
 }
 
 /// bprof's user stacks (root first) of the fixture, and the stderr.
-fn bprof_stacks(argv: &[String]) -> (BTreeMap<Vec<String>, u64>, String) {
+fn bprof_stacks(comm: &str, argv: &[String]) -> (BTreeMap<Vec<String>, u64>, String) {
     let out = run(bprof()
         .args(["-v", "-U", "-F", "999", "-f", "--call-graph", "dwarf", "--"])
         .args(argv));
@@ -120,7 +141,7 @@ fn bprof_stacks(argv: &[String]) -> (BTreeMap<Vec<String>, u64>, String) {
     assert!(summary.contains(" 0 lost"), "{summary}");
     assert_eq!(total, counted, "{stderr}");
     let mut stacks = BTreeMap::new();
-    for l in lines.iter().filter(|l| l.frames[0] == "fx_unwind") {
+    for l in lines.iter().filter(|l| l.frames[0] == comm) {
         let frames = l.frames[1..].iter().map(|f| norm(f)).collect();
         *stacks.entry(frames).or_insert(0) += l.count;
     }
@@ -144,8 +165,8 @@ fn same_as_perf(mode: &str, leaf: &[&str]) {
     if mode == "dlopen" {
         argv.push(dl.display().to_string());
     }
-    let (ours, stderr) = bprof_stacks(&argv);
-    let theirs_all = perf_stacks(&dir, &argv);
+    let (ours, stderr) = bprof_stacks("fx_unwind", &argv);
+    let theirs_all = perf_stacks(&dir, "fx_unwind", &argv);
     let (mine, n, total) = hottest(&ours);
     let (perfs, _, _) = hottest(&theirs_all);
     assert_eq!(mine, perfs, "bprof vs perf --call-graph dwarf\n{stderr}");
@@ -217,4 +238,82 @@ fn recursion_300_deep_is_walked_to_the_depth_limit_and_marked() {
     let recurse = hot.frames.iter().filter(|f| *f == "recurse").count();
     assert!(recurse >= 250, "{recurse} recurse frames");
     assert!(stderr.contains("depth limit"), "{stderr}");
+}
+
+/// How many walks ended at the outermost frame, of all walks (`-v`).
+fn rooted_walks(stderr: &str) -> (u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("dwarf unwinding:"))
+        .unwrap_or_else(|| panic!("no unwinding line: {stderr}"));
+    let num_before = |s: &str| -> u64 {
+        line.find(s)
+            .and_then(|at| line[..at].rsplit([' ', ',', ':']).find(|w| !w.is_empty()))
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(0)
+    };
+    (
+        num_before(" reached the outermost frame"),
+        num_before(" walks"),
+    )
+}
+
+/// A program without frame pointers that is not ours: its hottest stack is
+/// perf's, and nearly every walk ends at the outermost frame (counted by how
+/// walks ended: a stripped binary's `_start` has no name).
+fn other_binary_same_as_perf(comm: &str, argv: &[String], dir: &Path) {
+    let (ours, stderr) = bprof_stacks(comm, argv);
+    let theirs = perf_stacks(dir, comm, argv);
+    let (mine, _, _) = hottest(&ours);
+    let (perfs, _, _) = hottest(&theirs);
+    assert_eq!(mine, perfs, "bprof vs perf --call-graph dwarf\n{stderr}");
+    let (rooted, walks) = rooted_walks(&stderr);
+    assert!(walks > 100, "{stderr}");
+    assert!(
+        rooted * 100 >= walks * 90,
+        "{rooted} of {walks} walks rooted\n{stderr}"
+    );
+}
+
+#[test]
+fn unwind_rust_release_binary_matches_perf_dwarf() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("unwind_rust");
+    // Release without forced frame pointers: Rust's default.
+    let exe = dir.join("fx_rust_nofp");
+    let st = Command::new("rustc")
+        .args(["-O", "-g", "-o"])
+        .arg(&exe)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust_work.rs"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let argv = vec![exe.display().to_string(), "2".to_string()];
+    other_binary_same_as_perf("fx_rust_nofp", &argv, &dir);
+}
+
+#[test]
+fn unwind_debian_gzip_matches_perf_dwarf() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("unwind_gzip");
+    // 24 MB of compressible text: gzip -6 works on it for about 2 s.
+    let input = dir.join("input.txt");
+    let mut text = String::with_capacity(24 << 20);
+    let mut x: u64 = 1;
+    while text.len() < 24 << 20 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        text.push_str(["alpha ", "beta ", "gamma ", "delta\n"][(x >> 62) as usize]);
+        text.push_str(&format!("{} ", (x >> 40) % 1000));
+    }
+    std::fs::write(&input, text).unwrap();
+    let argv: Vec<String> = ["gzip", "-kf", "-6"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([input.display().to_string()])
+        .collect();
+    other_binary_same_as_perf("gzip", &argv, &dir);
 }
