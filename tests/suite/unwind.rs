@@ -96,9 +96,9 @@ fn perf_stacks(dir: &Path, comm: &str, argv: &[String]) -> BTreeMap<Vec<String>,
     let mut stacks = BTreeMap::new();
     for block in text.split("\n\n") {
         let mut lines = block.lines().filter(|l| !l.trim().is_empty());
-        if !lines
+        if lines
             .next()
-            .is_some_and(|h| h.split_whitespace().next() == Some(comm))
+            .is_none_or(|h| h.split_whitespace().next() != Some(comm))
         {
             continue;
         }
