@@ -340,21 +340,40 @@ static long hash_word(__u32 i, struct words_ctx *w)
 	return 0;
 }
 
-static long compare_word(__u32 i, struct words_ctx *w)
+/* One callback per 32-byte record (4 words): a callback costs more than
+ * the compares it holds. */
+static long compare_record(__u32 i, struct words_ctx *w)
 {
-	if (i >= USER_STACK_WORDS)
+	const struct frame_record *ra = (const void *)w->a, *rb = (const void *)w->b;
+	const __u64 *a, *b;
+
+	if (i >= BPROF_UNWIND_DEPTH + 1)
 		return 1;
-	if (w->a[i] != w->b[i]) {
+	a = (const __u64 *)&ra[i];
+	b = (const __u64 *)&rb[i];
+	if (a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3]) {
 		w->same = 0;
 		return 1;
 	}
 	return 0;
 }
 
+/* The hash of one record, as hash_word over its 4 words. */
+static __always_inline __u64 hash_record(__u64 h, const __u64 *r)
+{
+	for (int k = 0; k < 4; k++) {
+		__u64 x = r[k] * 0x9e3779b97f4a7c15ULL;
+
+		h = (h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
+	}
+	return h;
+}
+
 /* Stores the `n` bytes of records in `us` under the id of the same content
  * when stored, else under a new id. Returns the id, or a negative error
  * (-E2BIG: user_stacks is full). */
-static __always_inline __s32 intern_user_stack(struct profile_stats *st, struct user_stack *us, long n)
+static __always_inline __s32 intern_user_stack(struct profile_stats *st, struct user_stack *us, long n,
+						 const __u64 *hash)
 {
 	struct words_ctx w = { .a = (__u64 *)us->frames, .h = 0xcbf29ce484222325ULL };
 	struct user_stack *old;
@@ -365,7 +384,11 @@ static __always_inline __s32 intern_user_stack(struct profile_stats *st, struct 
 	words = n / sizeof(__u64);
 	if (words > USER_STACK_WORDS)
 		words = USER_STACK_WORDS;
-	bpf_loop(words, hash_word, &w, 0);
+	/* The unwinder hashes records as it writes them. */
+	if (hash)
+		w.h = *hash;
+	else
+		bpf_loop(words, hash_word, &w, 0);
 	idp = bpf_map_lookup_elem(&user_stack_ids, &w.h);
 	if (idp) {
 		id = *idp;
@@ -373,7 +396,7 @@ static __always_inline __s32 intern_user_stack(struct profile_stats *st, struct 
 		if (old && old->nr == us->nr) {
 			w.b = (__u64 *)old->frames;
 			w.same = 1;
-			bpf_loop(words, compare_word, &w, 0);
+			bpf_loop(words / 4, compare_record, &w, 0);
 			if (w.same)
 				return id;
 		}
@@ -404,7 +427,7 @@ static __always_inline __s32 store_user_stack(void *ctx, struct profile_stats *s
 			  BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
 	if (n <= 0)
 		return n ? n : -EFAULT;
-	return intern_user_stack(st, us, n);
+	return intern_user_stack(st, us, n, 0);
 }
 
 #include "unwind.bpf.h"
@@ -418,10 +441,12 @@ static __always_inline __s32 unwound_stack_id(struct profile_stats *st, const st
 	us = bpf_map_lookup_elem(&user_stack_scratch, &slot);
 	if (!us)
 		return -ENOMEM;
-	n = unwind_user(st, ur, us, slot);
+	__u64 hash;
+
+	n = unwind_user(st, ur, us, slot, &hash);
 	if (n <= 0)
 		return n ? n : -EFAULT;
-	return intern_user_stack(st, us, n);
+	return intern_user_stack(st, us, n, &hash);
 }
 
 /* The current task's user stack as a user_stacks id: from the cache when

@@ -69,6 +69,11 @@ struct vma_info {
 struct walk_state {
 	__u64 ip, sp, bp;
 	struct vma_info vma; /* the last mapping looked up */
+	struct unwind_file file; /* its file's unwind_files entry, when have_file */
+	__u32 have_file;
+	__u32 frames;    /* recorded */
+	__u32 fp_frames; /* of which left by frame pointer */
+	__u64 hash;      /* of the records written (hash_record) */
 	__u32 bp_valid;
 	__u32 exact; /* ip is where the frame is, not a return address */
 	__u32 end;   /* enum unwind_end + 1 once the walk ended */
@@ -221,13 +226,24 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 			__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
 			rec->offset = c->s->ip;
 			us->nr = n + 1;
+			c->s->frames++;
+			c->s->hash = hash_record(c->s->hash, (const __u64 *)rec);
 			return stop(c, err == -EBUSY ? UNWIND_END_VMA_BUSY : UNWIND_END_NO_MAPPING);
 		}
 		c->s->vma = v;
+		/* The file's entry is copied once per mapping change, not
+		 * looked up per frame. */
+		c->s->have_file = 0;
+		if (v.key.ino) {
+			file = bpf_map_lookup_elem(&unwind_files, &v.key);
+			if (file) {
+				c->s->file = *file;
+				c->s->have_file = 1;
+			}
+		}
 	}
 	off = c->s->ip - c->s->vma.start + c->s->vma.off;
-	if (c->s->vma.key.ino)
-		file = bpf_map_lookup_elem(&unwind_files, &c->s->vma.key);
+	file = c->s->have_file ? &c->s->file : 0;
 
 	rec = &us->frames[n];
 	if (file && (file->flags & UNWIND_FILE_BUILD_ID)) {
@@ -241,7 +257,8 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		rec->offset = c->s->ip;
 	}
 	us->nr = n + 1;
-	__sync_fetch_and_add(&c->st->unwind_frames, 1);
+	c->s->frames++;
+	c->s->hash = hash_record(c->s->hash, (const __u64 *)rec);
 
 	/* A return address is just past its call: its frame is the call's. */
 	lookup = c->s->exact ? off : off - 1;
@@ -262,7 +279,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		cfa = c->s->bp + 16;
 		if (read_u64(&c->s->bp, c->s->bp))
 			return stop(c, UNWIND_END_READ_FAULT);
-		__sync_fetch_and_add(&c->st->unwind_fp_frames, 1);
+		c->s->fp_frames++;
 		c->s->sp = cfa;
 		c->s->ip = ra;
 		return 0;
@@ -323,7 +340,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
  * marks an early end with a FRAME_TRUNCATED record. Returns the bytes
  * of records, or a negative error. */
 static __always_inline long unwind_user(struct profile_stats *st, const struct uregs *ur, struct user_stack *us,
-					__u32 slot)
+					__u32 slot, __u64 *hash)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct unwind_ctx c = {};
@@ -358,10 +375,13 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	c.s = s;
 	s->bp_valid = 1;
 	s->exact = 1;
+	s->hash = 0xcbf29ce484222325ULL;
 	s->vma.end = 0;
 	us->nr = 0;
 	bpf_loop(BPROF_UNWIND_DEPTH + 1, unwind_step, &c, 0);
 	end = s->end ? s->end - 1 : UNWIND_END_DEPTH;
+	__sync_fetch_and_add(&st->unwind_frames, s->frames);
+	__sync_fetch_and_add(&st->unwind_fp_frames, s->fp_frames);
 	if (end < UNWIND_END_KINDS)
 		__sync_fetch_and_add(&st->unwind_end[end], 1);
 	n = us->nr;
@@ -372,7 +392,9 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 		__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
 		rec->offset = end;
 		us->nr = n + 1;
+		s->hash = hash_record(s->hash, (const __u64 *)rec);
 	}
+	*hash = s->hash;
 	n = us->nr;
 	if (n == 0)
 		return -EFAULT;
