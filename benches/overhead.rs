@@ -92,24 +92,23 @@ fn bench_cost(work: &Path) {
     let mut first_output = vec![];
     for _ in 0..RUNS {
         base.push(measure(Command::new(work).args(["0", ROUNDS])).cpu);
+        let stats = std::env::temp_dir().join("bprof-bench-stats.json");
         let out = bprof()
-            .args(["-v", "--no-counts", "-F", "4999", "-f", "--"])
+            .args(["--no-counts", "-F", "4999", "-f", "--stats-json"])
+            .arg(&stats)
+            .arg("--")
             .arg(work)
             .args(["0", ROUNDS])
             .stdout(Stdio::null())
-            .output()
+            .stderr(Stdio::null())
+            .status()
             .unwrap();
-        let text = String::from_utf8_lossy(&out.stderr);
-        if let Some(ms) = text.lines().find_map(|l| {
-            l.split("first output at ")
-                .nth(1)?
-                .split(' ')
-                .next()?
-                .parse::<f64>()
-                .ok()
-        }) {
-            first_output.push(ms);
-        }
+        assert!(out.success(), "bprof failed");
+        first_output.push(
+            summary_of(&stats)["first_output_ms"]
+                .as_f64()
+                .expect("first_output_ms"),
+        );
         ours.push(
             measure(
                 bprof()
@@ -192,30 +191,67 @@ fn bench_cost(work: &Path) {
     );
 }
 
-/// Starts a system-wide bprof in the background and waits until it records.
-fn background_bprof(args: &[&str]) -> Child {
-    let c = bprof()
+/// The `--stats-json` summary bprof wrote.
+fn summary_of(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).expect("bprof wrote its --stats-json summary");
+    serde_json::from_str(&text).expect("valid --stats-json")
+}
+
+/// A system-wide bprof in the background, its summary going to a file.
+struct Background {
+    child: Child,
+    stats: PathBuf,
+}
+
+/// Starts a system-wide bprof and returns once it records (--ready-file).
+fn background_bprof(args: &[&str]) -> Background {
+    let dir = std::env::temp_dir();
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let (ready, stats) = (
+        dir.join(format!("bprof-bench-ready-{n}")),
+        dir.join(format!("bprof-bench-stats-{n}.json")),
+    );
+    let mut child = bprof()
         .args(args)
+        .arg("--ready-file")
+        .arg(&ready)
+        .arg("--stats-json")
+        .arg(&stats)
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    c
+    while !ready.exists() {
+        assert!(child.try_wait().unwrap().is_none(), "bprof exited early");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_file(&ready);
+    Background { child, stats }
 }
 
-fn stop(c: Child) -> String {
+/// Stops it (Ctrl-C) and returns its summary.
+fn stop(mut b: Background) -> serde_json::Value {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(b.child.id() as i32, libc::SIGINT) };
+    assert!(b.child.wait().unwrap().success(), "bprof failed");
+    let summary = summary_of(&b.stats);
+    let _ = std::fs::remove_file(&b.stats);
+    summary
+}
+
+/// Ctrl-C for a background counter (bprof stat or perf stat).
+fn interrupt(c: Child) {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-    let out = c.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stderr).to_string()
+    let _ = c.wait_with_output();
 }
 
-fn lost_of(summary: &str) -> u64 {
-    summary
-        .lines()
-        .find_map(|l| l.split(" lost,").next()?.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(u64::MAX)
+/// Samples the summary says were lost.
+fn lost_of(summary: &serde_json::Value) -> u64 {
+    summary["samples"]["lost"].as_u64().expect("samples.lost")
 }
 
 fn bench_slowdown(work: &Path) {
@@ -296,6 +332,7 @@ fn bench_rss(work: &Path) {
 fn bpf_cost(args: &[&str], work: &Path) -> f64 {
     let mut w = Command::new(work).arg("5").spawn().unwrap();
     let b = background_bprof(args);
+    // Samples to average over, not a barrier (background_bprof waited for that).
     std::thread::sleep(Duration::from_millis(1500));
     let out = Command::new("bpftool")
         .args(["prog", "show", "name", "do_sample"])
@@ -363,7 +400,7 @@ fn bench_filter_and_stat(work: &Path, pingpong: &Path) {
                 .unwrap();
             std::thread::sleep(Duration::from_millis(500));
             let wall = measure(&mut pp()).wall;
-            stop(c);
+            interrupt(c);
             wall
         };
         let mut ours_cmd = bprof();

@@ -2,9 +2,10 @@
 # Installs the system packages bprof needs to build and test (Debian/Ubuntu,
 # as root): clang for the BPF objects, libelf/zlib/pkg-config for libbpf-sys,
 # bpftool and perf for the tests' cross-checks, binutils and debuginfod
-# for the symbolization tests. Idempotent and quiet.
+# for the symbolization tests, golang-go for go tool pprof reading --pprof
+# output. Idempotent and quiet.
 set -euo pipefail
-pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc binutils bpftool linux-perf util-linux debuginfod)
+pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc binutils bpftool linux-perf util-linux debuginfod golang-go)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -165,6 +165,20 @@ pub struct ProfileArgs {
     #[arg(long = "svg", value_name = "FILE")]
     pub svg: Option<PathBuf>,
 
+    /// Write a gzipped pprof profile (profile.proto) to FILE, for go tool
+    /// pprof, Pyroscope or Parca (may be combined with -f, -o and --svg).
+    /// Frames carry their build IDs, inlined functions and source lines.
+    #[arg(long = "pprof", value_name = "FILE")]
+    pub pprof: Option<PathBuf>,
+
+    /// Write one profile every SECONDS (at least 1) for as long as bprof
+    /// runs, to files named by patterns in -o, --svg and --pprof: %t the
+    /// interval's start (UTC, 20261125T114000Z), %s the same in epoch
+    /// seconds, %n its number, %d its length in seconds, %% a '%'. E.g.
+    /// --every 10 --pprof 'out/%t.pb.gz'.
+    #[arg(long = "every", value_name = "SECONDS")]
+    pub every: Option<String>,
+
     /// Also write the summary (samples counted, lost and why, unique
     /// stacks, unknown frames) as JSON to FILE, for scripts.
     #[arg(long = "stats-json", value_name = "FILE")]

@@ -12,8 +12,6 @@
 //! the side band's mappings and the symbolizer. Everything else is crate
 //! internal.
 
-#![warn(missing_docs)]
-
 pub(crate) mod bpf;
 pub(crate) mod cli;
 pub mod collect;
@@ -23,7 +21,7 @@ pub(crate) mod fsafe;
 pub(crate) mod output;
 pub(crate) mod session;
 pub mod symbolize;
-pub mod target;
-pub mod unwind;
+pub(crate) mod target;
+pub(crate) mod unwind;
 
 pub use session::run;

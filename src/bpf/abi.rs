@@ -5,7 +5,7 @@
 use super::skel::profile::types as profile;
 use super::skel::stat::types as stat;
 
-pub(crate) use profile::{frame_record, kern_stack, sample_key, user_stack};
+pub(crate) use profile::{filter_entry, frame_record, kern_stack, sample_key, user_stack};
 pub(crate) use stat::stat_value;
 
 /// `comm` bytes, NUL included.

@@ -12,6 +12,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, ProgramInput};
 use crate::bpf::abi::{self, read_plain};
 use crate::bpf::maps::{self, TargetFrom};
 use crate::bpf::shared_counters::{Session, Shared};
+use crate::bpf::skel::stat::types::{stat_config, stat_scope};
 use crate::bpf::skel::stat::{StatSkel, StatSkelBuilder};
 use crate::events::counting::EventSpec;
 use crate::target::cgroup::CgroupId;
@@ -85,6 +86,43 @@ pub struct StatProgram<'obj> {
     pub session: Session,
 }
 
+/// Fills the program's read-only configuration; returns, per event, its
+/// BPF slot (`None` for an event this machine cannot count).
+fn configure(cfg: &mut stat_config, session: &Session, scope: &Scope) -> Vec<Option<u32>> {
+    // BPF slot i reads shared slot event_slots[i]; unsupported events
+    // take no BPF slot.
+    let mut slots = Vec::with_capacity(session.events.len());
+    let mut next = 0u32;
+    for shared in &session.events {
+        match shared {
+            Shared::Slot(s) => {
+                cfg.event_slots[next as usize] = *s;
+                slots.push(Some(next));
+                next += 1;
+            }
+            Shared::NotSupported => slots.push(None),
+        }
+    }
+    cfg.nr_cpus = session.nr_cpus;
+    cfg.nr_events = next;
+    let how = if scope.system_wide() {
+        stat_scope::STAT_SCOPE_ALL
+    } else {
+        stat_scope::STAT_SCOPE_TARGETS
+    };
+    cfg.scope = how.0 as u8;
+    cfg.match_tgid = (!scope.pids.is_empty() || scope.follow_children).into();
+    cfg.match_tid = (!scope.tids.is_empty()).into();
+    cfg.follow_children = scope.follow_children.into();
+    cfg.match_cpu = (!scope.cpus.is_empty()).into();
+    cfg.nr_cgroups = scope.cgroups.len() as u32;
+    for (i, (_, cg)) in scope.cgroups.iter().enumerate() {
+        cfg.cgroup_ids[i] = cg.id;
+        cfg.cgroup_levels[i] = cg.level;
+    }
+    slots
+}
+
 impl<'obj> StatProgram<'obj> {
     /// Joins the shared counters for `specs` and loads this session's program.
     pub fn load(
@@ -126,41 +164,13 @@ impl<'obj> StatProgram<'obj> {
             .rodata_data
             .as_deref_mut()
             .context("stat object has no .rodata")?;
-        let cfg = &mut rodata.cfg;
-        // BPF slot i reads shared slot event_slots[i]; unsupported events
-        // take no BPF slot.
-        let mut slots = Vec::with_capacity(specs.len());
-        let mut next = 0u32;
-        for shared in &session.events {
-            match shared {
-                Shared::Slot(s) => {
-                    cfg.event_slots[next as usize] = *s;
-                    slots.push(Some(next));
-                    next += 1;
-                }
-                Shared::NotSupported => slots.push(None),
-            }
-        }
-        cfg.nr_cpus = session.nr_cpus;
-        cfg.nr_events = next;
-        cfg.scope = if scope.system_wide() { 0 } else { 1 };
-        cfg.match_tgid = (!scope.pids.is_empty() || scope.follow_children).into();
-        cfg.match_tid = (!scope.tids.is_empty()).into();
-        cfg.follow_children = scope.follow_children.into();
-        cfg.match_cpu = (!scope.cpus.is_empty()).into();
-        cfg.nr_cgroups = scope.cgroups.len() as u32;
-        for (i, (_, cg)) in scope.cgroups.iter().enumerate() {
-            cfg.cgroup_ids[i] = cg.id;
-            cfg.cgroup_levels[i] = cg.level;
-        }
-        // Room for every -p / -L id given (the defaults are 65536 and 4096).
-        let fit = |n: usize, default: u32| (n as u32).max(default);
-        open.maps
-            .target_tgids
-            .set_max_entries(fit(scope.pids.len(), 65536))?;
-        open.maps
-            .target_tids
-            .set_max_entries(fit(scope.tids.len(), 4096))?;
+        let slots = configure(&mut rodata.cfg, &session, scope);
+        maps::size_targets(
+            &mut open.maps.target_tgids,
+            &mut open.maps.target_tids,
+            scope.pids.len(),
+            scope.tids.len(),
+        )?;
         if !scope.follow_children {
             open.progs.stat_follow_fork.set_autoload(false);
             open.progs.stat_arm_command.set_autoload(false);
@@ -175,22 +185,28 @@ impl<'obj> StatProgram<'obj> {
             system_wide: scope.system_wide(),
             session,
         };
+        prog.fill_targets(scope)?;
+        Ok(prog)
+    }
+
+    /// The -C CPUs, -p processes and -t threads, into the target maps.
+    fn fill_targets(&self, scope: &Scope) -> Result<()> {
         for &cpu in &scope.cpus {
-            prog.skel
+            self.skel
                 .maps
                 .counted_cpus
                 .update(&cpu.to_ne_bytes(), &[1], MapFlags::ANY)?;
         }
         for &pid in &scope.pids {
-            prog.add_tgid(pid, TargetFrom::Now)?;
+            self.add_tgid(pid, TargetFrom::Now)?;
         }
         for &tid in &scope.tids {
-            prog.skel
+            self.skel
                 .maps
                 .target_tids
                 .update(&tid.to_ne_bytes(), &[1], MapFlags::ANY)?;
         }
-        Ok(prog)
+        Ok(())
     }
 
     /// Adds a process to the targets, counted from `from` on.

@@ -19,6 +19,20 @@ pub enum TargetFrom {
     Exec,
 }
 
+/// Sizes the `target_tgids` and `target_tids` maps (bpf/targets.bpf.h) for
+/// every -p / -t id given: at least their defaults of 65536 and 4096.
+pub fn size_targets(
+    tgids: &mut libbpf_rs::OpenMapMut<'_>,
+    tids: &mut libbpf_rs::OpenMapMut<'_>,
+    nr_pids: usize,
+    nr_tids: usize,
+) -> Result<()> {
+    let fit = |n: usize, default: u32| u32::try_from(n).unwrap_or(u32::MAX).max(default);
+    tgids.set_max_entries(fit(nr_pids, 65536))?;
+    tids.set_max_entries(fit(nr_tids, 4096))?;
+    Ok(())
+}
+
 /// Adds a process to a `target_tgids` map.
 pub fn add_target_tgid(map: &dyn MapCore, tgid: u32, from: TargetFrom) -> Result<()> {
     let state = match from {
@@ -89,7 +103,9 @@ pub fn parse_user_stack(bytes: &[u8]) -> Vec<UserFrame> {
     let nr = bytes.get(..4).map_or(0, |b| {
         u32::from_ne_bytes(b.try_into().unwrap_or_default()) as usize
     });
-    let mut frames = Vec::with_capacity(nr);
+    // nr is the kernel's, but never trusted past what the bytes hold.
+    let fit = bytes.len().saturating_sub(start) / record;
+    let mut frames = Vec::with_capacity(nr.min(fit));
     for rec in bytes
         .get(start..)
         .unwrap_or_default()
@@ -123,4 +139,87 @@ pub fn comm_string(comm: &[i8]) -> String {
         .map(|&c| c as u8)
         .collect();
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpf::abi::{frame_record, plain_bytes, user_stack};
+
+    fn record(status: i32, id: u8, offset: u64) -> frame_record {
+        frame_record {
+            status,
+            build_id: [id; abi::BUILD_ID_SIZE],
+            offset,
+        }
+    }
+
+    /// `struct user_stack` bytes: nr, pad, then the records (zero-filled).
+    fn user_stack_bytes(nr: u32, records: &[frame_record]) -> Vec<u8> {
+        let mut b = vec![0u8; std::mem::size_of::<user_stack>()];
+        b[..4].copy_from_slice(&nr.to_ne_bytes());
+        let start = std::mem::offset_of!(user_stack, frames);
+        for (i, r) in records.iter().enumerate() {
+            let at = start + i * std::mem::size_of::<frame_record>();
+            b[at..at + std::mem::size_of::<frame_record>()].copy_from_slice(plain_bytes(r));
+        }
+        b
+    }
+
+    #[test]
+    fn user_stacks_decode_file_and_ip_frames_up_to_nr() {
+        let recs = [
+            record(abi::FRAME_FILE, 0x11, 0x1234),
+            record(abi::FRAME_IP, 0, 0x7f00_dead_beef),
+            record(abi::FRAME_FILE, 0x22, 0x10),
+        ];
+        let frames = parse_user_stack(&user_stack_bytes(2, &recs));
+        assert_eq!(
+            frames,
+            vec![
+                UserFrame::File {
+                    build_id: [0x11; abi::BUILD_ID_SIZE],
+                    offset: 0x1234
+                },
+                UserFrame::Ip(0x7f00_dead_beef),
+            ]
+        );
+        // An empty record ends the stack whatever nr says.
+        let frames = parse_user_stack(&user_stack_bytes(3, &[recs[0], record(0, 0, 0), recs[2]]));
+        assert_eq!(frames.len(), 1);
+        // A lying nr or truncated bytes never read past the value.
+        let bytes = user_stack_bytes(u32::MAX, &recs);
+        assert_eq!(parse_user_stack(&bytes).len(), 3);
+        assert!(parse_user_stack(&bytes[..3]).is_empty());
+        assert_eq!(parse_user_stack(&bytes[..8 + 32 + 5]).len(), 1);
+    }
+
+    #[test]
+    fn kernel_stacks_end_at_the_first_zero() {
+        let mut b = Vec::new();
+        for ip in [
+            0xffff_ffff_8100_0000u64,
+            0xffff_ffff_8200_0000,
+            0,
+            0xffff_ffff_8300_0000,
+        ] {
+            b.extend_from_slice(&ip.to_ne_bytes());
+        }
+        assert_eq!(
+            parse_kernel_stack(&b),
+            vec![0xffff_ffff_8100_0000, 0xffff_ffff_8200_0000]
+        );
+        assert!(parse_kernel_stack(&[]).is_empty());
+    }
+
+    #[test]
+    fn comm_stops_at_nul_and_survives_bad_utf8() {
+        let mut c = [0i8; abi::COMM_LEN];
+        for (i, b) in b"fx_work\xff".iter().enumerate() {
+            c[i] = *b as i8;
+        }
+        assert_eq!(comm_string(&c), "fx_work\u{fffd}");
+        let full = [b'a' as i8; abi::COMM_LEN];
+        assert_eq!(comm_string(&full).len(), abi::COMM_LEN);
+    }
 }

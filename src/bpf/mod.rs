@@ -17,12 +17,26 @@ pub(crate) mod shared_counters;
 pub(crate) mod skel {
     /// The profiler: on-CPU, off-CPU and fork-following programs.
     pub(crate) mod profile {
-        #![allow(clippy::all, unused_imports, missing_docs, unreachable_pub)]
+        #![allow(
+            clippy::all,
+            clippy::undocumented_unsafe_blocks,
+            unsafe_op_in_unsafe_fn,
+            unused_imports,
+            missing_docs,
+            unreachable_pub
+        )]
         include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
     }
     /// The shared-counter reader of `bprof stat`.
     pub(crate) mod stat {
-        #![allow(clippy::all, unused_imports, missing_docs, unreachable_pub)]
+        #![allow(
+            clippy::all,
+            clippy::undocumented_unsafe_blocks,
+            unsafe_op_in_unsafe_fn,
+            unused_imports,
+            missing_docs,
+            unreachable_pub
+        )]
         include!(concat!(env!("OUT_DIR"), "/stat.skel.rs"));
     }
 }

@@ -176,14 +176,12 @@ impl<'obj> ProfileProgram<'obj> {
         open.maps.user_stacks.set_max_entries(n)?;
         open.maps.user_stack_ids.set_max_entries(n)?;
         open.maps.user_stack_cache.set_max_entries(n)?;
-        // Room for every -p / -L id given (the defaults are 65536 and 4096).
-        let fit = |n: usize, default: u32| (n as u32).max(default);
-        open.maps
-            .target_tgids
-            .set_max_entries(fit(opts.tgids.len(), 65536))?;
-        open.maps
-            .target_tids
-            .set_max_entries(fit(opts.tids.len(), 4096))?;
+        maps::size_targets(
+            &mut open.maps.target_tgids,
+            &mut open.maps.target_tids,
+            opts.tgids.len(),
+            opts.tids.len(),
+        )?;
         if !opts.follow_children {
             open.progs.follow_fork.set_autoload(false);
             open.progs.arm_command.set_autoload(false);
@@ -371,6 +369,18 @@ impl<'obj> ProfileProgram<'obj> {
         };
         self.collector.tick(&maps, &stats);
         Ok(stats)
+    }
+
+    /// While recording with `--every`: drains now and returns the stacks
+    /// counted since the last interval (see `Collector::take_interval`).
+    pub fn interval(&mut self) -> Result<Vec<RawStack>> {
+        let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
+        let maps = collect::Maps {
+            count_slot: &self.skel.maps.count_slot,
+            kern_stacks: &self.skel.maps.kern_stacks,
+            user_stacks: &self.skel.maps.user_stacks,
+        };
+        self.collector.take_interval(&maps, &stats)
     }
 
     /// After `detach`: the last drain, then the final counters (consistent

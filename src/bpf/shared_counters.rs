@@ -329,32 +329,7 @@ impl Session {
             abi::STAT_MAX_SLOTS,
             0,
         )?;
-        let mut events = Vec::with_capacity(specs.len());
-        let mut created = 0;
-        for spec in specs {
-            let key = attr_key(spec);
-            if let Some(v) = attrs.lookup(&key, MapFlags::ANY)? {
-                events.push(Shared::Slot(u32::from_ne_bytes(
-                    v[..4].try_into().unwrap_or_default(),
-                )));
-                continue;
-            }
-            let used: Vec<u32> = attrs
-                .keys()
-                .filter_map(|k| attrs.lookup(&k, MapFlags::ANY).ok().flatten())
-                .map(|v| u32::from_ne_bytes(v[..4].try_into().unwrap_or_default()))
-                .collect();
-            let slot = (0..abi::STAT_MAX_SLOTS)
-                .find(|s| !used.contains(s))
-                .context("all shared counter slots are in use")?;
-            if open_slot(&array, spec, slot, nr_cpus, cpus)? {
-                attrs.update(&key, &slot.to_ne_bytes(), MapFlags::ANY)?;
-                created += 1;
-                events.push(Shared::Slot(slot));
-            } else {
-                events.push(Shared::NotSupported);
-            }
-        }
+        let (events, created) = claim_slots(&array, &attrs, specs, nr_cpus, cpus)?;
         let mask = events.iter().fold(0u64, |m, e| match e {
             Shared::Slot(s) => m | 1 << s,
             Shared::NotSupported => m,
@@ -385,6 +360,43 @@ impl Session {
     }
 }
 
+/// Finds each event's shared slot, opening counters for attributes no live
+/// session counts yet; returns the slots and how many this session opened.
+fn claim_slots(
+    array: &MapHandle,
+    attrs: &MapHandle,
+    specs: &[EventSpec],
+    nr_cpus: u32,
+    cpus: &[u32],
+) -> Result<(Vec<Shared>, usize)> {
+    let slot_of = |v: Vec<u8>| u32::from_ne_bytes(v[..4].try_into().unwrap_or_default());
+    let mut events = Vec::with_capacity(specs.len());
+    let mut created = 0;
+    for spec in specs {
+        let key = attr_key(spec);
+        if let Some(v) = attrs.lookup(&key, MapFlags::ANY)? {
+            events.push(Shared::Slot(slot_of(v)));
+            continue;
+        }
+        let used: Vec<u32> = attrs
+            .keys()
+            .filter_map(|k| attrs.lookup(&k, MapFlags::ANY).ok().flatten())
+            .map(slot_of)
+            .collect();
+        let slot = (0..abi::STAT_MAX_SLOTS)
+            .find(|s| !used.contains(s))
+            .context("all shared counter slots are in use")?;
+        if open_slot(array, spec, slot, nr_cpus, cpus)? {
+            attrs.update(&key, &slot.to_ne_bytes(), MapFlags::ANY)?;
+            created += 1;
+            events.push(Shared::Slot(slot));
+        } else {
+            events.push(Shared::NotSupported);
+        }
+    }
+    Ok((events, created))
+}
+
 /// Opens `spec` on every CPU into `slot`; false when the machine cannot
 /// count it at all.
 fn open_slot(
@@ -397,12 +409,7 @@ fn open_slot(
     for &cpu in cpus {
         let fd = match spec.open_on_cpu(cpu) {
             Ok(fd) => fd,
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV)
-                ) =>
-            {
+            Err(e) if crate::events::not_supported(&e) => {
                 close_slot(array, slot, nr_cpus);
                 return Ok(false);
             }

@@ -33,7 +33,7 @@ use crate::bpf::maps::{comm_string, parse_kernel_stack, parse_user_stack, Sample
 use crate::collect::stacks::{RawStack, Stats, UserFrame};
 
 /// A drain runs at least this often, so the kernel maps stay small.
-pub const DRAIN_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const DRAIN_EVERY: Duration = Duration::from_secs(1);
 
 /// Where a key's stack points, after resolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -85,7 +85,7 @@ impl<F: Eq + std::hash::Hash + Clone> Interner<F> {
 
 /// What the drains did, for `-v`.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct DrainStats {
+pub(crate) struct DrainStats {
     /// Count maps swapped out and read (the final read included).
     pub drains: u64,
     /// Count-map entries read.
@@ -100,7 +100,7 @@ pub struct DrainStats {
 }
 
 /// The maps a collector reads, borrowed from the loaded skeleton.
-pub struct Maps<'a> {
+pub(crate) struct Maps<'a> {
     /// The one-slot `ARRAY_OF_MAPS` holding the current count map.
     pub count_slot: &'a dyn MapCore,
     /// Kernel stacks by id.
@@ -110,7 +110,7 @@ pub struct Maps<'a> {
 }
 
 /// The user-space side of the count and stack maps.
-pub struct Collector {
+pub(crate) struct Collector {
     size: u32,
     want_kernel: bool,
     want_user: bool,
@@ -132,6 +132,8 @@ pub struct Collector {
     /// Count-map keys since the swap, kernel and user stacks stored, at the
     /// last tick.
     last_tick: [u64; 3],
+    /// Counts handed out by `take_interval`.
+    taken: u64,
     /// What the drains did.
     pub stats: DrainStats,
 }
@@ -178,6 +180,7 @@ impl Collector {
             merge_threads: false,
             warned: false,
             last_tick: [0; 3],
+            taken: 0,
             stats: DrainStats::default(),
         };
         let mut c = c;
@@ -423,16 +426,31 @@ impl Collector {
             .collect()
     }
 
-    /// The sum of every aggregated count.
+    /// The sum of every count drained: still aggregated, or handed out by
+    /// [`Collector::take_interval`].
     pub fn total(&self) -> u64 {
-        self.agg.values().sum()
+        self.taken + self.agg.values().sum::<u64>()
+    }
+
+    /// Ends one interval of a periodic profile (`--every`): drains the
+    /// count map now and hands out every stack aggregated since the last
+    /// interval, forgetting them, so user memory stays flat over a long
+    /// run. Stack contents stay interned (an id may be named again).
+    /// `stats`: a current reading of the kernel's counters.
+    pub fn take_interval(&mut self, maps: &Maps, stats: &Stats) -> Result<Vec<RawStack>> {
+        self.last_tick[0] = 0;
+        self.drain(maps, stats.count_keys)?;
+        let stacks = self.stacks();
+        self.taken += stacks.iter().map(|s| s.count).sum::<u64>();
+        self.agg = HashMap::new();
+        Ok(stacks)
     }
 }
 
 /// The invariant every profile ends with: what the outputs hold equals
 /// what the kernel counted (it counts samples lost to a full count map
 /// apart, and those are reported). `None` when it holds, else the message.
-pub fn check_totals(stats: &Stats, drained: u64, lines: &[(String, u64)]) -> Option<String> {
+pub(crate) fn check_totals(stats: &Stats, drained: u64, lines: &[(String, u64)]) -> Option<String> {
     let out: u64 = lines.iter().map(|(_, c)| c).sum();
     (out != stats.counted_weight || drained != stats.counted_weight).then(|| {
         format!(
@@ -443,7 +461,7 @@ pub fn check_totals(stats: &Stats, drained: u64, lines: &[(String, u64)]) -> Opt
 }
 
 /// The `-v` line about drains.
-pub fn describe(d: &DrainStats, stats: &Stats) -> String {
+pub(crate) fn describe(d: &DrainStats, stats: &Stats) -> String {
     format!(
         "{} drains read {} count-map entries; {} kernel and {} user stacks stored, {} copied and deleted from the kernel, {} distinct contents kept; {} hash collisions; {} unresolved",
         d.drains,
@@ -478,7 +496,7 @@ fn read_key(bytes: &[u8]) -> Option<SampleKey> {
 /// ends a batch at a hash bucket that does not fit), growing the buffers
 /// on ENOSPC (one bucket larger than the batch). `delete`: lookup and
 /// delete each batch.
-pub fn for_each_entry(
+pub(crate) fn for_each_entry(
     fd: BorrowedFd<'_>,
     key_size: usize,
     value_size: usize,

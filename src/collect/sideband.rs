@@ -61,7 +61,7 @@ struct Ring {
 }
 
 /// The per-CPU dummy events and their ring buffers.
-pub struct Sideband {
+pub(crate) struct Sideband {
     rings: Vec<Ring>,
     page: usize,
     /// Everything read so far.
@@ -193,6 +193,9 @@ fn u32_at(b: &[u8], off: usize) -> u32 {
 }
 
 fn parse_record(rec: &[u8], index: &mut MmapIndex) {
+    if rec.len() < 8 {
+        return;
+    }
     let kind = u32_at(rec, 0);
     let misc = u16::from_ne_bytes([rec[4], rec[5]]);
     if kind == pb::PERF_RECORD_LOST {
@@ -219,9 +222,11 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex) {
     let pid = u32_at(rec, 8);
     let name = &rec[72..];
     let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
-    // Anonymous executable memory (or a memfd) is where JITs put code.
+    // Anonymous executable memory (or a memfd) is where JITs put code; it
+    // has no file to index.
     if name.starts_with(b"//anon") || name.starts_with(b"[anon") || name.starts_with(b"/memfd:") {
         index.jit.note_jit(pid);
+        return;
     }
     // Anonymous and special mappings ([vdso], //anon) carry no file.
     if !name.starts_with(b"/") {
@@ -274,6 +279,73 @@ mod tests {
         r.extend_from_slice(&0u64.to_ne_bytes());
         r.extend_from_slice(&[0u8; 8]);
         r
+    }
+
+    /// A PERF_RECORD_MMAP2 of `name` in `pid`, with a build ID if given.
+    fn mmap2_record(pid: u32, name: &[u8], build_id: Option<&[u8]>) -> Vec<u8> {
+        let mut r = vec![0u8; 72];
+        r[..4].copy_from_slice(&pb::PERF_RECORD_MMAP2.to_ne_bytes());
+        r[8..12].copy_from_slice(&pid.to_ne_bytes());
+        if let Some(id) = build_id {
+            r[4..6].copy_from_slice(&MISC_MMAP_BUILD_ID.to_ne_bytes());
+            r[40] = id.len() as u8;
+            r[44..44 + id.len()].copy_from_slice(id);
+        }
+        r.extend_from_slice(name);
+        r.extend_from_slice(&[0u8; 8]);
+        r
+    }
+
+    #[test]
+    fn mmap2_records_are_indexed_by_build_id_or_path() {
+        let mut index = MmapIndex::default();
+        // A 20-byte GNU build ID, and a shorter one (zero-padded).
+        let long: Vec<u8> = (1..=20).collect();
+        parse_record(&mmap2_record(7, b"/usr/bin/app", Some(&long)), &mut index);
+        parse_record(
+            &mmap2_record(8, b"/lib/short.so", Some(&[0xab; 8])),
+            &mut index,
+        );
+        parse_record(&mmap2_record(9, b"/opt/noid", None), &mut index);
+        // No file: nothing to index.
+        parse_record(&mmap2_record(9, b"[vdso]", None), &mut index);
+        parse_record(&mmap2_record(9, b"//anon", None), &mut index);
+
+        let mut id = [0u8; BUILD_ID_SIZE];
+        id.copy_from_slice(&long);
+        let app = &index.by_build_id[&id];
+        assert_eq!(app.len(), 1);
+        assert!(app.contains(&Mapping {
+            pid: 7,
+            path: "/usr/bin/app".into()
+        }));
+        let mut short = [0u8; BUILD_ID_SIZE];
+        short[..8].fill(0xab);
+        assert!(index.by_build_id.contains_key(&short));
+        assert_eq!(index.by_build_id.len(), 2);
+        assert!(index.without_build_id.contains(&Mapping {
+            pid: 9,
+            path: "/opt/noid".into()
+        }));
+        assert_eq!(index.without_build_id.len(), 1);
+    }
+
+    #[test]
+    fn lost_records_are_summed_and_short_records_ignored() {
+        let mut index = MmapIndex::default();
+        let mut lost = vec![0u8; 24];
+        lost[..4].copy_from_slice(&pb::PERF_RECORD_LOST.to_ne_bytes());
+        lost[16..24].copy_from_slice(&5u64.to_ne_bytes());
+        parse_record(&lost, &mut index);
+        parse_record(&lost, &mut index);
+        assert_eq!(index.lost, 10);
+        // Truncated records of every kind: no panic, nothing indexed.
+        let full = mmap2_record(7, b"/usr/bin/app", Some(&[1; 20]));
+        for n in 0..full.len().min(73) {
+            parse_record(&full[..n], &mut index);
+        }
+        assert!(index.by_build_id.is_empty() && index.without_build_id.is_empty());
+        assert_eq!(index.lost, 10);
     }
 
     #[test]

@@ -4,6 +4,16 @@
 pub(crate) mod counting;
 pub(crate) mod sampling;
 
+/// Whether perf_event_open failed because this machine cannot count the
+/// event at all (no PMU, or not this event), rather than for a reason to
+/// report: the errno set perf itself reads as `<not supported>`.
+pub(crate) fn not_supported(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV)
+    )
+}
+
 /// What a session counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {

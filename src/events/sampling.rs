@@ -144,10 +144,7 @@ pub fn open_sampling(event: Event, rate: Rate, cpus: &[u32]) -> Result<(Event, V
 
 fn no_pmu(e: &anyhow::Error) -> bool {
     e.downcast_ref::<io::Error>()
-        .and_then(io::Error::raw_os_error)
-        .is_some_and(|code| {
-            code == libc::ENOENT || code == libc::EOPNOTSUPP || code == libc::ENODEV
-        })
+        .is_some_and(super::not_supported)
 }
 
 fn open_on_cpus(event: Event, rate: Rate, cpus: &[u32]) -> Result<Vec<OwnedFd>> {

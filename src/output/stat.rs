@@ -139,81 +139,98 @@ pub fn write_lines(
 ) -> io::Result<()> {
     for line in lines {
         let m = metric(line, lines, seconds);
-        match format {
-            Format::Human => {
-                let (value, unit) = value_text(line, true);
-                if let Some(ts) = prefix {
-                    write!(out, "{ts:>14.9} ")?;
-                }
-                let name = match cgroup {
-                    Some(cg) => format!("{:<24} {cg}", line.spec.name),
-                    None => line.spec.name.clone(),
-                };
-                write!(out, "{value:>18} {unit:<5}{name:<32}")?;
-                if let Some((v, u)) = m {
-                    let v = if u.starts_with("of all") {
-                        format!("{v:>8.2}%")
-                    } else {
-                        format!("{v:>8.3}")
-                    };
-                    write!(out, " # {v} {u}")?;
-                }
-                let pct = pct_running(&line.reading);
-                if line.reading.is_some() && pct < 99.995 {
-                    write!(out, "  ({pct:.2}%)")?;
-                }
-                writeln!(out)?;
-            }
-            Format::Csv(sep) => {
-                let (value, unit) = value_text(line, false);
-                let run = line.reading.map_or(0, |r| r.running);
-                let (mv, mu) = m.map_or((String::new(), ""), |(v, u)| (format!("{v:.2}"), u));
-                let mut fields = Vec::new();
-                if let Some(ts) = prefix {
-                    fields.push(format!("{ts:.9}"));
-                }
-                fields.extend([value, unit.to_string(), line.spec.name.clone()]);
-                if let Some(cg) = cgroup {
-                    fields.push(cg.to_string());
-                }
-                fields.extend([
-                    run.to_string(),
-                    format!("{:.2}", pct_running(&line.reading)),
-                    mv,
-                    mu.to_string(),
-                ]);
-                writeln!(out, "{}", fields.join(sep))?;
-            }
-            Format::Json => {
-                let (value, unit) = value_text(line, false);
-                let mut o = String::from("{");
-                if let Some(ts) = prefix {
-                    o.push_str(&format!("\"interval\" : {ts:.9}, "));
-                }
-                o.push_str(&format!(
-                    "\"counter-value\" : \"{}\", \"unit\" : \"{unit}\", \"event\" : \"{}\"",
-                    json_escape(&value),
-                    json_escape(&line.spec.name)
-                ));
-                if let Some(cg) = cgroup {
-                    o.push_str(&format!(", \"cgroup\" : \"{}\"", json_escape(cg)));
-                }
-                o.push_str(&format!(
-                    ", \"event-runtime\" : {}, \"pcnt-running\" : {:.2}",
-                    line.reading.map_or(0, |r| r.running),
-                    pct_running(&line.reading)
-                ));
-                if let Some((v, u)) = m {
-                    o.push_str(&format!(
-                        ", \"metric-value\" : \"{v:.6}\", \"metric-unit\" : \"{u}\""
-                    ));
-                }
-                o.push('}');
-                writeln!(out, "{o}")?;
-            }
-        }
+        let text = match format {
+            Format::Human => human_line(line, m, prefix, cgroup),
+            Format::Csv(sep) => csv_line(line, m, prefix, cgroup, sep),
+            Format::Json => json_line(line, m, prefix, cgroup),
+        };
+        writeln!(out, "{text}")?;
     }
     Ok(())
+}
+
+/// A derived metric: its value and unit.
+type Metric = Option<(f64, &'static str)>;
+
+fn human_line(line: &Line<'_>, m: Metric, prefix: Option<f64>, cgroup: Option<&str>) -> String {
+    let (value, unit) = value_text(line, true);
+    let mut o = String::new();
+    if let Some(ts) = prefix {
+        o.push_str(&format!("{ts:>14.9} "));
+    }
+    let name = match cgroup {
+        Some(cg) => format!("{:<24} {cg}", line.spec.name),
+        None => line.spec.name.clone(),
+    };
+    o.push_str(&format!("{value:>18} {unit:<5}{name:<32}"));
+    if let Some((v, u)) = m {
+        let v = if u.starts_with("of all") {
+            format!("{v:>8.2}%")
+        } else {
+            format!("{v:>8.3}")
+        };
+        o.push_str(&format!(" # {v} {u}"));
+    }
+    let pct = pct_running(&line.reading);
+    if line.reading.is_some() && pct < 99.995 {
+        o.push_str(&format!("  ({pct:.2}%)"));
+    }
+    o
+}
+
+fn csv_line(
+    line: &Line<'_>,
+    m: Metric,
+    prefix: Option<f64>,
+    cgroup: Option<&str>,
+    sep: &str,
+) -> String {
+    let (value, unit) = value_text(line, false);
+    let run = line.reading.map_or(0, |r| r.running);
+    let (mv, mu) = m.map_or((String::new(), ""), |(v, u)| (format!("{v:.2}"), u));
+    let mut fields = Vec::new();
+    if let Some(ts) = prefix {
+        fields.push(format!("{ts:.9}"));
+    }
+    fields.extend([value, unit.to_string(), line.spec.name.clone()]);
+    if let Some(cg) = cgroup {
+        fields.push(cg.to_string());
+    }
+    fields.extend([
+        run.to_string(),
+        format!("{:.2}", pct_running(&line.reading)),
+        mv,
+        mu.to_string(),
+    ]);
+    fields.join(sep)
+}
+
+fn json_line(line: &Line<'_>, m: Metric, prefix: Option<f64>, cgroup: Option<&str>) -> String {
+    let (value, unit) = value_text(line, false);
+    let mut o = String::from("{");
+    if let Some(ts) = prefix {
+        o.push_str(&format!("\"interval\" : {ts:.9}, "));
+    }
+    o.push_str(&format!(
+        "\"counter-value\" : \"{}\", \"unit\" : \"{unit}\", \"event\" : \"{}\"",
+        json_escape(&value),
+        json_escape(&line.spec.name)
+    ));
+    if let Some(cg) = cgroup {
+        o.push_str(&format!(", \"cgroup\" : \"{}\"", json_escape(cg)));
+    }
+    o.push_str(&format!(
+        ", \"event-runtime\" : {}, \"pcnt-running\" : {:.2}",
+        line.reading.map_or(0, |r| r.running),
+        pct_running(&line.reading)
+    ));
+    if let Some((v, u)) = m {
+        o.push_str(&format!(
+            ", \"metric-value\" : \"{v:.6}\", \"metric-unit\" : \"{u}\""
+        ));
+    }
+    o.push('}');
+    o
 }
 
 fn json_escape(s: &str) -> String {

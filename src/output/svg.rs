@@ -55,6 +55,31 @@ impl SvgOptions {
     }
 }
 
+impl SvgOptions {
+    /// The title of one `--every` interval's graph: what, when, how long.
+    pub(crate) fn for_interval(
+        mode: Mode,
+        what: &str,
+        start: &str,
+        length: std::time::Duration,
+        total: u64,
+    ) -> Self {
+        let (kind, unit) = match mode {
+            Mode::OnCpu => ("", "samples"),
+            Mode::OffCpu => (" off-CPU time", "us"),
+            Mode::Wall => (" wall-clock time", "us"),
+        };
+        SvgOptions {
+            title: format!("bprof{kind}: {what}"),
+            subtitle: Some(format!(
+                "{start} + {:.2} s, {total} {unit}",
+                length.as_secs_f64()
+            )),
+            count_name: unit.into(),
+        }
+    }
+}
+
 /// Draws `lines` as an SVG flame graph into `out`.
 pub fn write(out: &mut dyn Write, lines: &[(String, u64)], opts: &SvgOptions) -> Result<()> {
     let mut o = Options::default();

@@ -1,6 +1,7 @@
 //! Sessions: one profile ([`profile`]) or one `bprof stat` run ([`stat`]),
 //! from validated settings to outputs and an exit code.
 
+pub(crate) mod periodic;
 pub(crate) mod profile;
 pub(crate) mod runner;
 pub(crate) mod settings;

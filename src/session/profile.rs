@@ -4,7 +4,7 @@
 use std::io::{self, IsTerminal};
 use std::mem::MaybeUninit;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use blazesym::symbolize::Symbolizer;
@@ -20,7 +20,8 @@ use crate::events::sampling::{self, Event};
 use crate::output::file::OutputFile;
 use crate::output::stat::cycles_text;
 use crate::output::summary::Summary;
-use crate::output::{folded, report, svg};
+use crate::output::{folded, pprof, report, svg};
+use crate::session::periodic::{self, Periodic};
 use crate::session::runner::{self, End, Runner};
 pub use crate::session::settings::ProfileSettings;
 use crate::symbolize;
@@ -39,6 +40,7 @@ pub struct Outcome {
 struct Files {
     folded: Option<OutputFile>,
     svg: Option<OutputFile>,
+    pprof: Option<OutputFile>,
     stats_json: Option<OutputFile>,
 }
 
@@ -46,9 +48,21 @@ impl Files {
     fn create(settings: &ProfileSettings) -> Result<Files> {
         let create =
             |p: &Option<std::path::PathBuf>| p.as_deref().map(OutputFile::create).transpose();
+        // Periodic outputs are patterns, one file per interval: each is
+        // checked now by preparing (and dropping) the first interval's.
+        let pattern = |p: &Option<std::path::PathBuf>| -> Result<Option<OutputFile>> {
+            if settings.every.is_none() {
+                return create(p);
+            }
+            if let Some(p) = p {
+                OutputFile::create(&periodic::expand(p, SystemTime::now(), 1, Duration::ZERO))?;
+            }
+            Ok(None)
+        };
         Ok(Files {
-            folded: create(&settings.folded_file)?,
-            svg: create(&settings.svg)?,
+            folded: pattern(&settings.folded_file)?,
+            svg: pattern(&settings.svg)?,
+            pprof: pattern(&settings.pprof)?,
             stats_json: create(&settings.stats_json)?,
         })
     }
@@ -63,6 +77,10 @@ struct Recorded {
     status: Option<crate::target::ExitStatus>,
     /// `--call-graph dwarf`: the `-v` line on the unwind tables.
     unwind: Option<String>,
+    /// When recording started (the pprof files' start time).
+    started_at: SystemTime,
+    /// `--every`: the intervals written so far.
+    periodic: Option<Periodic>,
 }
 
 /// Runs one profile from start to written outputs.
@@ -74,13 +92,12 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     } else {
         settings.target.cpus.clone()
     };
-
-    // BPF programs.
     let mut obj = MaybeUninit::uninit();
     let mut prog = ProfileProgram::load(&mut obj, &settings.program)?;
-    // Folded stacks and flame graphs show no thread ids.
+    // Folded stacks and flame graphs show no thread ids (pprof does).
     prog.collector.merge_threads(
-        settings.folded_stdout || settings.folded_file.is_some() || settings.svg.is_some(),
+        (settings.folded_stdout || settings.folded_file.is_some() || settings.svg.is_some())
+            && settings.pprof.is_none(),
     );
     // The command is forked first but held before exec, so its PID is a
     // target before it runs a single instruction; it counts from its exec
@@ -95,8 +112,9 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     }
     let mut sideband = Sideband::open(&cpus)?;
     sideband.index.jit.max_size = settings.max_perf_map_size;
-    let symbolizer = symbolize::symbolizer();
-    let recorded = record(
+    // Source lines and inlined functions only where an output shows them.
+    let symbolizer = symbolize::symbolizer_with(settings.pprof.is_some());
+    let mut recorded = record(
         &settings,
         &cpus,
         &mut runner,
@@ -107,7 +125,12 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
 
     // Maps → stacks.
     let t_end = Instant::now();
-    let (stats, raw) = prog.finish()?;
+    let (stats, mut raw) = prog.finish()?;
+    if let Some(p) = recorded.periodic.as_mut() {
+        // The last interval, however short.
+        let raw = std::mem::take(&mut raw);
+        p.write(&settings, recorded.event, &mut sideband.index, raw, t_end)?;
+    }
     let drains = prog.collector.stats;
     let drained_total = prog.collector.total();
     drop(prog);
@@ -115,11 +138,19 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
 
     // Stacks → symbols → outputs.
     sideband.index.jit.prepare(&raw);
-    let (stacks, sym_stats) =
-        symbolize::symbolize_with(&symbolizer, &raw, &sideband.index, settings.unknown_style);
+    let (stacks, sym_stats, frames) =
+        symbolize::symbolize_frames(&symbolizer, &raw, &sideband.index, settings.unknown_style);
     let t_sym = Instant::now();
     let lines = folded::lines(&stacks, &settings.folded);
-    let mismatch = crate::collect::check_totals(&stats, drained_total, &lines);
+    let mismatch = match &recorded.periodic {
+        // Every interval's files together.
+        Some(p) => crate::collect::check_totals(&stats, drained_total, &[(String::new(), p.total)]),
+        None => crate::collect::check_totals(&stats, drained_total, &lines),
+    };
+    let (unique_stacks, sym_stats) = match &recorded.periodic {
+        Some(p) => (p.stacks, p.sym),
+        None => (stacks.len(), sym_stats),
+    };
     let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;
     if settings.verbose {
         eprintln!(
@@ -133,7 +164,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     let summary = Summary {
         stats,
         symbols: sym_stats,
-        unique_stacks: stacks.len(),
+        unique_stacks,
         sideband_lost: sideband.index.lost,
         event: recorded.event,
         rate: settings.rate,
@@ -144,16 +175,45 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
         interrupted: recorded.end == End::Signal,
         first_output_ms: ms(t_end, Instant::now()),
     };
-    let unwritten = write_outputs(&settings, files, &summary, &stacks, &lines, &recorded)?;
+    let unwritten = write_outputs(
+        &settings, files, &summary, &stacks, &frames, &lines, &recorded,
+    )?;
 
     sideband.index.jit.report(settings.verbose);
+    report_end(&settings, &summary, &recorded, &drains)?;
+    let exit_code = runner::exit_code(recorded.status, false);
+    if let Some(m) = mismatch {
+        bail!("{m}");
+    }
+    unwritten.report()?;
+    Ok(Outcome { exit_code })
+}
+
+/// Everything said on stderr after the outputs: refused files, periodic
+/// files, the summary, drains, unresolved stacks and the cycle counts.
+fn report_end(
+    settings: &ProfileSettings,
+    summary: &Summary,
+    recorded: &Recorded,
+    drains: &crate::collect::DrainStats,
+) -> Result<()> {
     report_refused(settings.verbose);
+    if let Some(p) = &recorded.periodic {
+        let empty = match p.empty {
+            0 => String::new(),
+            n => format!("; {n} intervals had no samples and no files"),
+        };
+        eprintln!("bprof: {} files written{empty}", p.files);
+    }
     summary.write(&mut io::stderr().lock(), settings.verbose)?;
     if settings.verbose {
-        eprintln!("bprof: {}", crate::collect::describe(&drains, &stats));
+        eprintln!(
+            "bprof: {}",
+            crate::collect::describe(drains, &summary.stats)
+        );
         if let Some(u) = &recorded.unwind {
             eprintln!("{u}");
-            eprintln!("{}", crate::unwind::describe_ends(&stats));
+            eprintln!("{}", crate::unwind::describe_ends(&summary.stats));
         }
     }
     if drains.unresolved > 0 {
@@ -165,12 +225,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     if let Some(text) = &recorded.counts {
         eprintln!("bprof: {text}");
     }
-    let exit_code = runner::exit_code(recorded.status, false);
-    if let Some(m) = mismatch {
-        bail!("{m}");
-    }
-    unwritten.report()?;
-    Ok(Outcome { exit_code })
+    Ok(())
 }
 
 /// Attaches everything, runs the target and records until the end; leaves
@@ -207,6 +262,10 @@ fn record(
         runner.child_pid(),
     )?;
     runner.start()?;
+    let started_at = SystemTime::now();
+    let mut periodic = settings
+        .every
+        .map(|every| Periodic::new(every, Instant::now(), started_at));
 
     // Record until the duration, a signal, or the target's end. The side
     // band is read every 10 ms, so a new process's unwind tables and
@@ -227,6 +286,10 @@ fn record(
             );
         }
         ticks += 1;
+        if let Some(p) = periodic.as_mut().filter(|p| !last && p.due(Instant::now())) {
+            let raw = prog.interval()?;
+            p.write(settings, event, &mut sideband.index, raw, Instant::now())?;
+        }
         if !last && ticks % 10 == 0 {
             // Drains the kernel maps before they fill; also the progress count.
             let samples = prog.tick().map(|s| s.counted).unwrap_or(0);
@@ -255,6 +318,8 @@ fn record(
         counts: counts.as_deref().and_then(cycles_text),
         status: runner.finish(end),
         unwind: unwinder.map(|u| u.report()),
+        started_at,
+        periodic,
     })
 }
 
@@ -316,12 +381,13 @@ fn snapshot_scope(settings: &ProfileSettings, child: Option<u32>) -> Option<Vec<
 /// where the samples went).
 struct Unwritten {
     folded: Option<std::path::PathBuf>,
+    pprof: Option<std::path::PathBuf>,
     svg: Option<std::path::PathBuf>,
 }
 
 impl Unwritten {
     fn report(self) -> Result<()> {
-        if let Some(path) = self.folded {
+        for path in self.folded.into_iter().chain(self.pprof) {
             eprintln!(
                 "bprof: no samples were recorded, so nothing was written to {} (left as it was)",
                 path.display()
@@ -344,11 +410,13 @@ fn write_outputs(
     files: Files,
     summary: &Summary,
     stacks: &[symbolize::Stack],
+    frames: &symbolize::Frames,
     lines: &[(String, u64)],
     recorded: &Recorded,
 ) -> Result<Unwritten> {
     let mut unwritten = Unwritten {
         folded: None,
+        pprof: None,
         svg: None,
     };
     if let Some(f) = files.folded {
@@ -367,6 +435,20 @@ fn write_outputs(
             f.commit(|w| svg::write(w, lines, &opts).map_err(io::Error::other))?;
         }
     }
+    if let Some(f) = files.pprof {
+        if lines.is_empty() {
+            unwritten.pprof = Some(f.path().to_path_buf());
+        } else {
+            let meta = pprof_meta(
+                settings,
+                recorded.event,
+                recorded.started_at,
+                recorded.elapsed,
+            );
+            let profile = pprof::build(stacks, frames, &settings.folded, &meta);
+            f.commit(|w| pprof::write(w, &profile))?;
+        }
+    }
     if let Some(f) = files.stats_json {
         f.commit(|w| {
             serde_json::to_writer_pretty(&mut *w, &summary.json())?;
@@ -377,10 +459,65 @@ fn write_outputs(
         folded::write(&mut io::stdout().lock(), lines)
             .context("writing folded stacks to stdout")?;
     }
-    if !settings.folded_stdout && settings.folded_file.is_none() && settings.svg.is_none() {
+    if !settings.folded_stdout
+        && settings.folded_file.is_none()
+        && settings.svg.is_none()
+        && settings.pprof.is_none()
+    {
         report::write(&mut io::stdout().lock(), stacks, None).context("writing the report")?;
     }
     Ok(unwritten)
+}
+
+/// What a pprof file says about the profile besides its stacks.
+pub(crate) fn pprof_meta(
+    settings: &ProfileSettings,
+    event: Event,
+    start: SystemTime,
+    elapsed: Duration,
+) -> pprof::Meta {
+    use crate::bpf::profile::Mode;
+    use crate::events::sampling::Rate;
+    let kind = match settings.program.mode {
+        Mode::OffCpu => pprof::Kind::OffCpu,
+        Mode::Wall => pprof::Kind::Wall,
+        // Timer events count nanoseconds: a sample is worth its period.
+        Mode::OnCpu => match (event, settings.rate) {
+            (Event::CpuClock | Event::TaskClock, Rate::Frequency(hz)) => pprof::Kind::CpuTime {
+                period_ns: 1_000_000_000 / hz.max(1),
+            },
+            (Event::CpuClock | Event::TaskClock, Rate::Period(n)) => {
+                pprof::Kind::CpuTime { period_ns: n }
+            }
+            (e, Rate::Period(n)) => pprof::Kind::Events {
+                event: e.to_string(),
+                period: Some(n),
+            },
+            (e, Rate::Frequency(_)) => pprof::Kind::Events {
+                event: e.to_string(),
+                period: None,
+            },
+        },
+    };
+    let how = match settings.program.mode {
+        Mode::OffCpu => "off-CPU time".to_string(),
+        Mode::Wall => format!(
+            "wall-clock time: {event} at {} plus off-CPU time",
+            settings.rate
+        ),
+        Mode::OnCpu => format!("{event} at {}", settings.rate),
+    };
+    pprof::Meta {
+        kind,
+        start,
+        duration: elapsed,
+        comments: vec![format!(
+            "bprof {}: {}, {how}",
+            env!("CARGO_PKG_VERSION"),
+            settings.target.describe()
+        )],
+        kernel_build_id: pprof::kernel_build_id(),
+    }
 }
 
 /// Files refused as malformed: named with -v, counted otherwise.

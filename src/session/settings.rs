@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::bpf::abi::filter_entry;
 use crate::bpf::profile::{Mode, ProfileOptions};
 use crate::cli::{ProfileArgs, TargetArgs};
 use crate::events::sampling::{self, Event, Rate};
@@ -40,6 +41,10 @@ pub struct ProfileSettings {
     pub folded_file: Option<PathBuf>,
     /// Write the flame graph here.
     pub svg: Option<PathBuf>,
+    /// Write a pprof profile here.
+    pub pprof: Option<PathBuf>,
+    /// `--every`: one set of output files per interval.
+    pub every: Option<Duration>,
     /// Created once recording begins (`--ready-file`).
     pub ready_file: Option<PathBuf>,
     /// Write the summary as JSON here (`--stats-json`).
@@ -67,64 +72,193 @@ impl ProfileSettings {
         if !target.command.is_empty() && (!target.pids.is_empty() || !target.tids.is_empty()) {
             bail!("a COMMAND cannot be combined with -p or -L");
         }
-
-        let rate = match (&cli.frequency, &cli.count) {
-            (_, Some(c)) => {
-                let n = parse_u64(c, "period")?;
-                if n == 0 {
-                    bail!("invalid period '0': must be at least 1");
-                }
-                // The kernel refuses periods with the top bit set.
-                if n >= 1 << 63 {
-                    bail!("invalid period '{c}' (-c): must be below 2^63");
-                }
-                Rate::Period(n)
-            }
-            (Some(f), None) => {
-                let hz = parse_u64(f, "frequency")?;
-                let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok())
-                    .unwrap_or(100_000);
-                if hz == 0 || hz > max {
-                    bail!("invalid frequency '{f}': must be between 1 and {max} Hz (perf_event_max_sample_rate)");
-                }
-                Rate::Frequency(hz)
-            }
-            (None, None) => Rate::Frequency(DEFAULT_HZ),
-        };
-        let mode = match (cli.off_cpu, cli.wall) {
-            (true, _) => Mode::OffCpu,
-            (_, true) => Mode::Wall,
-            _ => Mode::OnCpu,
-        };
-        if mode == Mode::OffCpu
-            && (cli.frequency.is_some() || cli.count.is_some() || cli.event.is_some())
-        {
-            bail!("--off-cpu takes no samples, so -F, -c and -e do not apply (use --wall for on-CPU samples and off-CPU time)");
+        let rate = rate_of(&cli)?;
+        let (mode, event) = mode_and_event(&cli, rate)?;
+        let blocks = BlockOptions::of(&cli, mode)?;
+        let stack_storage_size = stack_storage_size(&cli.stack_storage_size)?;
+        let every = outputs(&cli)?;
+        let filter = filter_entries(&cli.filter, mode)?;
+        let max_perf_map_size = parse_u64(&cli.max_perf_map_size, "--max-perf-map-size")?;
+        let kernel_stacks = !cli.user_stacks_only;
+        let user_stacks = !cli.kernel_stacks_only;
+        let call_graph = crate::unwind::CallGraph::parse(&cli.call_graph)?;
+        let unwind_rows = parse_u64(&cli.unwind_rows, "--unwind-rows")?;
+        if unwind_rows == 0 || unwind_rows > crate::unwind::MAX_ROWS as u64 {
+            bail!(
+                "invalid --unwind-rows '{}': expected 1 to {}",
+                cli.unwind_rows,
+                crate::unwind::MAX_ROWS
+            );
         }
-        let event = match (&cli.event, mode) {
-            (Some(e), Mode::Wall) => match Event::parse(e)? {
-                ev @ (Event::CpuClock | Event::TaskClock) => ev,
-                other => {
-                    bail!("--wall counts time, so it samples cpu-clock or task-clock, not {other}")
-                }
+        Ok(ProfileSettings {
+            program: ProfileOptions {
+                kernel_stacks,
+                user_stacks,
+                include_idle: cli.include_idle,
+                stack_storage_size,
+                tgids: target.pids.clone(),
+                tids: target.tids.clone(),
+                follow_children: !target.command.is_empty(),
+                filter,
+                mode,
+                kernel_threads: cli.kernel_threads,
+                call_graph,
+                unwind_rows: unwind_rows as u32,
+                min_block_ns: blocks.min_ns,
+                max_block_ns: blocks.max_ns,
             },
-            (None, Mode::Wall) => Event::CpuClock,
-            (Some(e), _) => Event::parse(e)?,
-            (None, _) => Event::Cycles,
-        };
-        if mode == Mode::Wall && matches!(rate, Rate::Period(_)) {
-            bail!("--wall needs a frequency (-F), not a period (-c)");
+            stack_skip: blocks.stack_skip,
+            target,
+            event,
+            rate,
+            duration,
+            folded: folded::FoldedOptions {
+                delimiter: cli.delimited,
+                annotate_kernel: cli.annotations,
+                kernel_stacks,
+                user_stacks,
+                mark_off_cpu: mode == Mode::Wall,
+            },
+            folded_stdout: cli.folded && cli.output.is_none(),
+            folded_file: cli.output,
+            svg: cli.svg,
+            pprof: cli.pprof,
+            every,
+            stats_json: cli.stats_json,
+            ready_file: cli.target.ready_file.clone(),
+            verbose: cli.verbose > 0,
+            counts: !cli.no_counts,
+            max_perf_map_size,
+            unknown_style: if cli.unknown_as_module {
+                crate::symbolize::UnknownStyle::Module
+            } else {
+                crate::symbolize::UnknownStyle::Offset
+            },
+        })
+    }
+}
+
+/// The output files: no two the same; with `--every`, patterns (one file
+/// per interval). Returns the interval.
+fn outputs(cli: &ProfileArgs) -> Result<Option<Duration>> {
+    let named = [
+        ("-o", &cli.output),
+        ("--svg", &cli.svg),
+        ("--pprof", &cli.pprof),
+    ];
+    for (i, (na, a)) in named.iter().enumerate() {
+        for (nb, b) in &named[i + 1..] {
+            if let (Some(a), Some(b)) = (a, b) {
+                if crate::output::file::same_file(a, b) {
+                    bail!(
+                        "{na} {} and {nb} {} are the same file",
+                        a.display(),
+                        b.display()
+                    );
+                }
+            }
         }
+    }
+    let Some(text) = &cli.every else {
+        return Ok(None);
+    };
+    let every = seconds(text, "--every", 1.0)?;
+    if every < Duration::from_secs(1) {
+        bail!("invalid --every '{text}': at least 1 second");
+    }
+    if cli.folded && cli.output.is_none() {
+        bail!("--every writes files: give -o FILE (with %t) instead of -f");
+    }
+    let mut any = false;
+    for (name, p) in named {
+        if let Some(p) = p {
+            crate::session::periodic::check_pattern(name, p)?;
+            any = true;
+        }
+    }
+    if !any {
+        bail!(
+            "--every writes files: give -o, --svg or --pprof with a pattern such as 'out/%t.pb.gz'"
+        );
+    }
+    Ok(Some(every))
+}
+
+/// `-F` or `-c`, bounded as the kernel bounds them.
+fn rate_of(cli: &ProfileArgs) -> Result<Rate> {
+    Ok(match (&cli.frequency, &cli.count) {
+        (_, Some(c)) => {
+            let n = parse_u64(c, "period")?;
+            if n == 0 {
+                bail!("invalid period '0': must be at least 1");
+            }
+            // The kernel refuses periods with the top bit set.
+            if n >= 1 << 63 {
+                bail!("invalid period '{c}' (-c): must be below 2^63");
+            }
+            Rate::Period(n)
+        }
+        (Some(f), None) => {
+            let hz = parse_u64(f, "frequency")?;
+            let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .unwrap_or(100_000);
+            if hz == 0 || hz > max {
+                bail!("invalid frequency '{f}': must be between 1 and {max} Hz (perf_event_max_sample_rate)");
+            }
+            Rate::Frequency(hz)
+        }
+        (None, None) => Rate::Frequency(DEFAULT_HZ),
+    })
+}
+
+/// On-CPU, off-CPU or wall, and the event sampled: `--wall` samples time.
+fn mode_and_event(cli: &ProfileArgs, rate: Rate) -> Result<(Mode, Event)> {
+    let mode = match (cli.off_cpu, cli.wall) {
+        (true, _) => Mode::OffCpu,
+        (_, true) => Mode::Wall,
+        _ => Mode::OnCpu,
+    };
+    if mode == Mode::OffCpu
+        && (cli.frequency.is_some() || cli.count.is_some() || cli.event.is_some())
+    {
+        bail!("--off-cpu takes no samples, so -F, -c and -e do not apply (use --wall for on-CPU samples and off-CPU time)");
+    }
+    let event = match (&cli.event, mode) {
+        (Some(e), Mode::Wall) => match Event::parse(e)? {
+            ev @ (Event::CpuClock | Event::TaskClock) => ev,
+            other => {
+                bail!("--wall counts time, so it samples cpu-clock or task-clock, not {other}")
+            }
+        },
+        (None, Mode::Wall) => Event::CpuClock,
+        (Some(e), _) => Event::parse(e)?,
+        (None, _) => Event::Cycles,
+    };
+    if mode == Mode::Wall && matches!(rate, Rate::Period(_)) {
+        bail!("--wall needs a frequency (-F), not a period (-c)");
+    }
+    Ok((mode, event))
+}
+
+/// The off-CPU options, which only `--off-cpu` and `--wall` take.
+struct BlockOptions {
+    min_ns: u64,
+    max_ns: u64,
+    stack_skip: Option<u32>,
+}
+
+impl BlockOptions {
+    fn of(cli: &ProfileArgs, mode: Mode) -> Result<BlockOptions> {
         let micros = |s: &Option<String>, what: &str| -> Result<u64> {
             s.as_deref().map_or(Ok(0), |v| {
                 parse_u64(v, what).map(|us| us.saturating_mul(1000))
             })
         };
-        let min_block_ns = micros(&cli.min_block, "--min-block")?;
-        let max_block_ns = micros(&cli.max_block, "--max-block")?;
-        if max_block_ns != 0 && max_block_ns < min_block_ns {
+        let min_ns = micros(&cli.min_block, "--min-block")?;
+        let max_ns = micros(&cli.max_block, "--max-block")?;
+        if max_ns != 0 && max_ns < min_ns {
             bail!("--max-block must not be below --min-block");
         }
         if !mode.off_cpu()
@@ -145,97 +279,47 @@ impl ProfileSettings {
             }
             None => None,
         };
-        let stack_storage_size = parse_u64(&cli.stack_storage_size, "--stack-storage-size")?;
-        if stack_storage_size == 0 || stack_storage_size * MAP_BYTES_PER_ENTRY > MAX_MAP_BYTES {
-            bail!(
-                "invalid --stack-storage-size '{stack_storage_size}': must be between 1 and {} (each entry can take up to {} KiB of kernel memory, and bprof takes at most {} MiB)",
-                MAX_MAP_BYTES / MAP_BYTES_PER_ENTRY,
-                MAP_BYTES_PER_ENTRY / 1024,
-                MAX_MAP_BYTES >> 20
-            );
-        }
-        if let (Some(a), Some(b)) = (&cli.output, &cli.svg) {
-            if crate::output::file::same_file(a, b) {
-                bail!(
-                    "-o {} and --svg {} are the same file",
-                    a.display(),
-                    b.display()
-                );
-            }
-        }
-        let filter = crate::filter::parse_all(&cli.filter)?;
-        if mode.off_cpu() {
-            // Off-CPU time has no sampled ip or period.
-            if let Some(t) = filter
-                .terms()
-                .find(|t| matches!(t, Term::Ip | Term::Period | Term::Mode))
-            {
-                bail!(
-                    "filter term '{}' does not apply to off-CPU time (--off-cpu, --wall)",
-                    t.name()
-                );
-            }
-        }
-        let filter_entries = if filter.is_empty() {
-            Vec::new()
-        } else {
-            crate::bpf::profile::compile_filter(&filter)?
-        };
-        let max_perf_map_size = parse_u64(&cli.max_perf_map_size, "--max-perf-map-size")?;
-        let kernel_stacks = !cli.user_stacks_only;
-        let user_stacks = !cli.kernel_stacks_only;
-        let call_graph = crate::unwind::CallGraph::parse(&cli.call_graph)?;
-        let unwind_rows = parse_u64(&cli.unwind_rows, "--unwind-rows")?;
-        if unwind_rows == 0 || unwind_rows > crate::unwind::MAX_ROWS as u64 {
-            bail!(
-                "invalid --unwind-rows '{}': expected 1 to {}",
-                cli.unwind_rows,
-                crate::unwind::MAX_ROWS
-            );
-        }
-        Ok(ProfileSettings {
-            program: ProfileOptions {
-                kernel_stacks,
-                user_stacks,
-                include_idle: cli.include_idle,
-                stack_storage_size: stack_storage_size as u32,
-                tgids: target.pids.clone(),
-                tids: target.tids.clone(),
-                follow_children: !target.command.is_empty(),
-                filter: filter_entries,
-                mode,
-                kernel_threads: cli.kernel_threads,
-                call_graph,
-                unwind_rows: unwind_rows as u32,
-                min_block_ns,
-                max_block_ns,
-            },
+        Ok(BlockOptions {
+            min_ns,
+            max_ns,
             stack_skip,
-            target,
-            event,
-            rate,
-            duration,
-            folded: folded::FoldedOptions {
-                delimiter: cli.delimited,
-                annotate_kernel: cli.annotations,
-                kernel_stacks,
-                user_stacks,
-                mark_off_cpu: mode == Mode::Wall,
-            },
-            folded_stdout: cli.folded && cli.output.is_none(),
-            folded_file: cli.output,
-            svg: cli.svg,
-            stats_json: cli.stats_json,
-            ready_file: cli.target.ready_file.clone(),
-            verbose: cli.verbose > 0,
-            counts: !cli.no_counts,
-            max_perf_map_size,
-            unknown_style: if cli.unknown_as_module {
-                crate::symbolize::UnknownStyle::Module
-            } else {
-                crate::symbolize::UnknownStyle::Offset
-            },
         })
+    }
+}
+
+/// `--stack-storage-size`, bounded so the maps fit in [`MAX_MAP_BYTES`].
+fn stack_storage_size(text: &str) -> Result<u32> {
+    let n = parse_u64(text, "--stack-storage-size")?;
+    if n == 0 || n.saturating_mul(MAP_BYTES_PER_ENTRY) > MAX_MAP_BYTES {
+        bail!(
+            "invalid --stack-storage-size '{n}': must be between 1 and {} (each entry can take up to {} KiB of kernel memory, and bprof takes at most {} MiB)",
+            MAX_MAP_BYTES / MAP_BYTES_PER_ENTRY,
+            MAP_BYTES_PER_ENTRY / 1024,
+            MAX_MAP_BYTES >> 20
+        );
+    }
+    Ok(n as u32)
+}
+
+/// `--filter`s parsed, checked against the mode and compiled to map entries.
+fn filter_entries(filters: &[String], mode: Mode) -> Result<Vec<filter_entry>> {
+    let filter = crate::filter::parse_all(filters)?;
+    if mode.off_cpu() {
+        // Off-CPU time has no sampled ip or period.
+        if let Some(t) = filter
+            .terms()
+            .find(|t| matches!(t, Term::Ip | Term::Period | Term::Mode))
+        {
+            bail!(
+                "filter term '{}' does not apply to off-CPU time (--off-cpu, --wall)",
+                t.name()
+            );
+        }
+    }
+    if filter.is_empty() {
+        Ok(Vec::new())
+    } else {
+        crate::bpf::profile::compile_filter(&filter)
     }
 }
 
@@ -306,3 +390,95 @@ pub const MAP_BYTES_PER_ENTRY: u64 = {
 
 /// The most kernel memory bprof's maps may take: 1 GiB.
 pub const MAX_MAP_BYTES: u64 = 1 << 30;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Cli;
+    use clap::Parser;
+
+    fn settings(args: &[&str]) -> Result<ProfileSettings> {
+        let cli = Cli::try_parse_from(std::iter::once("bprof").chain(args.iter().copied()))
+            .map_err(|e| anyhow!("{e}"))?;
+        ProfileSettings::from_cli(cli.profile)
+    }
+
+    fn refused(args: &[&str], want: &str) {
+        let e = format!("{:#}", settings(args).expect_err("refused"));
+        assert!(e.contains(want), "{args:?}: {e}");
+        assert!(!e.contains('\n'), "{args:?}: one line: {e}");
+    }
+
+    #[test]
+    fn defaults_and_flags_become_settings() {
+        let s = settings(&["-F", "99", "-U", "-d", "--stats-json", "s.json", "2.5"]).unwrap();
+        assert_eq!(s.rate, Rate::Frequency(99));
+        assert_eq!(s.duration, Some(Duration::from_millis(2500)));
+        assert!(!s.program.kernel_stacks && s.program.user_stacks);
+        assert!(s.folded.delimiter);
+        assert_eq!(s.stats_json, Some(PathBuf::from("s.json")));
+        let s = settings(&["--wall", "-L", "1"]).unwrap();
+        assert_eq!(s.program.mode, Mode::Wall);
+        assert_eq!(s.event, Event::CpuClock);
+        assert_eq!(s.target.tids, vec![1]);
+        assert_eq!(settings(&[]).unwrap().rate, Rate::Frequency(DEFAULT_HZ));
+    }
+
+    #[test]
+    fn contradictions_are_refused_in_one_line() {
+        refused(&["--off-cpu", "-F", "99"], "--off-cpu takes no samples");
+        refused(&["--wall", "-c", "1000"], "--wall needs a frequency");
+        refused(&["--wall", "-e", "cycles"], "--wall counts time");
+        refused(&["--min-block", "10"], "need --off-cpu or --wall");
+        refused(
+            &["--off-cpu", "--min-block", "10", "--max-block", "5"],
+            "--max-block must not be below --min-block",
+        );
+        refused(
+            &["--off-cpu", "--filter", "ip > 0"],
+            "does not apply to off-CPU",
+        );
+        refused(&["-p", "1", "--", "true"], "cannot be combined with -p");
+        refused(&["-o", "same", "--svg", "./same"], "are the same file");
+        refused(&["--pprof", "same", "--svg", "./same"], "are the same file");
+        refused(&["--every", "10", "--pprof", "a.pb.gz"], "its own file");
+        refused(&["--every", "10", "-f"], "-o FILE");
+        refused(&["--every", "0.5", "-o", "%t"], "at least 1 second");
+        refused(&["--stack-skip", "256", "--off-cpu"], "at most 255");
+    }
+
+    #[test]
+    fn numbers_are_bounded_before_use() {
+        refused(&["-c", "0"], "invalid period '0'");
+        refused(&["-c", "9223372036854775808"], "below 2^63");
+        refused(&["-F", "0"], "invalid frequency '0'");
+        refused(
+            &["--stack-storage-size", "0"],
+            "invalid --stack-storage-size",
+        );
+        let max = MAX_MAP_BYTES / MAP_BYTES_PER_ENTRY;
+        assert!(settings(&["--stack-storage-size", &max.to_string()]).is_ok());
+        refused(
+            &["--stack-storage-size", &(max + 1).to_string()],
+            "invalid --stack-storage-size",
+        );
+        refused(&["nan"], "invalid duration 'nan'");
+        refused(&["1e30"], "invalid duration '1e30'");
+        refused(&["-p", "0"], "PID");
+    }
+
+    #[test]
+    fn seconds_are_finite_positive_and_at_most_a_year() {
+        assert_eq!(
+            seconds("0.5", "x", 1.0).unwrap(),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            seconds("250", "x", 0.001).unwrap(),
+            Duration::from_millis(250)
+        );
+        for bad in ["0", "-1", "inf", "NaN", "", "1 s", "31536001"] {
+            assert!(seconds(bad, "x", 1.0).is_err(), "{bad}");
+        }
+    }
+}

@@ -152,33 +152,7 @@ pub fn run(s: StatSettings) -> Result<i32> {
     let online = sampling::online_cpus()?;
     let mut obj = MaybeUninit::uninit();
     let mut prog = StatProgram::load(&mut obj, &s.pin_dir, &s.events, &s.scope, &online)?;
-    let unsupported: Vec<&EventSpec> = s
-        .events
-        .iter()
-        .zip(&prog.session.events)
-        .filter(|(_, sh)| **sh == Shared::NotSupported)
-        .map(|(e, _)| e)
-        .collect();
-    if !unsupported.is_empty() {
-        let names: Vec<&str> = unsupported.iter().map(|e| e.name.as_str()).collect();
-        let why = if unsupported.iter().all(|e| e.is_hardware()) {
-            " (no hardware PMU here)"
-        } else {
-            ""
-        };
-        eprintln!(
-            "bprof: cannot count {}{why}; shown as <not supported>",
-            names.join(", ")
-        );
-    }
-    if s.verbose {
-        eprintln!(
-            "bprof: sharing counters under {} ({} slots opened by this session, {} reused)",
-            s.pin_dir.display(),
-            prog.session.created,
-            s.events.len() - unsupported.len() - prog.session.created
-        );
-    }
+    report_sharing(&s, &prog);
     let mut runner = Runner::new(&s.target, s.duration, s.ready_file.as_deref())?;
     if let (Some(pid), true) = (runner.child_pid(), s.scope.follow_children) {
         prog.add_tgid(pid, TargetFrom::Exec)?;
@@ -235,6 +209,38 @@ pub fn run(s: StatSettings) -> Result<i32> {
     }
     out.flush()?;
     Ok(runner::exit_code(status, true))
+}
+
+/// Says which events cannot be counted here, and with -v how the counters
+/// are shared.
+fn report_sharing(s: &StatSettings, prog: &StatProgram) {
+    let unsupported: Vec<&EventSpec> = s
+        .events
+        .iter()
+        .zip(&prog.session.events)
+        .filter(|(_, sh)| **sh == Shared::NotSupported)
+        .map(|(e, _)| e)
+        .collect();
+    if !unsupported.is_empty() {
+        let names: Vec<&str> = unsupported.iter().map(|e| e.name.as_str()).collect();
+        let why = if unsupported.iter().all(|e| e.is_hardware()) {
+            " (no hardware PMU here)"
+        } else {
+            ""
+        };
+        eprintln!(
+            "bprof: cannot count {}{why}; shown as <not supported>",
+            names.join(", ")
+        );
+    }
+    if s.verbose {
+        eprintln!(
+            "bprof: sharing counters under {} ({} slots opened by this session, {} reused)",
+            s.pin_dir.display(),
+            prog.session.created,
+            s.events.len() - unsupported.len() - prog.session.created
+        );
+    }
 }
 
 fn diff(now: &Counts, before: &Counts) -> Counts {

@@ -35,7 +35,7 @@ pub fn read(path: &Path) -> Option<BuildId> {
 /// that ID, then every other file known to have been mapped (side band
 /// records without an ID, the start-up snapshot, the live processes' maps),
 /// each read once, then the system's debug directory.
-pub struct FileFinder<'a> {
+pub(crate) struct FileFinder<'a> {
     index: &'a MmapIndex,
     pids: BTreeSet<u32>,
     ids: HashMap<PathBuf, Option<BuildId>>,
@@ -77,7 +77,7 @@ fn candidates(m: &Mapping, all: bool) -> Vec<PathBuf> {
 }
 
 /// Executable file mappings of a live process, from /proc/PID/maps.
-pub fn executable_mappings(pid: u32) -> Vec<Mapping> {
+pub(crate) fn executable_mappings(pid: u32) -> Vec<Mapping> {
     let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
         return Vec::new();
     };

@@ -51,6 +51,84 @@ pub struct Stack {
     pub off_cpu: bool,
     /// Samples, or microseconds for off-CPU and `--wall` profiles.
     pub count: u64,
+    /// The kernel frames as locations in [`Frames`], leaf first; their
+    /// lines, in order, are `kernel`.
+    pub kernel_locs: Vec<u32>,
+    /// The user frames as locations in [`Frames`], leaf first; their lines,
+    /// in order, are `user`.
+    pub user_locs: Vec<u32>,
+}
+
+/// Where a location's address lies.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Module {
+    /// The kernel (and its modules): addresses are kernel addresses.
+    Kernel,
+    /// An ELF file: addresses are offsets into it.
+    File {
+        /// The build ID the kernel recorded (zero-padded).
+        build_id: [u8; BUILD_ID_SIZE],
+        /// The file bprof found for it, else the path it was mapped from,
+        /// if known (an exited process's file may be gone; its build ID
+        /// still names it).
+        path: Option<PathBuf>,
+    },
+}
+
+/// One function of a location, inlined ones included.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct FrameLine {
+    /// The name as outputs show it (demangled).
+    pub name: String,
+    /// The name in the symbol table (mangled), or `name`.
+    pub system_name: String,
+    /// The source file, where debug information says it.
+    pub file: Option<String>,
+    /// The source line, 0 when unknown.
+    pub line: u32,
+}
+
+/// One distinct address of a profile and what is there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Location {
+    /// Kernel address, file offset (in a [`Module::File`]) or the virtual
+    /// address of anonymous code; return addresses moved back into the call.
+    pub address: u64,
+    /// Index into [`Frames::modules`]; `None` for anonymous memory (JIT).
+    pub module: Option<u32>,
+    /// Innermost function first (inlined callees, then their caller).
+    pub lines: Vec<FrameLine>,
+}
+
+/// The locations and modules the stacks of one symbolization refer to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Frames {
+    /// Every location, indexed by [`Stack::kernel_locs`] and
+    /// [`Stack::user_locs`].
+    pub locations: Vec<Location>,
+    /// Every module a location lies in.
+    pub modules: Vec<Module>,
+}
+
+impl Frames {
+    fn module(&mut self, m: Module) -> u32 {
+        match self.modules.iter().position(|x| *x == m) {
+            Some(i) => i as u32,
+            None => {
+                self.modules.push(m);
+                (self.modules.len() - 1) as u32
+            }
+        }
+    }
+
+    fn add(&mut self, address: u64, module: Option<u32>, lines: Vec<FrameLine>) -> u32 {
+        self.locations.push(Location {
+            address,
+            module,
+            lines,
+        });
+        (self.locations.len() - 1) as u32
+    }
 }
 
 /// How many frames could be named.
@@ -121,8 +199,29 @@ fn kernel_keys(s: &RawStack) -> impl Iterator<Item = u64> + '_ {
 /// calibration, then the stacks): it parses /proc/kallsyms once and caches
 /// every file it opens.
 pub fn symbolizer() -> Symbolizer {
-    // Function names only: source lines are not part of any output.
-    Symbolizer::builder().enable_code_info(false).build()
+    symbolizer_with(false)
+}
+
+/// The symbolizer, with source files, lines and inlined functions from
+/// debug information when `code_info` (for pprof output); without, function
+/// names only. Names are demangled by bprof, which keeps the mangled ones.
+pub(crate) fn symbolizer_with(code_info: bool) -> Symbolizer {
+    Symbolizer::builder()
+        .enable_code_info(code_info)
+        .enable_demangling(false)
+        .build()
+}
+
+/// Demangles a Rust or C++ symbol name as blazesym would (Rust first, then
+/// Itanium C++), or returns it as it is.
+pub(crate) fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    cpp_demangle::Symbol::new(name)
+        .ok()
+        .and_then(|s| s.demangle().ok())
+        .unwrap_or_else(|| name.to_string())
 }
 
 /// Symbolizes every stack. `index` names the files behind build IDs.
@@ -212,7 +311,7 @@ pub(crate) fn note_refused(path: &Path, why: &str) {
 }
 
 /// The files refused as malformed so far, with why.
-pub fn refused_files() -> Vec<(PathBuf, String)> {
+pub(crate) fn refused_files() -> Vec<(PathBuf, String)> {
     REFUSED.lock().map(|r| r.clone()).unwrap_or_default()
 }
 
@@ -278,18 +377,37 @@ fn module_name(path: &Path) -> String {
 }
 
 /// Symbolizes every stack, showing frames no symbol names in `style`.
-pub fn symbolize_with(
+pub(crate) fn symbolize_with(
     symbolizer: &Symbolizer,
     raw: &[RawStack],
     index: &MmapIndex,
     style: UnknownStyle,
 ) -> (Vec<Stack>, SymbolStats) {
-    let mut names = Names::default();
-    let mut unknown_keys: HashSet<UserKey> = HashSet::new();
-    let mut debuginfod = crate::symbolize::debuginfod::Client::from_env();
+    let (stacks, stats, _) = symbolize_frames(symbolizer, raw, index, style);
+    (stacks, stats)
+}
 
+/// Symbolizes every stack, and also returns each distinct frame's address,
+/// module and functions (what pprof output needs).
+pub(crate) fn symbolize_frames(
+    symbolizer: &Symbolizer,
+    raw: &[RawStack],
+    index: &MmapIndex,
+    style: UnknownStyle,
+) -> (Vec<Stack>, SymbolStats, Frames) {
+    let mut pass = Pass {
+        symbolizer,
+        index,
+        style,
+        names: Names::default(),
+        frames: Frames::default(),
+        unknown_keys: HashSet::new(),
+        user_locs: HashMap::new(),
+        debuginfod: crate::symbolize::debuginfod::Client::from_env(),
+        data_cache: HashMap::new(),
+    };
     let kaddrs: BTreeSet<u64> = raw.iter().flat_map(kernel_keys).collect();
-    let kernel_names = symbolize_kernel(symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
+    let kernel = symbolize_kernel(symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
 
     let ukeys: BTreeSet<UserKey> = raw.iter().flat_map(user_keys).collect();
     let mut by_file: HashMap<([u8; BUILD_ID_SIZE], u32), Vec<u64>> = HashMap::new();
@@ -298,87 +416,168 @@ pub fn symbolize_with(
         match *k {
             UserKey::File(id, tgid, off) => by_file.entry((id, tgid)).or_default().push(off),
             UserKey::Ip(pid, ip) => by_pid.entry(pid).or_default().push(ip),
-            UserKey::Truncated => {}
+            // Where the unwinder stopped early: a visible frame, not a symbol.
+            UserKey::Truncated => {
+                let loc = pass
+                    .frames
+                    .add(0, None, vec![plain_line("[truncated]".to_string())]);
+                pass.user_locs.insert(UserKey::Truncated, loc);
+            }
         }
     }
     let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());
-    let mut user_names: HashMap<UserKey, Vec<String>> = HashMap::new();
-    user_names.insert(UserKey::Truncated, vec!["[truncated]".to_string()]);
-    // Parsed once per file however many processes map it.
-    let mut data_cache: HashMap<PathBuf, HashSet<u64>> = HashMap::new();
     for ((id, tgid), offsets) in by_file {
         let path = finder.find(&id, tgid);
-        let run = |p: &Path| symbolize_file(symbolizer, p, Input::FileOffset(&offsets));
-        let mut resolved: Vec<Option<Symbolized<'_>>> = match &path {
-            Some(p) => {
-                let data = data_cache
-                    .entry(p.clone())
-                    .or_insert_with(|| data_symbols(p));
-                run(p)
-                    .into_iter()
-                    .map(|s| match s {
-                        // Only code names an address, never a data object.
-                        Symbolized::Sym(sym) if data.contains(&sym.addr) => None,
-                        Symbolized::Sym(sym) => Some(Symbolized::Sym(sym)),
-                        Symbolized::Unknown(_) => None,
-                    })
-                    .collect()
-            }
+        pass.file_frames(id, tgid, path, &offsets);
+    }
+    for (pid, ips) in by_pid {
+        pass.ip_frames(pid, &ips);
+    }
+    if let Some(c) = &pass.debuginfod {
+        c.report();
+    }
+    let unknown_kernel: HashSet<u64> = kernel
+        .iter()
+        .filter(|(_, sym)| !matches!(sym, Some(Symbolized::Sym(_))))
+        .map(|(a, _)| *a)
+        .collect();
+    let kernel_module = pass.frames.module(Module::Kernel);
+    let kernel_locs: HashMap<u64, u32> = kernel
+        .into_iter()
+        .map(|(a, sym)| {
+            let lines = pass.names.of(sym.as_ref());
+            (a, pass.frames.add(a, Some(kernel_module), lines))
+        })
+        .collect();
+    pass.count_sampled(raw, &unknown_kernel);
+    let stacks = pass.stacks(raw, &kernel_locs);
+    (stacks, pass.names.stats, pass.frames)
+}
+
+/// One symbolization: names and locations found so far, and what stayed
+/// unknown.
+struct Pass<'a> {
+    symbolizer: &'a Symbolizer,
+    index: &'a MmapIndex,
+    style: UnknownStyle,
+    names: Names,
+    frames: Frames,
+    unknown_keys: HashSet<UserKey>,
+    user_locs: HashMap<UserKey, u32>,
+    debuginfod: Option<crate::symbolize::debuginfod::Client>,
+    /// Data symbols per file, parsed once however many processes map it.
+    data_cache: HashMap<PathBuf, HashSet<u64>>,
+}
+
+impl<'a> Pass<'a> {
+    /// Frames at `offsets` of the file with build ID `id`, as mapped by
+    /// `tgid` (`path`: where it was found, if anywhere).
+    fn file_frames(
+        &mut self,
+        id: [u8; BUILD_ID_SIZE],
+        tgid: u32,
+        path: Option<PathBuf>,
+        offsets: &[u64],
+    ) {
+        let mut resolved = match &path {
+            Some(p) => self.code_symbols(p, offsets),
             None => Vec::new(),
         };
         resolved.resize_with(offsets.len(), || None);
         // A stripped file's names may sit in a debug file kept by build ID
         // (blazesym only follows .gnu_debuglink).
         if resolved.iter().any(Option::is_none) {
-            let debug = build_id_debug_file(&id)
-                .or_else(|| debuginfod.as_mut().and_then(|c| c.debuginfo(&id)));
-            if let (Some(debug), Some(p)) = (debug, &path) {
-                let virt = virt_offsets(p, &offsets);
-                let wanted: Vec<(usize, u64)> = virt
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| resolved[*i].is_none())
-                    .filter_map(|(i, v)| Some((i, (*v)?)))
-                    .collect();
-                let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
-                let found = symbolize_file(symbolizer, &debug, Input::VirtOffset(&addrs));
-                for ((i, _), s) in wanted.into_iter().zip(found) {
-                    if matches!(s, Symbolized::Sym(_)) {
-                        resolved[i] = Some(s);
-                    }
-                }
+            if let Some(p) = &path {
+                self.fill_from_debug_file(&id, p, offsets, &mut resolved);
             }
         }
+        // The file found, else the one the side band saw mapped (the
+        // process may have exited and the file be gone).
+        let seen = self
+            .index
+            .by_build_id
+            .get(&id)
+            .and_then(|ms| ms.iter().map(|m| m.path.clone()).min());
+        let file = path.or(seen);
         // Where the file came from, even if it could not be opened.
-        let module = path.as_deref().map(module_name).or_else(|| {
-            index
-                .by_build_id
-                .get(&id)
-                .and_then(|ms| ms.iter().map(|m| module_name(&m.path)).min())
+        let module = file.as_deref().map(module_name);
+        let module_id = self.frames.module(Module::File {
+            build_id: id,
+            path: file,
         });
         for (i, &off) in offsets.iter().enumerate() {
             let key = UserKey::File(id, tgid, off);
             let frame = match (&resolved[i], &module) {
-                (Some(sym), _) => names.of(Some(sym)),
+                (Some(sym), _) => self.names.of(Some(sym)),
                 (None, Some(m)) => {
-                    unknown_keys.insert(key);
-                    names.unknown(match style {
+                    self.unknown_keys.insert(key);
+                    self.names.unknown(match self.style {
                         UnknownStyle::Offset => format!("{m}+{off:#x}"),
                         UnknownStyle::Module => format!("[{m}]"),
                     })
                 }
                 (None, None) => {
-                    unknown_keys.insert(key);
-                    names.of(None)
+                    self.unknown_keys.insert(key);
+                    self.names.of(None)
                 }
             };
-            user_names.insert(key, frame);
+            let loc = self.frames.add(off, Some(module_id), frame);
+            self.user_locs.insert(key, loc);
         }
     }
-    for (pid, ips) in by_pid {
-        // JIT code: from the perf map / jitdump bprof opened safely, for
-        // live and exited processes alike (see crate::symbolize::jit).
-        let jit = index.jit.names(pid, &ips);
+
+    /// The code symbols at `offsets` of `path`: data objects never name an
+    /// address.
+    fn code_symbols(&mut self, path: &Path, offsets: &[u64]) -> Vec<Option<Symbolized<'a>>> {
+        let data = self
+            .data_cache
+            .entry(path.to_path_buf())
+            .or_insert_with(|| data_symbols(path));
+        symbolize_file(self.symbolizer, path, Input::FileOffset(offsets))
+            .into_iter()
+            .map(|s| match s {
+                Symbolized::Sym(sym) if data.contains(&sym.addr) => None,
+                Symbolized::Sym(sym) => Some(Symbolized::Sym(sym)),
+                Symbolized::Unknown(_) => None,
+            })
+            .collect()
+    }
+
+    /// Fills what `path` left unnamed from its debug file, found by build
+    /// ID on disk or from debuginfod.
+    fn fill_from_debug_file(
+        &mut self,
+        id: &[u8; BUILD_ID_SIZE],
+        path: &Path,
+        offsets: &[u64],
+        resolved: &mut [Option<Symbolized<'a>>],
+    ) {
+        let debug = build_id_debug_file(id)
+            .or_else(|| self.debuginfod.as_mut().and_then(|c| c.debuginfo(id)));
+        let Some(debug) = debug else {
+            return;
+        };
+        let virt = virt_offsets(path, offsets);
+        let wanted: Vec<(usize, u64)> = virt
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| resolved[*i].is_none())
+            .filter_map(|(i, v)| Some((i, (*v)?)))
+            .collect();
+        let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
+        let found = symbolize_file(self.symbolizer, &debug, Input::VirtOffset(&addrs));
+        for ((i, _), s) in wanted.into_iter().zip(found) {
+            if matches!(s, Symbolized::Sym(_)) {
+                resolved[i] = Some(s);
+            }
+        }
+    }
+
+    /// Frames no file was known for: JIT code from the perf map / jitdump
+    /// bprof opened safely (live and exited processes alike, see
+    /// crate::symbolize::jit), else the live process's own mappings.
+    fn ip_frames(&mut self, pid: u32, ips: &[u64]) {
+        let jit = self.index.jit.names(pid, ips);
         let resolved = target::alive(pid).then(|| {
             // Files only: blazesym would open /tmp/perf-PID.map as root
             // with none of bprof's checks.
@@ -386,65 +585,66 @@ pub fn symbolize_with(
                 perf_map: false,
                 ..Process::new(Pid::from(pid))
             });
-            symbolizer
-                .symbolize(&src, Input::AbsAddr(&ips))
+            self.symbolizer
+                .symbolize(&src, Input::AbsAddr(ips))
                 .unwrap_or_default()
         });
         for (i, &ip) in ips.iter().enumerate() {
             let sym = resolved.as_ref().and_then(|r| r.get(i));
             let frame = match (sym, jit.get(&ip)) {
-                (Some(Symbolized::Sym(_)), _) => names.of(sym),
+                (Some(Symbolized::Sym(_)), _) => self.names.of(sym),
                 (_, None) => {
-                    unknown_keys.insert(UserKey::Ip(pid, ip));
-                    names.of(sym)
+                    self.unknown_keys.insert(UserKey::Ip(pid, ip));
+                    self.names.of(sym)
                 }
-                (_, Some(name)) => names.named(name),
+                (_, Some(name)) => self.names.named(name),
             };
-            user_names.insert(UserKey::Ip(pid, ip), frame);
+            let loc = self.frames.add(ip, None, frame);
+            self.user_locs.insert(UserKey::Ip(pid, ip), loc);
         }
     }
-    if let Some(c) = &debuginfod {
-        c.report();
-    }
-    let unknown_kernel: HashSet<u64> = kernel_names
-        .iter()
-        .filter(|(_, sym)| !matches!(sym, Some(Symbolized::Sym(_))))
-        .map(|(a, _)| *a)
-        .collect();
-    let kernel_names: HashMap<u64, Vec<String>> = kernel_names
-        .into_iter()
-        .map(|(a, sym)| (a, names.of(sym.as_ref())))
-        .collect();
-    for s in raw {
-        let user = user_keys(s).map(|k| unknown_keys.contains(&k));
-        let kernel = kernel_keys(s).map(|a| unknown_kernel.contains(&a));
-        for unknown in user.chain(kernel) {
-            names.stats.sampled_frames += s.count;
-            if unknown {
-                names.stats.sampled_unknown += s.count;
+
+    /// Frames as the samples show them: each stack's frames once per sample.
+    fn count_sampled(&mut self, raw: &[RawStack], unknown_kernel: &HashSet<u64>) {
+        for s in raw {
+            let user = user_keys(s).map(|k| self.unknown_keys.contains(&k));
+            let kernel = kernel_keys(s).map(|a| unknown_kernel.contains(&a));
+            for unknown in user.chain(kernel) {
+                self.names.stats.sampled_frames += s.count;
+                if unknown {
+                    self.names.stats.sampled_unknown += s.count;
+                }
             }
         }
     }
 
-    let stacks = raw
-        .iter()
-        .map(|s| Stack {
-            tgid: s.tgid,
-            tid: s.tid,
-            comm: s.comm.clone(),
-            kernel: kernel_keys(s)
-                .flat_map(|k| kernel_names[&k].iter().cloned())
-                .collect(),
-            user: user_keys(s)
-                .flat_map(|k| user_names[&k].iter().cloned())
-                .collect(),
-            kernel_lost: s.kernel_lost,
-            user_lost: s.user_lost,
-            off_cpu: s.off_cpu,
-            count: s.count,
-        })
-        .collect();
-    (stacks, names.stats)
+    fn stacks(&self, raw: &[RawStack], kernel_locs: &HashMap<u64, u32>) -> Vec<Stack> {
+        let names_of = |locs: &[u32]| -> Vec<String> {
+            locs.iter()
+                .flat_map(|&l| self.frames.locations[l as usize].lines.iter())
+                .map(|l| l.name.clone())
+                .collect()
+        };
+        raw.iter()
+            .map(|s| {
+                let kernel_locs: Vec<u32> = kernel_keys(s).map(|k| kernel_locs[&k]).collect();
+                let user_locs: Vec<u32> = user_keys(s).map(|k| self.user_locs[&k]).collect();
+                Stack {
+                    tgid: s.tgid,
+                    tid: s.tid,
+                    comm: s.comm.clone(),
+                    kernel: names_of(&kernel_locs),
+                    user: names_of(&user_locs),
+                    kernel_lost: s.kernel_lost,
+                    user_lost: s.user_lost,
+                    off_cpu: s.off_cpu,
+                    count: s.count,
+                    kernel_locs,
+                    user_locs,
+                }
+            })
+            .collect()
+    }
 }
 
 fn symbolize_kernel(
@@ -471,7 +671,7 @@ fn symbolize_kernel(
 
 /// Names of kernel addresses (exact, not return addresses), `None` when
 /// kallsyms has no symbol.
-pub fn kernel_names(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Option<String>> {
+pub(crate) fn kernel_names(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Option<String>> {
     symbolize_kernel(symbolizer, addrs)
         .into_iter()
         .map(|(_, s)| s.and_then(|s| s.into_sym()).map(|s| s.name.into_owned()))
@@ -479,7 +679,7 @@ pub fn kernel_names(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Option<String
 }
 
 /// The kernel's text section, `[_stext, _etext)`, from /proc/kallsyms.
-pub fn kernel_text_range() -> Option<(u64, u64)> {
+pub(crate) fn kernel_text_range() -> Option<(u64, u64)> {
     let syms = fs::read_to_string("/proc/kallsyms").ok()?;
     let find = |name: &str| {
         syms.lines().find_map(|l| {
@@ -498,7 +698,7 @@ pub fn kernel_text_range() -> Option<(u64, u64)> {
 /// Frames that belong to BPF or to the tracing machinery that called it:
 /// they start every stack taken inside a tracepoint's BPF program and must
 /// never reach an output.
-pub fn is_bpf_frame(name: &str) -> bool {
+pub(crate) fn is_bpf_frame(name: &str) -> bool {
     name.starts_with("bpf_prog_")
         || name.starts_with("bpf_trace_run")
         || name.starts_with("__bpf_trace_")
@@ -526,35 +726,52 @@ struct Names {
 
 impl Names {
     /// A frame no symbol names, shown as `text`.
-    fn unknown(&mut self, text: String) -> Vec<String> {
+    fn unknown(&mut self, text: String) -> Vec<FrameLine> {
         self.stats.unique_frames += 1;
         self.stats.unknown_frames += 1;
-        vec![text]
+        vec![plain_line(text)]
     }
 
-    fn named(&mut self, name: &str) -> Vec<String> {
+    fn named(&mut self, name: &str) -> Vec<FrameLine> {
         self.stats.unique_frames += 1;
-        vec![name.to_string()]
+        vec![plain_line(name.to_string())]
     }
 
-    fn of(&mut self, sym: Option<&Symbolized<'_>>) -> Vec<String> {
+    fn of(&mut self, sym: Option<&Symbolized<'_>>) -> Vec<FrameLine> {
         self.stats.unique_frames += 1;
         match sym {
             Some(Symbolized::Sym(sym)) => {
+                let line =
+                    |raw: &str, info: Option<&blazesym::symbolize::CodeInfo<'_>>| FrameLine {
+                        name: demangle(raw),
+                        system_name: raw.to_string(),
+                        file: info.map(|c| c.to_path().display().to_string()),
+                        line: info.and_then(|c| c.line).unwrap_or(0),
+                    };
                 // blazesym lists inlined callees outermost first; we go leaf first.
-                let mut v: Vec<String> = sym
+                let mut v: Vec<FrameLine> = sym
                     .inlined
                     .iter()
                     .rev()
-                    .map(|f| f.name.to_string())
+                    .map(|f| line(&f.name, f.code_info.as_ref()))
                     .collect();
-                v.push(sym.name.to_string());
+                v.push(line(&sym.name, sym.code_info.as_deref()));
                 v
             }
             _ => {
                 self.stats.unknown_frames += 1;
-                vec![UNKNOWN.to_string()]
+                vec![plain_line(UNKNOWN.to_string())]
             }
         }
+    }
+}
+
+/// A line that is only a name (kernel symbols, JIT names, unknown frames).
+fn plain_line(name: String) -> FrameLine {
+    FrameLine {
+        system_name: name.clone(),
+        name,
+        file: None,
+        line: 0,
     }
 }

@@ -92,9 +92,4 @@ impl ProcMaps {
     pub fn len(&self) -> usize {
         self.chunks.len()
     }
-
-    /// Whether nothing is held.
-    pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty()
-    }
 }

@@ -104,8 +104,6 @@ pub struct Table {
     pub build_id: Option<Vec<u8>>,
     /// Rows whose rule the walker cannot follow (kept, and counted).
     pub unsupported: usize,
-    /// Where the rules came from.
-    pub source: &'static str,
 }
 
 /// Why a file has no table.
@@ -170,7 +168,6 @@ pub fn build(data: &[u8], limit: usize) -> Result<Table, NoTable> {
     };
     let mut spans = Vec::new();
     let mut unsupported = 0;
-    let source;
     if let Some((addr, bytes)) = section(".eh_frame").filter(|(_, b)| !b.is_empty()) {
         let eh = EhFrame::new(bytes, LittleEndian);
         let mut bases = BaseAddresses::default().set_eh_frame(addr);
@@ -181,7 +178,6 @@ pub fn build(data: &[u8], limit: usize) -> Result<Table, NoTable> {
             bases = bases.set_got(got.address());
         }
         collect(&eh, &bases, limit, &mut spans, &mut unsupported)?;
-        source = ".eh_frame";
     } else if let Some((_, bytes)) = section(".debug_frame").filter(|(_, b)| !b.is_empty()) {
         let mut df = DebugFrame::new(bytes, LittleEndian);
         df.set_address_size(8);
@@ -192,7 +188,6 @@ pub fn build(data: &[u8], limit: usize) -> Result<Table, NoTable> {
             &mut spans,
             &mut unsupported,
         )?;
-        source = ".debug_frame";
     } else {
         return Err(NoTable::NoCfi);
     }
@@ -245,7 +240,6 @@ pub fn build(data: &[u8], limit: usize) -> Result<Table, NoTable> {
         rows,
         build_id,
         unsupported,
-        source,
     })
 }
 

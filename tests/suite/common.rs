@@ -172,16 +172,37 @@ pub fn pct(part: u64, whole: u64) -> f64 {
     }
 }
 
-/// Whether any loaded BPF program is bprof's sampler (after a short grace
+/// Ids of the BPF programs process `pid` holds (program and link fds), so a
+/// test can check that exactly these are gone, whatever else runs here.
+pub fn bpf_programs_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<u32> = dir
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("prog_id:")?.trim().parse().ok())
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// Whether any of these programs is still loaded (after a short grace
 /// period: programs are freed asynchronously after their last fd closes).
-pub fn bprof_programs_loaded() -> bool {
+pub fn any_program_loaded(ids: &[u32]) -> bool {
     for _ in 0..40 {
-        let out = Command::new("bpftool")
-            .args(["prog", "show"])
-            .output()
-            .expect("run bpftool");
-        let text = String::from_utf8_lossy(&out.stdout);
-        if !text.contains("do_sample") && !text.contains("follow_fork") {
+        let loaded = ids.iter().any(|id| {
+            Command::new("bpftool")
+                .args(["prog", "show", "id", &id.to_string()])
+                .output()
+                .expect("run bpftool")
+                .status
+                .success()
+        });
+        if !loaded {
             return false;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));

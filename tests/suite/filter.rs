@@ -3,19 +3,22 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use crate::common::*;
 
 /// Starts the two-thread fixture and returns it with its thread ids.
-fn threads(secs: &str) -> (Child, HashMap<String, String>) {
-    let mut child = Command::new(fixture("threads"))
-        .arg(secs)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+/// Its printed ids are its readiness.
+fn threads(secs: &str) -> (Workload, HashMap<String, String>) {
+    let mut child = Workload(
+        Command::new(fixture("threads"))
+            .arg(secs)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut tids = HashMap::new();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut reader = BufReader::new(child.0.stdout.take().unwrap());
     for _ in 0..2 {
         let mut line = String::new();
         reader.read_line(&mut line).unwrap();
@@ -48,7 +51,7 @@ fn dropped(stderr: &str) -> u64 {
 fn tid_eq_and_ne_split_the_two_threads() {
     root_or_skip!();
     let _g = exclusive();
-    let (mut child, tids) = threads("10");
+    let (child, tids) = threads("10");
     let (a, b) = (&tids["alpha"], &tids["beta"]);
     let (eq, stderr) = profile(&["--filter", &format!("tid == {a}"), "1"]);
     assert!(with_frame(&eq, "alpha", "alpha_spin") > 80, "{eq:?}");
@@ -78,7 +81,7 @@ fn tid_eq_and_ne_split_the_two_threads() {
     ]);
     assert!(total_for(&and, "alpha") > 60, "{and:?}");
     assert_eq!(total_for(&and, "beta"), 0);
-    let _ = (child.kill(), child.wait());
+    drop(child);
 }
 
 #[test]
@@ -228,6 +231,7 @@ fn comm_filter() {
 
 #[test]
 fn malformed_filters_exit_2_with_one_line_pointing_at_the_column() {
+    let _g = exclusive();
     for (filter, want) in [
         (
             "tid === 3",

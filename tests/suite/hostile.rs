@@ -108,6 +108,7 @@ fn hostile_empty_profiles_leave_existing_outputs_and_symlinks_alone() {
 #[test]
 fn hostile_one_file_for_two_outputs_is_refused_before_anything_runs() {
     root_or_skip!();
+    let _g = exclusive();
     let dir = scratch("hostile_same");
     let a = dir.join("a");
     std::fs::write(&a, "keep").unwrap();
@@ -217,6 +218,8 @@ fn hostile_sighup_writes_the_outputs_and_stops_the_command() {
         .unwrap();
     let pid = wait_for_pid(&pidf);
     wait_ready(&ready, &mut b);
+    // Recording time, not a barrier: the outputs must hold samples.
+    std::thread::sleep(Duration::from_millis(700));
     // SAFETY: kill has no memory-safety preconditions.
     unsafe { libc::kill(b.id() as i32, libc::SIGHUP) };
     let t = Instant::now();

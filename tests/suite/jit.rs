@@ -513,6 +513,7 @@ fn hostile_a_fifo_does_not_hang_a_profile_of_a_live_pid() {
 #[test]
 fn a_bad_size_cap_is_one_line() {
     root_or_skip!();
+    let _g = exclusive();
     let out = run(bprof().args(["--max-perf-map-size", "64MiB", "-f", "1"]));
     let line = assert_one_line_error(&out);
     assert!(line.contains("--max-perf-map-size '64MiB'"), "{line}");

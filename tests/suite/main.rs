@@ -14,6 +14,7 @@ mod jit;
 mod mutants;
 mod names;
 mod offcpu;
+mod pprof;
 mod profile;
 mod stat;
 mod unwind;

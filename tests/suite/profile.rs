@@ -333,13 +333,16 @@ fn pid_sees_only_that_process() {
 fn tid_sees_only_that_thread() {
     root_or_skip!();
     let _g = exclusive();
-    let mut child = Command::new(fixture("threads"))
-        .arg("4")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // It prints its threads' ids once they run: that is its readiness.
+    let mut child = Workload(
+        Command::new(fixture("threads"))
+            .arg("4")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut tids = std::collections::HashMap::new();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut reader = BufReader::new(child.0.stdout.take().unwrap());
     for _ in 0..2 {
         let mut line = String::new();
         reader.read_line(&mut line).unwrap();
@@ -445,6 +448,8 @@ fn sigint_still_writes_every_output_and_leaves_nothing() {
     wait_ready(&ready, &mut child);
     // Recording time, not a barrier: the outputs must hold samples.
     std::thread::sleep(Duration::from_millis(1000));
+    let programs = bpf_programs_of(child.id());
+    assert!(!programs.is_empty(), "no BPF programs while recording");
     interrupt(child.id());
     let out = child.wait_with_output().unwrap();
     drop(w);
@@ -458,8 +463,8 @@ fn sigint_still_writes_every_output_and_leaves_nothing() {
         .trim_end()
         .ends_with("</svg>"));
     assert!(
-        !bprof_programs_loaded(),
-        "BPF programs left loaded after exit"
+        !any_program_loaded(&programs),
+        "BPF programs {programs:?} left loaded after exit"
     );
 }
 

@@ -551,7 +551,8 @@ fn stale_pins_of_a_crashed_session_are_replaced() {
         .spawn()
         .unwrap();
     wait_ready(&ready, &mut crashed);
-    drop(crashed);
+    // SIGKILL: a crash, which cannot clean up.
+    let _ = (crashed.kill(), crashed.wait());
     assert!(
         Path::new(PIN_DIR).exists(),
         "a killed session cannot clean up"
@@ -566,6 +567,7 @@ fn stale_pins_of_a_crashed_session_are_replaced() {
 
 #[test]
 fn bad_stat_input() {
+    let _g = exclusive();
     for (args, want) in [
         (&["stat", "-e", "bogus", "1"][..], "unknown event 'bogus'"),
         (&["stat", "-e", "", "1"][..], "empty event list"),

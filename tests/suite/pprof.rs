@@ -1,0 +1,515 @@
+//! --pprof output read by a real consumer, `go tool pprof` (Debian's
+//! golang-go, from scripts/install-deps.sh), on real fixtures: every file
+//! must parse, its stacks (rebuilt from `-raw`) must equal bprof's folded
+//! output of the same run, line for line, and `-top` must agree with the
+//! folded leaves. Run as root.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::*;
+
+/// What `go tool pprof -raw` shows of a profile.
+#[derive(Debug, Default)]
+struct Raw {
+    /// `type/unit` of each value.
+    types: Vec<String>,
+    /// Sampling period.
+    period: u64,
+    /// Values, location ids (leaf first), comm label.
+    samples: Vec<(Vec<u64>, Vec<u64>, String)>,
+    /// Location id → (mapping id, (name, system name) innermost first).
+    locations: HashMap<u64, (u64, Vec<(String, String)>)>,
+    /// Mapping id → (file, build ID).
+    mappings: BTreeMap<u64, (String, String)>,
+}
+
+fn go_pprof(args: &[&str], file: &Path) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .expect("run go tool pprof (apt-get install golang-go)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?} failed on {}: {stderr}",
+        file.display()
+    );
+    assert!(
+        !stderr.contains("symbolization failed") && !stderr.contains("Local symbolization"),
+        "pprof tried to re-symbolize: {stderr}"
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One `name file:line s=N[(system name)]` of a location.
+fn parse_line(text: &str) -> (String, String) {
+    let (left, right) = text
+        .rsplit_once(" s=")
+        .unwrap_or_else(|| panic!("no s= in {text:?}"));
+    let (name, _file_line) = left
+        .rsplit_once(' ')
+        .unwrap_or_else(|| panic!("no file:line in {text:?}"));
+    let sys = right
+        .split_once('(')
+        .map_or(name, |(_, s)| s.strip_suffix(')').unwrap_or(s));
+    (name.to_string(), sys.to_string())
+}
+
+fn pprof_raw(file: &Path) -> Raw {
+    let text = go_pprof(&["-raw"], file);
+    let mut raw = Raw::default();
+    let mut section = "";
+    let mut last_loc = 0;
+    for l in text.lines() {
+        match l {
+            "Samples:" | "Locations" | "Mappings" => {
+                section = l;
+                continue;
+            }
+            _ => {}
+        }
+        if let Some(p) = l.strip_prefix("Period: ") {
+            raw.period = p.trim().parse().unwrap();
+        }
+        match section {
+            "Samples:" if raw.types.is_empty() => {
+                raw.types = l
+                    .split_whitespace()
+                    .map(|t| t.trim_end_matches("[dflt]").to_string())
+                    .collect();
+            }
+            "Samples:" => {
+                let t = l.trim();
+                if let Some(comm) = t.strip_prefix("comm:[") {
+                    raw.samples.last_mut().unwrap().2 = comm.trim_end_matches(']').to_string();
+                } else if let Some((vals, ids)) = t.split_once(':') {
+                    if let Ok(v) = vals
+                        .split_whitespace()
+                        .map(str::parse)
+                        .collect::<Result<Vec<u64>, _>>()
+                    {
+                        let ids = ids.split_whitespace().map(|i| i.parse().unwrap());
+                        raw.samples.push((v, ids.collect(), String::new()));
+                    }
+                }
+            }
+            "Locations" => {
+                let t = l.trim_start();
+                let first = t
+                    .split_once(": 0x")
+                    .filter(|(id, _)| id.chars().all(|c| c.is_ascii_digit()));
+                if let Some((id, rest)) = first {
+                    last_loc = id.parse().unwrap();
+                    let (_addr, mut rest) = rest.split_once(' ').unwrap_or((rest, ""));
+                    let mut mapping = 0;
+                    if let Some(m) = rest.strip_prefix("M=") {
+                        let (n, r) = m.split_once(' ').unwrap_or((m, ""));
+                        mapping = n.parse().unwrap();
+                        rest = r;
+                    }
+                    let lines = if rest.is_empty() {
+                        vec![]
+                    } else {
+                        vec![parse_line(rest)]
+                    };
+                    raw.locations.insert(last_loc, (mapping, lines));
+                } else {
+                    raw.locations
+                        .get_mut(&last_loc)
+                        .unwrap()
+                        .1
+                        .push(parse_line(t));
+                }
+            }
+            "Mappings" => {
+                // `ID: start/limit/offset FILE BUILDID FLAGS`
+                let f: Vec<&str> = l.split(' ').collect();
+                if f.len() >= 4 {
+                    let id = f[0].trim_end_matches(':').parse().unwrap();
+                    raw.mappings
+                        .insert(id, (f[2].to_string(), f[3].to_string()));
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(!raw.samples.is_empty(), "no samples in:\n{text}");
+    raw
+}
+
+/// The samples rebuilt as folded lines (`comm;root;...;leaf`), value `vi`.
+fn refold(raw: &Raw, vi: usize) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for (values, ids, comm) in &raw.samples {
+        let mut frames: Vec<String> = ids
+            .iter()
+            .flat_map(|id| raw.locations[id].1.iter().map(|(n, _)| n.replace(';', ":")))
+            .collect();
+        frames.reverse();
+        let mut line = comm.clone();
+        for f in frames {
+            line.push(';');
+            line.push_str(&f);
+        }
+        if values[vi] > 0 {
+            *out.entry(line).or_default() += values[vi];
+        }
+    }
+    out
+}
+
+fn folded_map(lines: &[Folded]) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for l in lines {
+        *out.entry(l.frames.join(";")).or_default() += l.count;
+    }
+    out
+}
+
+/// `go tool pprof -top`'s flat value per function.
+fn pprof_top(file: &Path, sample_index: &str) -> BTreeMap<String, u64> {
+    let text = go_pprof(
+        &[
+            "-top",
+            "-nodefraction=0",
+            "-nodecount=100000",
+            // Raw microseconds, not scaled to ms or s.
+            if sample_index == "samples" {
+                "-unit=minimum"
+            } else {
+                "-unit=us"
+            },
+            &format!("-sample_index={sample_index}"),
+        ],
+        file,
+    );
+    let mut out = BTreeMap::new();
+    let rows = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1);
+    for row in rows {
+        let w: Vec<&str> = row.split_whitespace().collect();
+        if w.len() < 6 {
+            continue;
+        }
+        let flat: u64 = w[0]
+            .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+            .parse()
+            .unwrap_or_else(|_| panic!("flat value in {row:?}"));
+        if flat > 0 {
+            // pprof marks functions inlined at that location.
+            let name = w[5..].join(" ");
+            let name = name.strip_suffix(" (inline)").unwrap_or(&name);
+            *out.entry(name.to_string()).or_default() += flat;
+        }
+    }
+    out
+}
+
+/// The folded leaves' totals per frame (lines with no frame but the comm
+/// have no leaf function).
+fn leaf_sums(lines: &[Folded]) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for l in lines.iter().filter(|l| l.frames.len() > 1) {
+        *out.entry(l.frames.last().unwrap().clone()).or_default() += l.count;
+    }
+    out
+}
+
+/// The GNU build ID of an ELF file, by readelf.
+fn readelf_build_id(path: &Path) -> String {
+    let out = Command::new("readelf")
+        .arg("-n")
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .unwrap_or_else(|| panic!("no build ID in {}", path.display()))
+}
+
+/// The summary line's first number: samples (on-CPU) or blocks counted.
+fn summary_count(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find(|l| l.contains(" unique stacks"))
+        .and_then(|l| l.strip_prefix("bprof: ")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no summary in {stderr}"))
+}
+
+/// Runs bprof with `args` plus `--pprof` and `-o` into `dir`; returns the
+/// folded lines, the pprof path and stderr.
+fn profile(
+    dir: &Path,
+    args: &[&str],
+    command: &[&str],
+) -> (Vec<Folded>, std::path::PathBuf, String) {
+    let pb = dir.join("out.pb.gz");
+    let fo = dir.join("out.folded");
+    let out = run(bprof()
+        .args(args)
+        .arg("--pprof")
+        .arg(&pb)
+        .arg("-o")
+        .arg(&fo)
+        .arg("--")
+        .args(command));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{args:?}: {stderr}");
+    let lines = parse_folded(&std::fs::read_to_string(&fo).unwrap());
+    (lines, pb, stderr)
+}
+
+#[test]
+fn pprof_of_a_known_workload_reads_back_as_its_folded_stacks() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("pprof-oncpu");
+    let bin = fixture("work631");
+    let (lines, pb, stderr) = profile(&dir, &["-F", "199"], &[bin.to_str().unwrap(), "2"]);
+    let raw = pprof_raw(&pb);
+    assert_eq!(raw.types, ["samples/count", "cpu/nanoseconds"]);
+    // Same stacks, same counts, and they add up to what was counted.
+    let folded = folded_map(&lines);
+    assert_eq!(refold(&raw, 0), folded);
+    let total: u64 = folded.values().sum();
+    assert_eq!(total, summary_count(&stderr), "{stderr}");
+    // Not 398: the fixture shares 2 CPUs with whatever else runs.
+    assert!(total > 100, "{total} samples of 2 s at 199 Hz");
+    // Each sample's CPU time is its period (1/199 s).
+    assert_eq!(raw.period, 1_000_000_000 / 199);
+    for (v, _, _) in &raw.samples {
+        assert_eq!(v[1], v[0] * raw.period);
+    }
+    // -top: the known 6:3:1 shape, flat values equal to the folded leaves.
+    let top = pprof_top(&pb, "samples");
+    assert_eq!(top, leaf_sums(&lines));
+    let heavy = top["heavy"] as f64 / total as f64;
+    assert!((0.5..0.7).contains(&heavy), "heavy {heavy}: {top:?}");
+    // The executable is the first mapping, with its build ID.
+    let (file, id) = &raw.mappings[&1];
+    assert_eq!(Path::new(file), bin.as_path(), "{:?}", raw.mappings);
+    assert_eq!(id, &readelf_build_id(&bin));
+}
+
+#[test]
+fn pprof_of_an_exited_process_whose_file_is_gone_keeps_its_build_id() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("pprof-gone");
+    let bin = dir.join("fx_gone");
+    std::fs::copy(fixture("work631"), &bin).unwrap();
+    let id = readelf_build_id(&bin);
+    // The fixture exits and its file is removed before bprof symbolizes.
+    let script = format!("{0} 1; rm -f {0}; sleep 0.5", bin.display());
+    let (lines, pb, stderr) = profile(&dir, &["-F", "199"], &["sh", "-c", &script]);
+    assert!(!bin.exists());
+    assert!(total_for(&lines, "fx_gone") > 100, "{lines:?}\n{stderr}");
+    let raw = pprof_raw(&pb);
+    assert_eq!(refold(&raw, 0), folded_map(&lines));
+    assert_eq!(
+        folded_map(&lines).values().sum::<u64>(),
+        summary_count(&stderr)
+    );
+    // Its samples' user frames lie in a mapping that names the file and
+    // carries the build ID the kernel recorded: enough to symbolize later.
+    let mappings: std::collections::BTreeSet<u64> = raw
+        .samples
+        .iter()
+        .filter(|(_, _, comm)| comm == "fx_gone")
+        .flat_map(|(_, ids, _)| ids.iter().map(|l| raw.locations[l].0))
+        .collect();
+    let gone = mappings
+        .iter()
+        .map(|m| &raw.mappings[m])
+        .find(|(_, b)| *b == id)
+        .unwrap_or_else(|| panic!("no mapping with {id}: {:?}", raw.mappings));
+    assert_eq!(Path::new(&gone.0), bin.as_path());
+}
+
+#[test]
+fn pprof_of_wall_and_off_cpu_time_has_microseconds_and_the_kernel_build_id() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("pprof-wall");
+    let bin = fixture("spinsleep");
+    let (lines, pb, _) = profile(&dir, &["--wall"], &[bin.to_str().unwrap(), "2"]);
+    let raw = pprof_raw(&pb);
+    assert_eq!(
+        raw.types,
+        [
+            "wall/microseconds",
+            "cpu/microseconds",
+            "off-cpu/microseconds"
+        ]
+    );
+    // Wall time rebuilt equals the folded lines ([off-cpu] leaves included).
+    assert_eq!(refold(&raw, 0), folded_map(&lines));
+    for (v, _, _) in &raw.samples {
+        assert_eq!(v[0], v[1] + v[2]);
+    }
+    let off: u64 = raw.samples.iter().map(|(v, _, _)| v[2]).sum();
+    let off_folded: u64 = lines
+        .iter()
+        .filter(|l| l.frames.last().map(String::as_str) == Some("[off-cpu]"))
+        .map(|l| l.count)
+        .sum();
+    assert_eq!(off, off_folded);
+    assert_eq!(pprof_top(&pb, "wall"), leaf_sums(&lines));
+    // Blocked stacks end in the kernel, whose mapping has its build ID.
+    let perf = Command::new("perf")
+        .args(["buildid-list", "-k"])
+        .output()
+        .unwrap();
+    let kernel_id = String::from_utf8_lossy(&perf.stdout).trim().to_string();
+    let kernel = raw
+        .mappings
+        .values()
+        .find(|(f, _)| f == "[kernel.kallsyms]")
+        .expect("a kernel mapping");
+    assert_eq!(kernel.1, kernel_id);
+
+    let dir = scratch("pprof-offcpu");
+    let (lines, pb, _) = profile(&dir, &["--off-cpu"], &[bin.to_str().unwrap(), "1"]);
+    let raw = pprof_raw(&pb);
+    assert_eq!(raw.types, ["off-cpu/microseconds"]);
+    assert_eq!(refold(&raw, 0), folded_map(&lines));
+    assert_eq!(pprof_top(&pb, "off-cpu"), leaf_sums(&lines));
+}
+
+#[test]
+fn pprof_keeps_mangled_names_and_inlined_functions() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("pprof-rust");
+    let bin = fixture("rust_work");
+    let (lines, pb, _) = profile(&dir, &["-F", "199"], &[bin.to_str().unwrap(), "1"]);
+    let raw = pprof_raw(&pb);
+    assert_eq!(refold(&raw, 0), folded_map(&lines));
+    assert_eq!(pprof_top(&pb, "samples"), leaf_sums(&lines));
+    let lines_of = |f: &dyn Fn(&(String, String)) -> bool| {
+        raw.locations
+            .values()
+            .flat_map(|(_, l)| l)
+            .find(|l| f(l))
+            .cloned()
+    };
+    let (name, sys) = lines_of(&|(n, _)| n == "rust_work::hot::spin_rust")
+        .unwrap_or_else(|| panic!("no spin_rust in {:?}", raw.locations));
+    assert_ne!(name, sys);
+    assert!(sys.starts_with("_ZN") || sys.starts_with("_R"), "{sys}");
+    // Optimized Rust inlines: some location holds several functions.
+    assert!(
+        raw.locations.values().any(|(_, l)| l.len() > 1),
+        "no inlined frames: {:?}",
+        raw.locations
+    );
+}
+
+#[test]
+fn every_interval_gets_its_own_files_and_together_they_hold_every_sample() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("pprof-every");
+    let bin = fixture("work631");
+    let out = run(bprof()
+        .args(["-F", "199", "--every", "1", "--pprof"])
+        .arg(dir.join("%n-%t.pb.gz"))
+        .arg("-o")
+        .arg(dir.join("%n.folded"))
+        .arg("--")
+        .arg(&bin)
+        .arg("3.5"));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let pprofs: Vec<&String> = names.iter().filter(|n| n.ends_with(".pb.gz")).collect();
+    // 3.5 s in 1 s intervals: 4 (the last one short), maybe 5 with start-up.
+    assert!((4..=5).contains(&pprofs.len()), "{names:?}");
+    let mut total = 0;
+    // (start, length) of the previous interval, in seconds of the day.
+    let mut previous: Option<(f64, f64)> = None;
+    let mut lengths = 0.0;
+    for (i, p) in pprofs.iter().enumerate() {
+        let n = format!("{:06}", i + 1);
+        assert!(p.starts_with(&format!("{n}-2")), "{p}: %n then %t");
+        let folded =
+            parse_folded(&std::fs::read_to_string(dir.join(format!("{n}.folded"))).unwrap());
+        let raw = pprof_raw(&dir.join(p));
+        // Each interval's pprof is its folded file.
+        assert_eq!(refold(&raw, 0), folded_map(&folded), "interval {n}");
+        total += folded.iter().map(|l| l.count).sum::<u64>();
+        // Each says when it started (-raw: `Time: 2026-11-25 12:00:01.5 +0000
+        // UTC`) and how long it ran (-top, with its unit).
+        let text = go_pprof(&["-raw"], &dir.join(p));
+        let clock = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Time: "))
+            .and_then(|t| t.split(' ').nth(1))
+            .unwrap();
+        let hms: Vec<f64> = clock.split(':').map(|x| x.parse().unwrap()).collect();
+        let start = hms[0] * 3600.0 + hms[1] * 60.0 + hms[2];
+        let top = go_pprof(&["-top"], &dir.join(p));
+        let d = top
+            .lines()
+            .find_map(|l| l.strip_prefix("Duration: "))
+            .and_then(|l| l.split(',').next())
+            .unwrap();
+        let length: f64 = match d.strip_suffix("ms") {
+            Some(ms) => ms.parse::<f64>().unwrap() / 1e3,
+            None => d.trim_end_matches('s').parse().unwrap(),
+        };
+        assert!(length > 0.0, "interval {n}: {d}");
+        // The intervals tile the run: each starts where the last ended
+        // (-top rounds lengths to 10 ms).
+        if let Some((s0, l0)) = previous {
+            assert!(
+                (start - (s0 + l0)).abs() < 0.011,
+                "interval {n} starts at {start}, the last ended at {}",
+                s0 + l0
+            );
+        }
+        previous = Some((start, length));
+        lengths += length;
+    }
+    // Together they cover the recording (the summary's duration).
+    let elapsed: f64 = stderr
+        .lines()
+        .find(|l| l.contains(" unique stacks"))
+        .and_then(|l| l.split(" over ").nth(1)?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no duration in {stderr}"));
+    assert!(
+        (lengths - elapsed).abs() < 0.1,
+        "intervals sum to {lengths} s of {elapsed} s"
+    );
+    // Together the intervals hold everything counted: nothing falls
+    // between two files.
+    assert_eq!(total, summary_count(&stderr), "{stderr}");
+    assert!(total > 500, "{total}");
+}
+
+#[test]
+fn every_needs_a_pattern_per_file() {
+    for (args, says) in [
+        (&["--every", "10", "--pprof", "a.pb.gz"][..], "its own file"),
+        (&["--every", "10", "-f"][..], "-o FILE"),
+        (&["--every", "10"][..], "writes files"),
+        (&["--every", "0.5", "-o", "%t"][..], "at least 1 second"),
+        (&["--every", "10", "-o", "%q"][..], "unknown escape"),
+    ] {
+        let out = run(bprof().args(args).arg("1"));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(assert_one_line_error(&out).contains(says), "{args:?}");
+    }
+}
