@@ -317,3 +317,23 @@ fn unwind_debian_gzip_matches_perf_dwarf() {
         .collect();
     other_binary_same_as_perf("gzip", &argv, &dir);
 }
+
+#[test]
+fn call_graph_fp_takes_the_kernels_walk_and_bad_values_are_one_line_errors() {
+    root_or_skip!();
+    let _g = exclusive();
+    let (exe, _) = fixtures();
+    let out = run(bprof()
+        .args(["-v", "-U", "-F", "999", "-f", "--call-graph", "fp", "--"])
+        .arg(&exe)
+        .args(["chain", "1"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // No unwinder ran, and without frame pointers no stack reaches _start.
+    assert!(!stderr.contains("dwarf unwinding"), "{stderr}");
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(lines.iter().map(|l| l.count).sum::<u64>() > 100);
+    assert!(!lines.iter().any(|l| l.frames.iter().any(|f| f == "_start")));
+    let bad = run(bprof().args(["--call-graph", "lbr", "--", "true"]));
+    crate::common::assert_one_line_error(&bad);
+}
