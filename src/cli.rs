@@ -149,7 +149,7 @@ pub struct ProfileArgs {
     /// Entries of each kernel map (count map, stack maps). They are drained
     /// into user space when half full, so this bounds kernel memory, not
     /// the profile; what still does not fit is counted as lost. Each entry
-    /// can take about 5 KiB of kernel memory; at most 191739 (1 GiB).
+    /// can take about 9 KiB of kernel memory; at most 110014 (1 GiB).
     #[arg(long = "stack-storage-size", value_name = "N", default_value = "16384")]
     pub stack_storage_size: String,
 
