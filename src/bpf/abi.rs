@@ -20,6 +20,8 @@ pub(crate) const SAMPLE_OFF_CPU: u32 = profile::sample_kind::SAMPLE_OFF_CPU.0;
 pub(crate) const FRAME_FILE: i32 = profile::frame_status::FRAME_FILE.0 as i32;
 /// `frame_record.status`: a raw address.
 pub(crate) const FRAME_IP: i32 = profile::frame_status::FRAME_IP.0 as i32;
+/// `frame_record.status`: the unwinder stopped early; offset says why.
+pub(crate) const FRAME_TRUNCATED: i32 = profile::frame_status::FRAME_TRUNCATED.0 as i32;
 
 /// Events one `bprof stat` session counts.
 pub(crate) const STAT_MAX_EVENTS: usize = stat::stat_limits::BPROF_STAT_MAX_EVENTS.0 as usize;

@@ -26,9 +26,8 @@ pub(crate) enum Feature {
     CurrentTaskBtf,
     /// Task-local storage maps, for off-CPU switch-out stamps.
     TaskStorage,
-    /// `bpf_loop`, for loops too long to unroll: the unwinder's (#9) stack
-    /// hashing needs it; add it to [`PROFILE`] when that lands.
-    #[allow(dead_code)]
+    /// `bpf_loop`, for loops too long to unroll: the unwinder's walk and
+    /// the stored user stacks' hashing.
     BpfLoop,
 }
 
@@ -39,6 +38,7 @@ pub(crate) const PROFILE: &[Feature] = &[
     Feature::AtomicFetch,
     Feature::CurrentTaskBtf,
     Feature::TaskStorage,
+    Feature::BpfLoop,
 ];
 
 /// What `bprof stat` needs.
@@ -169,7 +169,7 @@ mod tests {
         if !root {
             return;
         }
-        for &f in PROFILE.iter().chain(STAT).chain(&[Feature::BpfLoop]) {
+        for &f in PROFILE.iter().chain(STAT) {
             assert_eq!(f.present(), Some(true), "{f:?}: {}", f.describe());
         }
         // 6.18 has per-VMA locks: the kernel's generation is used.

@@ -41,6 +41,10 @@ pub struct ProfileOptions {
     pub mode: Mode,
     /// Off-CPU: count kernel threads too.
     pub kernel_threads: bool,
+    /// How user stacks are walked.
+    pub call_graph: crate::unwind::CallGraph,
+    /// `--call-graph dwarf`: rows of the unwind table map.
+    pub unwind_rows: u32,
     /// Off-CPU: ignore blocks shorter than this (ns).
     pub min_block_ns: u64,
     /// Off-CPU: ignore blocks longer than this (ns; 0: no limit).
@@ -48,6 +52,13 @@ pub struct ProfileOptions {
 }
 
 pub(crate) use crate::events::Mode;
+
+impl ProfileOptions {
+    /// Whether samples are limited to the processes in target_tgids.
+    pub fn matches_tgids(&self) -> bool {
+        !self.tgids.is_empty() || self.follow_children
+    }
+}
 
 /// Encodes a parsed filter as the map entries profile.bpf.c walks:
 /// single tests stand alone, OR groups are bracketed by GROUP_BEGIN/END.
@@ -157,6 +168,11 @@ impl<'obj> ProfileProgram<'obj> {
         rodata.cfg.kernel_threads = opts.kernel_threads.into();
         rodata.cfg.min_block_ns = opts.min_block_ns;
         rodata.cfg.max_block_ns = opts.max_block_ns;
+        let dwarf = opts.call_graph == crate::unwind::CallGraph::Dwarf && opts.user_stacks;
+        rodata.cfg.dwarf = dwarf.into();
+        if dwarf {
+            open.maps.unwind_rows.set_max_entries(opts.unwind_rows)?;
+        }
         let n = opts.stack_storage_size;
         open.maps.kern_stacks.set_max_entries(n)?;
         open.maps.kern_stack_ids.set_max_entries(n)?;

@@ -164,6 +164,8 @@ enum UserKey {
     /// it), offset.
     File([u8; BUILD_ID_SIZE], u32, u64),
     Ip(u32, u64),
+    /// The unwinder stopped early: shown as `[truncated]`.
+    Truncated,
 }
 
 /// Return addresses point after the call; step back one byte so that the
@@ -186,6 +188,7 @@ fn user_keys(s: &RawStack) -> impl Iterator<Item = UserKey> + '_ {
                 UserKey::File(build_id, s.tgid, caller(offset, leaf))
             }
             UserFrame::Ip(ip) => UserKey::Ip(s.tgid, caller(ip, leaf)),
+            UserFrame::Truncated(_) => UserKey::Truncated,
         }
     })
 }
@@ -415,6 +418,13 @@ pub(crate) fn symbolize_frames(
         match *k {
             UserKey::File(id, tgid, off) => by_file.entry((id, tgid)).or_default().push(off),
             UserKey::Ip(pid, ip) => by_pid.entry(pid).or_default().push(ip),
+            // Where the unwinder stopped early: a visible frame, not a symbol.
+            UserKey::Truncated => {
+                let loc = pass
+                    .frames
+                    .add(0, None, vec![plain_line("[truncated]".to_string())]);
+                pass.user_locs.insert(UserKey::Truncated, loc);
+            }
         }
     }
     let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());

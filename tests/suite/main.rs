@@ -17,3 +17,4 @@ mod offcpu;
 mod pprof;
 mod profile;
 mod stat;
+mod unwind;
