@@ -52,6 +52,7 @@ fn main() {
         .enumerate()
         .map(|(i, chunk)| RawStack {
             tgid: 1_000_000 + i as u32,
+            cgroup: 0,
             tid: 1_000_000 + i as u32,
             comm: "bench".into(),
             kernel: Vec::new(),

@@ -87,12 +87,16 @@ static __always_inline int filter_pass(const struct filter_sample *s)
 {
 	int in_group = 0, group_ok = 0;
 
-	for (__u32 i = 0; i < BPROF_MAX_FILTERS; i++) {
+	/* A 64-bit counter apart from the key: 6.1's verifier loses the value
+	 * of a 32-bit stack slot (the key's address is taken, so it lives on
+	 * the stack), sees two equal states and rejects an "infinite loop". */
+	for (__u64 i = 0; i < BPROF_MAX_FILTERS; i++) {
 		const struct filter_entry *e;
+		__u32 key = i;
 
-		if (i >= cfg.filter_len)
+		if (key >= cfg.filter_len)
 			break;
-		e = bpf_map_lookup_elem(&filters, &i);
+		e = bpf_map_lookup_elem(&filters, &key);
 		if (!e)
 			return 0;
 		if (e->op == FILTER_OP_GROUP_BEGIN) {

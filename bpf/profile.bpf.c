@@ -318,35 +318,88 @@ static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, 
 	return id;
 }
 
-#define USER_STACK_WORDS (BPROF_MAX_STACK_DEPTH * sizeof(struct frame_record) / sizeof(__u64))
+#define USER_STACK_WORDS ((BPROF_UNWIND_DEPTH + 1) * sizeof(struct frame_record) / sizeof(__u64))
 
-/* Stores the current task's user stack as build-ID records: under the id
- * of the same content when stored, else under a new id. Returns the id, or a
- * negative error (-E2BIG: user_stacks is full). */
-static __always_inline __s32 store_user_stack(void *ctx, struct profile_stats *st, __u32 slot)
+/* bpf_loop callbacks over a stack's words: a bounded loop of ~1000
+ * iterations is verified once per path into it, which no verifier limit
+ * allows for the unwound stack sizes; a callback is verified once. */
+struct words_ctx {
+	const __u64 *a, *b; /* the frames of two struct user_stack values */
+	__u64 h;
+	__u32 same;
+};
+
+static long hash_word(__u32 i, struct words_ctx *w)
 {
-	__u64 h = 0xcbf29ce484222325ULL;
-	struct user_stack *us, *old;
-	__u32 *idp;
-	__s32 id;
-	long n;
+	__u64 x;
 
-	us = bpf_map_lookup_elem(&user_stack_scratch, &slot);
-	if (!us)
-		return -ENOMEM;
-	/* Zero-padded past n by bpf_get_stack, so whole buffers compare. */
-	n = bpf_get_stack(ctx, us->frames, sizeof(us->frames), BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
-	if (n <= 0)
-		return n ? n : -EFAULT;
+	if (i >= USER_STACK_WORDS)
+		return 1;
+	x = w->a[i] * 0x9e3779b97f4a7c15ULL;
+	w->h = (w->h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
+	return 0;
+}
+
+/* One callback per 32-byte record (4 words): a callback costs more than
+ * the compares it holds. */
+static long compare_record(__u32 i, struct words_ctx *w)
+{
+	const struct frame_record *ra = (const void *)w->a, *rb = (const void *)w->b;
+	const __u64 *a, *b;
+
+	if (i >= BPROF_UNWIND_DEPTH + 1)
+		return 1;
+	a = (const __u64 *)&ra[i];
+	b = (const __u64 *)&rb[i];
+	if (a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3]) {
+		w->same = 0;
+		return 1;
+	}
+	return 0;
+}
+
+/* The hash of one record, as hash_word over its 4 words. */
+static __always_inline __u64 hash_record(__u64 h, const __u64 *r)
+{
+	for (int k = 0; k < 4; k++) {
+		__u64 x = r[k] * 0x9e3779b97f4a7c15ULL;
+
+		h = (h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
+	}
+	return h;
+}
+
+/* Stores the `n` bytes of records in `us` under the id of the same content
+ * when stored, else under a new id. Returns the id, or a negative error
+ * (-E2BIG: user_stacks is full). */
+static __always_inline __s32 intern_user_stack(struct profile_stats *st, struct user_stack *us, long n,
+						 const __u64 *hash)
+{
+	struct words_ctx w = { .a = (__u64 *)us->frames, .h = 0xcbf29ce484222325ULL };
+	struct user_stack *old;
+	__u32 *idp, words;
+	__s32 id;
+
 	us->nr = n / sizeof(us->frames[0]);
-	HASH_WORDS(h, (__u64 *)us->frames, n, USER_STACK_WORDS);
-	idp = bpf_map_lookup_elem(&user_stack_ids, &h);
+	words = n / sizeof(__u64);
+	if (words > USER_STACK_WORDS)
+		words = USER_STACK_WORDS;
+	/* The unwinder hashes records as it writes them. */
+	if (hash)
+		w.h = *hash;
+	else
+		bpf_loop(words, hash_word, &w, 0);
+	idp = bpf_map_lookup_elem(&user_stack_ids, &w.h);
 	if (idp) {
 		id = *idp;
 		old = bpf_map_lookup_elem(&user_stacks, &id);
-		if (old && old->nr == us->nr &&
-		    same_words((__u64 *)old->frames, (__u64 *)us->frames, USER_STACK_WORDS))
-			return id;
+		if (old && old->nr == us->nr) {
+			w.b = (__u64 *)old->frames;
+			w.same = 1;
+			bpf_loop(words / 4, compare_record, &w, 0);
+			if (w.same)
+				return id;
+		}
 		if (old)
 			__sync_fetch_and_add(&st->stack_collisions, 1);
 	}
@@ -356,14 +409,140 @@ static __always_inline __s32 store_user_stack(void *ctx, struct profile_stats *s
 		return n;
 	__sync_fetch_and_add(&st->user_stacks_stored, 1);
 	if (!idp || !bpf_map_lookup_elem(&user_stacks, idp))
-		bpf_map_update_elem(&user_stack_ids, &h, &id, BPF_ANY);
+		bpf_map_update_elem(&user_stack_ids, &w.h, &id, BPF_ANY);
 	return id;
+}
+
+/* 6.4 to 6.12 (per-VMA locks, before mm_lock_seq became a seqcount): a
+ * plain int that moves at every mmap_write_unlock, as the seqcount does. */
+struct mm_struct___intseq {
+	int mm_lock_seq;
+} __attribute__((preserve_access_index));
+
+/* The address space's layout generation, when the kernel keeps one: 0 when
+ * it does not (6.1 to 6.3), else 1 with *seq set. */
+static __always_inline int layout_seq(struct mm_struct *mm, __u32 *seq)
+{
+	if (bpf_core_field_exists(mm->mm_lock_seq.sequence)) {
+		*seq = mm->mm_lock_seq.sequence;
+		return 1;
+	}
+	if (bpf_core_field_exists(((struct mm_struct___intseq *)mm)->mm_lock_seq)) {
+		*seq = BPF_CORE_READ((struct mm_struct___intseq *)mm, mm_lock_seq);
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * 6.1 to 6.3 keep no layout generation, so bprof keeps one per address
+ * space: the syscalls that can unmap or move code (mmap, munmap, mremap,
+ * shmat, shmdt, remap_file_pages) mark their mm busy on entry and give it a
+ * fresh generation on exit (from one global counter, so a generation is
+ * never reused, even after an LRU eviction). A sample uses the cache only
+ * when its mm is not busy. exec is covered by exec_id in the key.
+ * User space attaches layout_enter/layout_exit to those tracepoints and then
+ * sets layout_gens_on, only on kernels without mm_lock_seq.
+ */
+struct layout_gen {
+	__u32 busy; /* threads inside one of the syscalls */
+	__u32 gen;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* struct mm_struct * */
+	__type(value, struct layout_gen);
+} layout_gens SEC(".maps");
+
+__u32 next_layout_gen = 1;
+__u32 layout_gens_on = 0;
+
+/* The mm's generation entry; a new one starts at a fresh generation. */
+static __always_inline struct layout_gen *layout_gen_of(__u64 mm)
+{
+	struct layout_gen *g = bpf_map_lookup_elem(&layout_gens, &mm), fresh = {};
+
+	if (g)
+		return g;
+	fresh.gen = __sync_fetch_and_add(&next_layout_gen, 1);
+	bpf_map_update_elem(&layout_gens, &mm, &fresh, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&layout_gens, &mm);
+}
+
+SEC("tracepoint")
+int layout_enter(void *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct layout_gen *g;
+
+	if (!task->mm)
+		return 0;
+	g = layout_gen_of((__u64)task->mm);
+	if (g)
+		__sync_fetch_and_add(&g->busy, 1);
+	return 0;
+}
+
+SEC("tracepoint")
+int layout_exit(void *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct layout_gen *g;
+
+	if (!task->mm)
+		return 0;
+	g = layout_gen_of((__u64)task->mm);
+	if (!g)
+		return 0;
+	g->gen = __sync_fetch_and_add(&next_layout_gen, 1);
+	/* An entry evicted and re-created mid-call starts at 0 busy. */
+	if (g->busy)
+		__sync_fetch_and_add(&g->busy, -1);
+	return 0;
+}
+
+/* Stores the current task's user stack as build-ID records (the kernel's
+ * frame-pointer walk). Returns the id, or a negative error. */
+static __always_inline __s32 store_user_stack(void *ctx, struct profile_stats *st, __u32 slot)
+{
+	struct user_stack *us;
+	long n;
+
+	us = bpf_map_lookup_elem(&user_stack_scratch, &slot);
+	if (!us)
+		return -ENOMEM;
+	n = bpf_get_stack(ctx, us->frames, BPROF_MAX_STACK_DEPTH * sizeof(us->frames[0]),
+			  BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
+	if (n <= 0)
+		return n ? n : -EFAULT;
+	return intern_user_stack(st, us, n, 0);
+}
+
+#include "unwind.bpf.h"
+
+/* --call-graph dwarf: the user stack walked with unwind tables. */
+static __always_inline __s32 unwound_stack_id(struct profile_stats *st, const struct uregs *ur, __u32 slot)
+{
+	struct user_stack *us;
+	long n;
+
+	us = bpf_map_lookup_elem(&user_stack_scratch, &slot);
+	if (!us)
+		return -ENOMEM;
+	__u64 hash;
+
+	n = unwind_user(st, ur, us, slot, &hash);
+	if (n <= 0)
+		return n ? n : -EFAULT;
+	return intern_user_stack(st, us, n, &hash);
 }
 
 /* The current task's user stack as a user_stacks id: from the cache when
  * this raw stack was seen in this address-space layout, else stored anew
  * (and cached). */
-static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, __u32 slot)
+static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, __u32 slot, const struct uregs *ur)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct mm_struct *mm = task->mm;
@@ -374,10 +553,21 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 
 	if (!mm)
 		return -EFAULT; /* a kernel thread has no user stack */
-	/* Without a layout generation (kernels without per-VMA locks) nothing
-	 * says when a cached stack went stale: always take the build-ID walk. */
-	if (!bpf_core_field_exists(mm->mm_lock_seq.sequence))
-		return store_user_stack(ctx, st, slot);
+	if (cfg.dwarf)
+		return unwound_stack_id(st, ur, slot);
+	/* Without the kernel's layout generation (no per-VMA locks), bprof's
+	 * own (layout_gens); without either, nothing says when a cached stack
+	 * went stale: take the build-ID walk. */
+	if (!layout_seq(mm, &k.mm_seq)) {
+		struct layout_gen *g;
+
+		if (!layout_gens_on)
+			return store_user_stack(ctx, st, slot);
+		g = layout_gen_of((__u64)mm);
+		if (!g || g->busy)
+			return store_user_stack(ctx, st, slot);
+		k.mm_seq = g->gen;
+	}
 	ips = bpf_map_lookup_elem(&raw_user_stack, &slot);
 	if (!ips)
 		return -ENOMEM;
@@ -397,7 +587,6 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 	k.mm = (__u64)mm;
 	k.hash = h;
 	k.tgid = task->tgid;
-	k.mm_seq = mm->mm_lock_seq.sequence;
 	k.exec_id = task->self_exec_id;
 	k.depth = n;
 	cached = bpf_map_lookup_elem(&user_stack_cache, &k);
@@ -413,7 +602,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 
 /* Takes the wanted stacks; -EFAULT just means "no stack in that mode". */
 static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u32 tgid, __u64 kflags,
-					__u32 slot, __s32 *kid, __s32 *uid)
+					__u32 slot, const struct uregs *ur, __s32 *kid, __s32 *uid)
 {
 	*kid = -1;
 	*uid = -1;
@@ -423,7 +612,7 @@ static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u
 			st->kern_stack_lost++;
 	}
 	if (cfg.user_stacks && tgid != 0) {
-		*uid = user_stack_id(ctx, st, slot);
+		*uid = user_stack_id(ctx, st, slot, ur);
 		if (*uid < 0 && *uid != -EFAULT)
 			st->user_stack_lost++;
 	}
@@ -439,6 +628,7 @@ int do_sample(struct bpf_perf_event_data *ctx)
 	struct profile_stats *st = stats();
 	struct sample_key key = {};
 	struct filter_sample fs;
+	struct uregs ur = {};
 
 	if (!st)
 		return 0;
@@ -467,7 +657,17 @@ int do_sample(struct bpf_perf_event_data *ctx)
 	key.tgid = tgid;
 	key.tid = pid;
 	key.kind = SAMPLE_ON_CPU;
-	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, &key.kern_stack_id, &key.user_stack_id);
+	key.cgroup = bpf_get_current_cgroup_id();
+	/* A sample in user mode has the user registers; one in the kernel
+	 * takes them from the task (unwind_user). */
+	/* (User addresses are the lower half: cs's layout varies by kernel.) */
+	if (cfg.dwarf && ctx->regs.ip < (1ULL << 47)) {
+		ur.ip = ctx->regs.ip;
+		ur.sp = ctx->regs.sp;
+		ur.bp = ctx->regs.bp;
+		ur.valid = 1;
+	}
+	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, &ur, &key.kern_stack_id, &key.user_stack_id);
 	/* --wall counts time: a cpu-clock sample's period is its nanoseconds. */
 	count(st, &key, cfg.period_as_us ? ctx->sample_period / 1000 : 1);
 	/* 0: the sample is not also written to the perf ring buffer. */
@@ -517,8 +717,12 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		} else {
 			start = bpf_task_storage_get(&offcpu_start, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 			if (start) {
+				struct uregs ur = {};
+
 				start->ts = bpf_ktime_get_ns();
-				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK, SCRATCH_OFF_CPU,
+				/* prev is current: its cgroup, for the block's key. */
+				start->cgroup = bpf_get_current_cgroup_id();
+				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK, SCRATCH_OFF_CPU, &ur,
 					    &start->kern_stack_id, &start->user_stack_id);
 				st->switches_out++;
 			}
@@ -541,6 +745,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		key.kern_stack_id = start->kern_stack_id;
 		key.user_stack_id = start->user_stack_id;
 		key.kind = SAMPLE_OFF_CPU;
+		key.cgroup = start->cgroup;
 		st->blocks_counted++;
 		count(st, &key, delta / 1000);
 	}

@@ -18,6 +18,8 @@ enum profile_limits {
 	BPROF_MAX_FILTERS = 64,
 };
 
+#include "unwind.h"
+
 /* One key of the in-kernel count map: a thread and the two stacks it was in. */
 struct sample_key {
 	__u32 tgid;
@@ -28,6 +30,7 @@ struct sample_key {
 	char comm[BPROF_COMM_LEN];
 	__u32 kind; /* enum sample_kind */
 	__u32 pad;
+	__u64 cgroup; /* cgroup v2 id of the task when sampled (or blocked) */
 };
 
 enum sample_kind {
@@ -61,6 +64,13 @@ struct profile_stats {
 	__u64 kern_stacks_stored; /* new entries in kern_stacks */
 	__u64 user_stacks_stored; /* new entries in user_stacks */
 	__u64 stack_collisions;  /* same 64-bit hash, other content: stored anew */
+	/* --call-graph dwarf (unwind.bpf.h) */
+	__u64 unwind_end[UNWIND_END_KINDS]; /* walks by how they ended */
+	__u64 unwind_frames;     /* frames recorded */
+	__u64 unwind_fp_frames;  /* frames left by frame pointer (no table) */
+	__u64 unwind_task_regs;  /* walks started from the task's saved user registers */
+	__u64 unwind_find_vma;   /* mappings found by bpf_find_vma, not unwind_maps */
+	__u64 unwind_learned;    /* ... and kept in unwind_maps for the next samples */
 };
 
 enum filter_op {
@@ -113,6 +123,7 @@ struct profile_config {
 	__u8 all_states;      /* --wall: also runnable (preempted) time */
 	__u8 kernel_threads;  /* off-CPU time of kernel threads too */
 	__u8 period_as_us;    /* --wall: an on-CPU sample counts its period in us */
+	__u8 dwarf;           /* --call-graph dwarf: walk user stacks with unwind tables */
 	__u32 filter_len;     /* entries used in filters[] */
 	__u64 min_block_ns;   /* off-CPU blocks shorter than this are ignored */
 	__u64 max_block_ns;   /* ... and longer than this */
@@ -128,6 +139,7 @@ enum frame_status {
 	FRAME_EMPTY = 0, /* no frame */
 	FRAME_FILE = 1,  /* build_id and a file offset */
 	FRAME_IP = 2,    /* no file known: offset holds the raw address */
+	FRAME_TRUNCATED = 3, /* the unwinder stopped early: offset holds enum unwind_end */
 };
 
 /* One user frame: the layout of the kernel's struct bpf_stack_build_id
@@ -146,7 +158,9 @@ struct frame_record {
 struct user_stack {
 	__u32 nr;
 	__u32 pad;
-	struct frame_record frames[BPROF_MAX_STACK_DEPTH];
+	/* Frame-pointer stacks fill at most BPROF_MAX_STACK_DEPTH; unwound ones
+	 * BPROF_UNWIND_DEPTH and a FRAME_TRUNCATED record. */
+	struct frame_record frames[BPROF_UNWIND_DEPTH + 1];
 };
 
 /*
@@ -166,6 +180,7 @@ struct ustack_key {
 /* Off-CPU: when and where a thread was switched out. */
 struct offcpu_start {
 	__u64 ts;
+	__u64 cgroup; /* the blocked task's cgroup v2 id at switch-out */
 	__s32 kern_stack_id;
 	__s32 user_stack_id;
 };

@@ -3,9 +3,12 @@
 # as root): clang for the BPF objects, libelf/zlib/pkg-config for libbpf-sys,
 # bpftool and perf for the tests' cross-checks, binutils and debuginfod
 # for the symbolization tests, golang-go for go tool pprof reading --pprof
-# output, tmux for the `bprof top` terminal tests. Idempotent and quiet.
+# output, qemu and a static busybox for the kernel matrix
+# (scripts/kernel-matrix.sh), tmux for the `bprof top` terminal tests.
+# Idempotent and quiet.
 set -euo pipefail
-pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc binutils bpftool linux-perf util-linux debuginfod golang-go tmux)
+pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc binutils bpftool linux-perf util-linux debuginfod golang-go
+    qemu-system-x86 busybox-static tmux)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

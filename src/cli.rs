@@ -152,6 +152,18 @@ pub struct ProfileArgs {
     #[arg(short = 'K', long = "kernel-stacks-only")]
     pub kernel_stacks_only: bool,
 
+    /// How user stacks are walked: "dwarf" unwinds with each file's
+    /// .eh_frame inside the BPF program (frame pointers where a PC has no
+    /// table: JIT code, the vDSO); "fp" takes the kernel's frame-pointer
+    /// walk. perf's "dwarf,SIZE" is accepted (there is no stack copy).
+    #[arg(long = "call-graph", value_name = "fp|dwarf", default_value = "dwarf")]
+    pub call_graph: String,
+
+    /// Capacity of the unwind table map in rows (16 bytes each, allocated
+    /// at start): --call-graph dwarf only.
+    #[arg(long = "unwind-rows", value_name = "N", default_value = "2097152")]
+    pub unwind_rows: String,
+
     /// Insert a "-" frame between the user and kernel parts of a stack.
     #[arg(short = 'd', long = "delimited")]
     pub delimited: bool,
@@ -167,7 +179,7 @@ pub struct ProfileArgs {
     /// Entries of each kernel map (count map, stack maps). They are drained
     /// into user space when half full, so this bounds kernel memory, not
     /// the profile; what still does not fit is counted as lost. Each entry
-    /// can take about 5 KiB of kernel memory; at most 191739 (1 GiB).
+    /// can take about 9 KiB of kernel memory; at most 109924 (1 GiB).
     #[arg(long = "stack-storage-size", value_name = "N", default_value = "16384")]
     pub stack_storage_size: String,
 

@@ -22,5 +22,6 @@ pub(crate) mod output;
 pub(crate) mod session;
 pub mod symbolize;
 pub(crate) mod target;
+pub(crate) mod unwind;
 
 pub use session::run;

@@ -20,6 +20,8 @@ pub(crate) const SAMPLE_OFF_CPU: u32 = profile::sample_kind::SAMPLE_OFF_CPU.0;
 pub(crate) const FRAME_FILE: i32 = profile::frame_status::FRAME_FILE.0 as i32;
 /// `frame_record.status`: a raw address.
 pub(crate) const FRAME_IP: i32 = profile::frame_status::FRAME_IP.0 as i32;
+/// `frame_record.status`: the unwinder stopped early; offset says why.
+pub(crate) const FRAME_TRUNCATED: i32 = profile::frame_status::FRAME_TRUNCATED.0 as i32;
 
 /// Events one `bprof stat` session counts.
 pub(crate) const STAT_MAX_EVENTS: usize = stat::stat_limits::BPROF_STAT_MAX_EVENTS.0 as usize;
@@ -66,7 +68,7 @@ const _: () = {
     use std::mem::size_of;
     assert!(size_of::<frame_record>() == 4 + BUILD_ID_SIZE + 8);
     assert!(size_of::<stat_value>() == 3 * 8);
-    assert!(size_of::<sample_key>() == 4 * 4 + COMM_LEN + 2 * 4);
+    assert!(size_of::<sample_key>() == 4 * 4 + COMM_LEN + 2 * 4 + 8);
     assert!(size_of::<profile::filter_entry>() == 4 * 4 + 8 + COMM_LEN);
     assert!(size_of::<profile::profile_stats>() % 8 == 0);
 };

@@ -72,6 +72,14 @@ pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
         s.kern_stacks_stored += c.kern_stacks_stored;
         s.user_stacks_stored += c.user_stacks_stored;
         s.stack_collisions += c.stack_collisions;
+        for (a, b) in s.unwind_end.iter_mut().zip(c.unwind_end) {
+            *a += b;
+        }
+        s.unwind_frames += c.unwind_frames;
+        s.unwind_fp_frames += c.unwind_fp_frames;
+        s.unwind_task_regs += c.unwind_task_regs;
+        s.unwind_find_vma += c.unwind_find_vma;
+        s.unwind_learned += c.unwind_learned;
     }
     Ok(s)
 }
@@ -113,6 +121,10 @@ pub fn parse_user_stack(bytes: &[u8]) -> Vec<UserFrame> {
                 offset: f.offset,
             }),
             abi::FRAME_IP => frames.push(UserFrame::Ip(f.offset)),
+            abi::FRAME_TRUNCATED => {
+                frames.push(UserFrame::Truncated(f.offset.min(u8::MAX as u64) as u8));
+                break;
+            }
             _ => break,
         }
     }

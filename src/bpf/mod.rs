@@ -3,11 +3,13 @@
 //! [`profile`] is the sampling program (on-CPU, off-CPU, fork following),
 //! [`abi`] the constants and layouts shared with the programs,
 //! [`counting`] the per-session reader of `bprof stat`, [`shared_counters`]
-//! the per-CPU counters every session shares, [`maps`] the typed map access
-//! and [`preflight`] the checks made before loading.
+//! the per-CPU counters every session shares, [`maps`] the typed map access,
+//! [`preflight`] the checks made before loading and [`kfeatures`] the
+//! kernel features the programs need.
 
 pub(crate) mod abi;
 pub(crate) mod counting;
+pub(crate) mod kfeatures;
 pub(crate) mod maps;
 pub(crate) mod preflight;
 pub(crate) mod profile;
@@ -26,6 +28,18 @@ pub(crate) mod skel {
             unreachable_pub
         )]
         include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
+    }
+    /// Feature probes (see [`super::kfeatures`]).
+    pub(crate) mod probe {
+        #![allow(
+            clippy::all,
+            clippy::undocumented_unsafe_blocks,
+            unsafe_op_in_unsafe_fn,
+            unused_imports,
+            missing_docs,
+            unreachable_pub
+        )]
+        include!(concat!(env!("OUT_DIR"), "/probe.skel.rs"));
     }
     /// The shared-counter reader of `bprof stat`.
     pub(crate) mod stat {

@@ -6,9 +6,10 @@ use std::os::fd::{IntoRawFd, OwnedFd};
 use anyhow::{Context, Result};
 use blazesym::symbolize::Symbolizer;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, TracepointCategory};
 
 use crate::bpf::abi::plain_bytes;
+use crate::bpf::kfeatures;
 use crate::bpf::maps::{self, TargetFrom};
 use crate::bpf::skel::profile::types::{filter_entry, filter_op, filter_term};
 use crate::bpf::skel::profile::{ProfileSkel, ProfileSkelBuilder};
@@ -40,6 +41,10 @@ pub struct ProfileOptions {
     pub mode: Mode,
     /// Off-CPU: count kernel threads too.
     pub kernel_threads: bool,
+    /// How user stacks are walked.
+    pub call_graph: crate::unwind::CallGraph,
+    /// `--call-graph dwarf`: rows of the unwind table map.
+    pub unwind_rows: u32,
     /// Off-CPU: ignore blocks shorter than this (ns).
     pub min_block_ns: u64,
     /// Off-CPU: ignore blocks longer than this (ns; 0: no limit).
@@ -47,6 +52,13 @@ pub struct ProfileOptions {
 }
 
 pub(crate) use crate::events::Mode;
+
+impl ProfileOptions {
+    /// Whether samples are limited to the processes in target_tgids.
+    pub fn matches_tgids(&self) -> bool {
+        !self.tgids.is_empty() || self.follow_children
+    }
+}
 
 /// Encodes a parsed filter as the map entries profile.bpf.c walks:
 /// single tests stand alone, OR groups are bracketed by GROUP_BEGIN/END.
@@ -117,6 +129,8 @@ pub struct ProfileProgram<'obj> {
     links: Vec<Link>,
     /// Drains the count and stack maps into user space.
     pub collector: Collector,
+    /// The kernel keeps no layout generation: bprof's own is attached.
+    layout_gens: bool,
 }
 
 /// Routes libbpf's messages: silent unless `-v`, since a failure is
@@ -154,6 +168,11 @@ impl<'obj> ProfileProgram<'obj> {
         rodata.cfg.kernel_threads = opts.kernel_threads.into();
         rodata.cfg.min_block_ns = opts.min_block_ns;
         rodata.cfg.max_block_ns = opts.max_block_ns;
+        let dwarf = opts.call_graph == crate::unwind::CallGraph::Dwarf && opts.user_stacks;
+        rodata.cfg.dwarf = dwarf.into();
+        if dwarf {
+            open.maps.unwind_rows.set_max_entries(opts.unwind_rows)?;
+        }
         let n = opts.stack_storage_size;
         open.maps.kern_stacks.set_max_entries(n)?;
         open.maps.kern_stack_ids.set_max_entries(n)?;
@@ -173,6 +192,12 @@ impl<'obj> ProfileProgram<'obj> {
         if !opts.mode.off_cpu() {
             open.progs.offcpu_switch.set_autoload(false);
         }
+        // No kernel layout generation (6.1 to 6.3): bprof keeps its own.
+        let layout_gens = opts.user_stacks && !kfeatures::kernel_has_layout_seq();
+        if !layout_gens {
+            open.progs.layout_enter.set_autoload(false);
+            open.progs.layout_exit.set_autoload(false);
+        }
         let skel = open.load().map_err(load_error)?;
         let collector = Collector::new(
             &skel.maps.count_slot,
@@ -184,6 +209,7 @@ impl<'obj> ProfileProgram<'obj> {
             skel,
             links: Vec::new(),
             collector,
+            layout_gens,
         };
         for &tgid in &opts.tgids {
             prog.add_tgid(tgid, TargetFrom::Now)?;
@@ -214,6 +240,9 @@ impl<'obj> ProfileProgram<'obj> {
     /// the fds: libbpf closes them when the links drop) and the fork
     /// follower if configured.
     pub fn attach(&mut self, events: Vec<OwnedFd>, follow_children: bool) -> Result<()> {
+        if self.layout_gens {
+            self.attach_layout_gens()?;
+        }
         if follow_children {
             let link = self
                 .skel
@@ -239,6 +268,48 @@ impl<'obj> ProfileProgram<'obj> {
                 .context("attaching the sampling program to a perf event")?;
             self.links.push(link);
         }
+        Ok(())
+    }
+
+    /// Attaches bprof's layout generation to the syscalls that can unmap or
+    /// move code, then turns it on (see layout_gens in profile.bpf.c). A
+    /// kernel without syscall tracepoints only loses the cache: every sample
+    /// takes the build-ID walk, as without any generation.
+    fn attach_layout_gens(&mut self) -> Result<()> {
+        const SYSCALLS: [&str; 6] = [
+            "mmap",
+            "munmap",
+            "mremap",
+            "shmat",
+            "shmdt",
+            "remap_file_pages",
+        ];
+        let progs = &self.skel.progs;
+        let links: Result<Vec<Link>, _> = SYSCALLS
+            .iter()
+            .flat_map(|sc| {
+                [
+                    progs
+                        .layout_enter
+                        .attach_tracepoint(TracepointCategory::Syscalls, format!("sys_enter_{sc}")),
+                    progs
+                        .layout_exit
+                        .attach_tracepoint(TracepointCategory::Syscalls, format!("sys_exit_{sc}")),
+                ]
+            })
+            .collect();
+        let Ok(links) = links else {
+            return Ok(());
+        };
+        self.links.extend(links);
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .context("BPF object has no .bss")?;
+        // SAFETY: a plain store into the mmapped .bss; the program reads it.
+        unsafe { std::ptr::write_volatile(&mut bss.layout_gens_on, 1) };
         Ok(())
     }
 
@@ -386,5 +457,8 @@ fn load_error(e: libbpf_rs::Error) -> anyhow::Error {
         libbpf_rs::ErrorKind::PermissionDenied => " (need root, or CAP_BPF and CAP_PERFMON)",
         _ => "",
     };
-    anyhow::Error::new(e).context(format!("loading the BPF programs failed{hint}"))
+    anyhow::Error::new(e).context(format!(
+        "loading the BPF programs failed on Linux {}{hint} (-vv shows libbpf's log)",
+        crate::bpf::kfeatures::kernel_release()
+    ))
 }

@@ -51,6 +51,7 @@ enum StackRef {
 struct AggKey {
     tgid: u32,
     tid: u32,
+    cgroup: u64,
     comm: [i8; 16],
     off_cpu: bool,
     kernel: StackRef,
@@ -292,6 +293,8 @@ impl Collector {
                 } else {
                     key.tid
                 },
+                // Only pprof labels cgroups, and it keeps threads apart.
+                cgroup: if self.merge_threads { 0 } else { key.cgroup },
                 comm: key.comm,
                 off_cpu: key.kind == crate::bpf::abi::SAMPLE_OFF_CPU,
                 kernel: if self.want_kernel {
@@ -409,6 +412,7 @@ impl Collector {
             .map(|(k, &count)| RawStack {
                 tgid: k.tgid,
                 tid: k.tid,
+                cgroup: k.cgroup,
                 comm: comm_string(&k.comm),
                 kernel: match k.kernel {
                     StackRef::Content(c) => kernel[c as usize].to_vec(),

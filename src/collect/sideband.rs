@@ -45,6 +45,13 @@ pub struct MmapIndex {
     pub lost: u64,
     /// JIT symbol files (perf maps, jitdumps) of the processes seen.
     pub jit: JitFiles,
+    /// When set (`--call-graph dwarf`), every new file mapping with its
+    /// address range, for the unwinder to take.
+    pub queue_mappings: bool,
+    /// The queued mappings: (mapping, start, end, file offset).
+    pub new_mappings: Vec<(Mapping, u64, u64, u64)>,
+    /// Processes that exited, queued with `queue_mappings`.
+    pub exits: Vec<u32>,
 }
 
 struct Ring {
@@ -203,6 +210,9 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex) {
         let (pid, tid) = (u32_at(rec, 8), u32_at(rec, 16));
         if pid == tid && rec.len() >= 24 {
             index.jit.on_exit(pid);
+            if index.queue_mappings {
+                index.exits.push(pid);
+            }
         }
         return;
     }
@@ -226,6 +236,17 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex) {
         pid,
         path: PathBuf::from(std::ffi::OsStr::from_bytes(name)),
     };
+    if index.queue_mappings {
+        // {header, pid, tid, addr, len, ...}
+        let word = |off: usize| {
+            rec.get(off..off + 8)
+                .map_or(0, |s| u64::from_ne_bytes(s.try_into().unwrap_or_default()))
+        };
+        let (addr, len, pgoff) = (word(16), word(24), word(32));
+        index
+            .new_mappings
+            .push((mapping.clone(), addr, addr.saturating_add(len), pgoff));
+    }
     // A jitdump is mapped (executable) only so that profilers find it; it
     // is not an ELF file.
     if jit::is_jitdump_name(&mapping.path) {

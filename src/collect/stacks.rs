@@ -17,6 +17,9 @@ pub enum UserFrame {
     /// The kernel could not name the file (anonymous memory such as JIT
     /// code, or the mm lock was busy): a raw virtual address.
     Ip(u64),
+    /// The unwinder stopped early here (`--call-graph dwarf`); the value is
+    /// why (`enum unwind_end`, see [`crate::unwind::END_NAMES`]).
+    Truncated(u8),
 }
 
 /// One distinct (thread, kernel stack, user stack) and how often it was seen.
@@ -26,6 +29,8 @@ pub struct RawStack {
     pub tgid: u32,
     /// Thread id.
     pub tid: u32,
+    /// cgroup v2 id of the thread at the sample (0: unknown).
+    pub cgroup: u64,
     /// Thread name at the time of the sample.
     pub comm: String,
     /// Kernel frames, leaf first.
@@ -82,6 +87,18 @@ pub struct Stats {
     pub user_stacks_stored: u64,
     /// Distinct stacks with the same 64-bit hash (each stored on its own).
     pub stack_collisions: u64,
+    /// `--call-graph dwarf`: walks by how they ended (`enum unwind_end`).
+    pub unwind_end: [u64; 9],
+    /// `--call-graph dwarf`: frames recorded.
+    pub unwind_frames: u64,
+    /// `--call-graph dwarf`: frames walked by frame pointer (no table).
+    pub unwind_fp_frames: u64,
+    /// `--call-graph dwarf`: walks started from the task's saved registers.
+    pub unwind_task_regs: u64,
+    /// `--call-graph dwarf`: mappings found by the kernel, not the table.
+    pub unwind_find_vma: u64,
+    /// `--call-graph dwarf`: of those, kept in the mapping table.
+    pub unwind_learned: u64,
 }
 
 impl Stats {

@@ -33,6 +33,7 @@ fn stack(comm: &str, tid: u32, kernel: &[&str], user: &[&str], count: u64) -> St
     Stack {
         tgid: 100,
         tid,
+        cgroup: 0,
         comm: comm.into(),
         kernel: kernel.iter().map(|s| s.to_string()).collect(),
         user: user.iter().map(|s| s.to_string()).collect(),

@@ -230,6 +230,8 @@ pub struct Meta {
     pub comments: Vec<String>,
     /// The kernel's build ID, if known.
     pub kernel_build_id: Option<Vec<u8>>,
+    /// cgroup ids → paths, for the `cgroup` label.
+    pub cgroups: HashMap<u64, String>,
 }
 
 /// Interns strings: index 0 is always "".
@@ -510,6 +512,7 @@ impl Builder {
 
     fn samples(&mut self, stacks: &[Stack], opts: &FoldedOptions, meta: &Meta) {
         let (k_pid, k_tid, k_comm) = (self.st.get("pid"), self.st.get("tid"), self.st.get("comm"));
+        let k_cgroup = self.st.get("cgroup");
         for s in stacks {
             let mut ids = Vec::with_capacity(s.kernel_locs.len() + s.user_locs.len() + 2);
             if opts.mark_off_cpu && s.off_cpu {
@@ -533,18 +536,27 @@ impl Builder {
                 num,
                 ..Default::default()
             };
+            let mut label = vec![
+                num(k_pid, i64::from(s.tgid)),
+                num(k_tid, i64::from(s.tid)),
+                Label {
+                    key: k_comm,
+                    str: comm,
+                    ..Default::default()
+                },
+            ];
+            // Where known: a cgroup removed since has no path to show.
+            if let Some(path) = meta.cgroups.get(&s.cgroup) {
+                label.push(Label {
+                    key: k_cgroup,
+                    str: self.st.get(path),
+                    ..Default::default()
+                });
+            }
             self.p.sample.push(Sample {
                 location_id: ids,
                 value: values(&meta.kind, s),
-                label: vec![
-                    num(k_pid, i64::from(s.tgid)),
-                    num(k_tid, i64::from(s.tid)),
-                    Label {
-                        key: k_comm,
-                        str: comm,
-                        ..Default::default()
-                    },
-                ],
+                label,
             });
         }
     }
@@ -643,6 +655,7 @@ mod tests {
         let stack = |kernel_locs: Vec<u32>, user_locs: Vec<u32>, off_cpu, count| Stack {
             tgid: 10,
             tid: 11,
+            cgroup: 7,
             comm: "app".into(),
             kernel: vec![],
             user: vec![],
@@ -680,6 +693,7 @@ mod tests {
             duration: Duration::from_millis(2500),
             comments: vec!["bprof test".into()],
             kernel_build_id: Some(vec![1, 2, 3]),
+            cgroups: HashMap::from([(7, "/app.slice".to_string())]),
         };
         let p = build(&stacks, &frames, &opts(), &meta);
         let mut gz = Vec::new();
@@ -747,7 +761,12 @@ mod tests {
         let labels: Vec<_> = q.sample[0].label.iter().map(label).collect();
         assert_eq!(
             labels,
-            [("pid", "", 10), ("tid", "", 11), ("comm", "app", 0)]
+            [
+                ("pid", "", 10),
+                ("tid", "", 11),
+                ("comm", "app", 0),
+                ("cgroup", "/app.slice", 0)
+            ]
         );
         // Every reference resolves.
         for smp in &q.sample {
@@ -772,6 +791,7 @@ mod tests {
             duration: Duration::from_secs(1),
             comments: vec![],
             kernel_build_id: None,
+            cgroups: HashMap::new(),
         };
         let p = build(&stacks, &frames, &FoldedOptions::default(), &meta);
         assert_eq!(p.sample[0].value, [3, 30_303_030]);
@@ -797,6 +817,7 @@ mod tests {
             duration: Duration::from_secs(1),
             comments: vec![],
             kernel_build_id: None,
+            cgroups: HashMap::new(),
         };
         let fixed = build(
             &stacks,

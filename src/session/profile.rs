@@ -75,6 +75,8 @@ struct Recorded {
     event: Event,
     counts: Option<String>,
     status: Option<crate::target::ExitStatus>,
+    /// `--call-graph dwarf`: the `-v` line on the unwind tables.
+    unwind: Option<String>,
     /// When recording started (the pprof files' start time).
     started_at: SystemTime,
     /// `--every`: the intervals written so far.
@@ -84,6 +86,7 @@ struct Recorded {
 /// Runs one profile from start to written outputs.
 pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     crate::bpf::preflight::check()?;
+    crate::bpf::kfeatures::check(crate::bpf::kfeatures::PROFILE)?;
     let files = Files::create(&settings)?;
     let cpus = if settings.target.cpus.is_empty() {
         sampling::online_cpus()?
@@ -209,6 +212,10 @@ fn report_end(
             "bprof: {}",
             crate::collect::describe(drains, &summary.stats)
         );
+        if let Some(u) = &recorded.unwind {
+            eprintln!("{u}");
+            eprintln!("{}", crate::unwind::describe_ends(&summary.stats));
+        }
     }
     if drains.unresolved > 0 {
         eprintln!(
@@ -242,26 +249,49 @@ fn record(
     };
     let event = attach(settings, cpus, prog, symbolizer, counter.is_some())?;
     // After the side band is open, so no process falls between the two.
-    sideband.snapshot(snapshot_scope(settings, runner.child_pid()).as_deref());
+    let scope = snapshot_scope(settings, runner.child_pid());
+    sideband.snapshot(scope.as_deref());
     if let Some(pid) = runner.child_pid() {
         // Its user and perf map, should it be short-lived.
         sideband.index.jit.note_process(pid, true);
     }
+    let mut unwinder = crate::unwind::session::start(
+        prog,
+        settings,
+        sideband,
+        scope.as_deref(),
+        runner.child_pid(),
+    )?;
     runner.start()?;
     let started_at = SystemTime::now();
     let mut periodic = settings
         .every
         .map(|every| Periodic::new(every, Instant::now(), started_at));
 
-    // Record until the duration, a signal, or the target's end.
+    // Record until the duration, a signal, or the target's end. The side
+    // band is read every 10 ms, so a new process's unwind tables and
+    // mappings are in place soon after it maps them; the maps per TICK.
     let progress = progress_bar(settings.duration);
-    let end = runner.run(TICK, |last| {
+    let mut ticks = 0u64;
+    let end = runner.run(TICK / 10, |last| {
         sideband.drain();
+        if let Some(u) = unwinder.as_mut() {
+            u.take_new(
+                &prog.skel.maps.unwind_files,
+                &prog.skel.maps.unwind_maps,
+                settings
+                    .program
+                    .matches_tgids()
+                    .then_some(&prog.skel.maps.target_tgids as &dyn libbpf_rs::MapCore),
+                &mut sideband.index,
+            );
+        }
+        ticks += 1;
         if let Some(p) = periodic.as_mut().filter(|p| !last && p.due(Instant::now())) {
             let raw = prog.interval()?;
             p.write(settings, event, &mut sideband.index, raw, Instant::now())?;
         }
-        if !last {
+        if !last && ticks % 10 == 0 {
             // Drains the kernel maps before they fill; also the progress count.
             let samples = prog.tick().map(|s| s.counted).unwrap_or(0);
             if !progress.is_hidden() {
@@ -288,6 +318,7 @@ fn record(
         event,
         counts: counts.as_deref().and_then(cycles_text),
         status: runner.finish(end),
+        unwind: unwinder.map(|u| u.report()),
         started_at,
         periodic,
     })
@@ -414,6 +445,7 @@ fn write_outputs(
                 recorded.event,
                 recorded.started_at,
                 recorded.elapsed,
+                stacks,
             );
             let profile = pprof::build(stacks, frames, &settings.folded, &meta);
             f.commit(|w| pprof::write(w, &profile))?;
@@ -445,6 +477,7 @@ pub(crate) fn pprof_meta(
     event: Event,
     start: SystemTime,
     elapsed: Duration,
+    stacks: &[symbolize::Stack],
 ) -> pprof::Meta {
     use crate::bpf::profile::Mode;
     use crate::events::sampling::Rate;
@@ -487,6 +520,13 @@ pub(crate) fn pprof_meta(
             settings.target.describe()
         )],
         kernel_build_id: pprof::kernel_build_id(),
+        cgroups: crate::target::cgroup::paths_of(
+            &stacks
+                .iter()
+                .map(|s| s.cgroup)
+                .filter(|&c| c != 0)
+                .collect(),
+        ),
     }
 }
 

@@ -81,6 +81,15 @@ impl ProfileSettings {
         let max_perf_map_size = parse_u64(&cli.max_perf_map_size, "--max-perf-map-size")?;
         let kernel_stacks = !cli.user_stacks_only;
         let user_stacks = !cli.kernel_stacks_only;
+        let call_graph = crate::unwind::CallGraph::parse(&cli.call_graph)?;
+        let unwind_rows = parse_u64(&cli.unwind_rows, "--unwind-rows")?;
+        if unwind_rows == 0 || unwind_rows > crate::unwind::MAX_ROWS as u64 {
+            bail!(
+                "invalid --unwind-rows '{}': expected 1 to {}",
+                cli.unwind_rows,
+                crate::unwind::MAX_ROWS
+            );
+        }
         Ok(ProfileSettings {
             program: ProfileOptions {
                 kernel_stacks,
@@ -93,6 +102,8 @@ impl ProfileSettings {
                 filter,
                 mode,
                 kernel_threads: cli.kernel_threads,
+                call_graph,
+                unwind_rows: unwind_rows as u32,
                 min_block_ns: blocks.min_ns,
                 max_block_ns: blocks.max_ns,
             },

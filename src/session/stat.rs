@@ -149,6 +149,7 @@ fn join(v: &[u32]) -> String {
 /// Runs the count; returns the exit code (the command's, if any).
 pub fn run(s: StatSettings) -> Result<i32> {
     crate::bpf::preflight::check()?;
+    crate::bpf::kfeatures::check(crate::bpf::kfeatures::STAT)?;
     let online = sampling::online_cpus()?;
     let mut obj = MaybeUninit::uninit();
     let mut prog = StatProgram::load(&mut obj, &s.pin_dir, &s.events, &s.scope, &online)?;

@@ -170,7 +170,7 @@ impl NameCache {
         index: &mut MmapIndex,
     ) -> Vec<Sample> {
         self.refresh += 1;
-        let keyed: Vec<(StackKey, u32, u64)> = raw
+        let keyed: Vec<(StackKey, (u32, u64), u64)> = raw
             .into_iter()
             .map(|s| {
                 let key = StackKey {
@@ -182,15 +182,16 @@ impl NameCache {
                     user_lost: s.user_lost,
                     off_cpu: s.off_cpu,
                 };
-                (key, s.tid, s.count)
+                (key, (s.tid, s.cgroup), s.count)
             })
             .collect();
         let new: Vec<RawStack> = keyed
             .iter()
             .filter(|(k, _, _)| !self.named.contains_key(k))
-            .map(|(k, tid, _)| RawStack {
+            .map(|(k, (tid, cgroup), _)| RawStack {
                 tgid: k.tgid,
                 tid: *tid,
+                cgroup: *cgroup,
                 comm: k.comm.clone(),
                 kernel: k.kernel.clone(),
                 user: k.user.clone(),
@@ -234,7 +235,7 @@ impl NameCache {
         let refresh = self.refresh;
         let out = keyed
             .into_iter()
-            .filter_map(|(k, tid, count)| {
+            .filter_map(|(k, (tid, _), count)| {
                 let n = self.named.get_mut(&k)?;
                 n.seen = refresh;
                 Some(Sample {

@@ -37,6 +37,8 @@ pub struct Stack {
     pub tgid: u32,
     /// Thread id.
     pub tid: u32,
+    /// cgroup v2 id (0: unknown).
+    pub cgroup: u64,
     /// Thread name.
     pub comm: String,
     /// Kernel function names, leaf first (inlined frames included).
@@ -162,6 +164,8 @@ enum UserKey {
     /// it), offset.
     File([u8; BUILD_ID_SIZE], u32, u64),
     Ip(u32, u64),
+    /// The unwinder stopped early: shown as `[truncated]`.
+    Truncated,
 }
 
 /// Return addresses point after the call; step back one byte so that the
@@ -184,6 +188,7 @@ fn user_keys(s: &RawStack) -> impl Iterator<Item = UserKey> + '_ {
                 UserKey::File(build_id, s.tgid, caller(offset, leaf))
             }
             UserFrame::Ip(ip) => UserKey::Ip(s.tgid, caller(ip, leaf)),
+            UserFrame::Truncated(_) => UserKey::Truncated,
         }
     })
 }
@@ -440,6 +445,13 @@ pub(crate) fn symbolize_frames(
         match *k {
             UserKey::File(id, tgid, off) => by_file.entry((id, tgid)).or_default().push(off),
             UserKey::Ip(pid, ip) => by_pid.entry(pid).or_default().push(ip),
+            // Where the unwinder stopped early: a visible frame, not a symbol.
+            UserKey::Truncated => {
+                let loc = pass
+                    .frames
+                    .add(0, None, vec![plain_line("[truncated]".to_string())]);
+                pass.user_locs.insert(UserKey::Truncated, loc);
+            }
         }
     }
     let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());
@@ -649,6 +661,7 @@ impl<'a> Pass<'a> {
                 Stack {
                     tgid: s.tgid,
                     tid: s.tid,
+                    cgroup: s.cgroup,
                     comm: s.comm.clone(),
                     kernel: names_of(&kernel_locs),
                     user: names_of(&user_locs),

@@ -44,3 +44,43 @@ pub fn resolve(path: &str) -> Result<CgroupId> {
         level,
     })
 }
+
+/// The paths (below the v2 root, `/` for the root itself) of the cgroups
+/// with these ids, found by walking the hierarchy; ids no longer there
+/// (a cgroup removed during the profile) are left out.
+pub(crate) fn paths_of(
+    ids: &std::collections::HashSet<u64>,
+) -> std::collections::HashMap<u64, String> {
+    let mut found = std::collections::HashMap::new();
+    let Ok(root) = v2_mount() else {
+        return found;
+    };
+    // Bounded: the kernel's tree, but it can be large.
+    let mut budget = 100_000usize;
+    let mut todo = vec![(root.clone(), 0u32)];
+    while let Some((dir, depth)) = todo.pop() {
+        if found.len() == ids.len() || budget == 0 {
+            break;
+        }
+        budget -= 1;
+        let Ok(meta) = std::fs::symlink_metadata(&dir) else {
+            continue;
+        };
+        if ids.contains(&meta.ino()) {
+            let rel = dir.strip_prefix(&root).unwrap_or(Path::new(""));
+            found.insert(meta.ino(), format!("/{}", rel.display()));
+        }
+        if depth >= 32 {
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push((e.path(), depth + 1));
+            }
+        }
+    }
+    found
+}

@@ -213,7 +213,8 @@ pub fn any_program_loaded(ids: &[u32]) -> bool {
 /// `perf record -g -F HZ -o DATA -- ARGV...`, asserting it worked.
 pub fn perf_record<S: AsRef<std::ffi::OsStr>>(data: &Path, hz: &str, argv: &[S]) {
     let rec = Command::new("perf")
-        .args(["record", "-q", "-F", hz, "-g", "-o"])
+        // No BPF events: perf aborts reading some loaded BPF programs' info.
+        .args(["record", "-q", "--no-bpf-event", "-F", hz, "-g", "-o"])
         .arg(data)
         .arg("--")
         .args(argv)

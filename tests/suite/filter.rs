@@ -51,7 +51,9 @@ fn dropped(stderr: &str) -> u64 {
 fn tid_eq_and_ne_split_the_two_threads() {
     root_or_skip!();
     let _g = exclusive();
-    let (child, tids) = threads("10");
+    // Four profiles of 1 s each, plus start-up and symbolization: on a busy
+    // machine 10 s ran out before the last one (an empty profile).
+    let (child, tids) = threads("30");
     let (a, b) = (&tids["alpha"], &tids["beta"]);
     let (eq, stderr) = profile(&["--filter", &format!("tid == {a}"), "1"]);
     assert!(with_frame(&eq, "alpha", "alpha_spin") > 80, "{eq:?}");

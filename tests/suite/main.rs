@@ -18,3 +18,4 @@ mod pprof;
 mod profile;
 mod stat;
 mod top;
+mod unwind;

@@ -386,6 +386,7 @@ fn an_address_on_a_data_object_is_never_named_after_it() {
     let raw = vec![bprof::collect::stacks::RawStack {
         tgid: me,
         tid: me,
+        cgroup: 0,
         comm: "fx_data".into(),
         kernel: Vec::new(),
         // Leaf first: an address in lookup_slot, then a "return address" in table.

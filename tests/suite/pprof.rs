@@ -85,8 +85,12 @@ fn pprof_raw(file: &Path) -> Raw {
             }
             "Samples:" => {
                 let t = l.trim();
-                if let Some(comm) = t.strip_prefix("comm:[") {
-                    raw.samples.last_mut().unwrap().2 = comm.trim_end_matches(']').to_string();
+                // String labels share a line: `cgroup:[/x] comm:[name]`.
+                if let Some(comm) = t.split("comm:[").nth(1) {
+                    let comm = comm.split(']').next().unwrap_or_default();
+                    raw.samples.last_mut().unwrap().2 = comm.to_string();
+                } else if t.contains(":[") {
+                    // Other labels (pid, tid, cgroup).
                 } else if let Some((vals, ids)) = t.split_once(':') {
                     if let Ok(v) = vals
                         .split_whitespace()
@@ -328,7 +332,9 @@ fn pprof_of_an_exited_process_whose_file_is_gone_keeps_its_build_id() {
         .collect();
     let gone = mappings
         .iter()
-        .map(|m| &raw.mappings[m])
+        // (A frame with no file, such as an unwinder's [truncated] mark,
+        // has no mapping.)
+        .filter_map(|m| raw.mappings.get(m))
         .find(|(_, b)| *b == id)
         .unwrap_or_else(|| panic!("no mapping with {id}: {:?}", raw.mappings));
     assert_eq!(Path::new(&gone.0), bin.as_path());
@@ -512,4 +518,43 @@ fn every_needs_a_pattern_per_file() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(assert_one_line_error(&out).contains(says), "{args:?}");
     }
+}
+
+#[test]
+fn pprof_labels_each_sample_with_its_cgroup() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("pprof-cgroup");
+    let cg = TestCgroup::new("pprof");
+    let inside = Workload::start(Command::new(fixture("rust_work")).arg("6"));
+    cg.add(inside.id());
+    let outside = Workload::start(Command::new(fixture("work631")).arg("6"));
+    let pb = dir.join("out.pb.gz");
+    let pids = format!("{},{}", inside.id(), outside.id());
+    let out = run(bprof()
+        .args(["-F", "199", "-p", &pids, "--pprof"])
+        .arg(&pb)
+        .arg("1.5"));
+    drop((inside, outside));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The label pprof shows, with the cgroup's path below the v2 root.
+    let tags = go_pprof(&["-tags"], &pb);
+    assert!(
+        tags.contains("cgroup:") && tags.contains(&cg.name),
+        "{tags}"
+    );
+    // Focused on that cgroup, only the process inside it remains.
+    let focus = format!("-tagfocus=cgroup={}", cg.name);
+    let top = go_pprof(&["-top", &focus], &pb);
+    assert!(top.contains("spin_rust"), "{top}");
+    assert!(!top.contains("heavy"), "{top}");
+    let rest = go_pprof(&["-top", &format!("-tagignore=cgroup={}", cg.name)], &pb);
+    assert!(
+        rest.contains("heavy") && !rest.contains("spin_rust"),
+        "{rest}"
+    );
 }

@@ -1,0 +1,406 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * --call-graph dwarf: the user stack walked here, in the sample program,
+ * with unwind tables user space built from each mapped file's .eh_frame
+ * (src/unwind/). The result is the same (build ID, file offset) records
+ * bpf_get_stack(BPF_F_USER_BUILD_ID) gives, so storage, counting and
+ * symbolization do not change.
+ *
+ * Per frame: the PC's mapping (bpf_find_vma, cached while the PC stays in
+ * it) names the file by (dev, inode); unwind_files gives its build ID and
+ * its rows in unwind_rows; a binary search finds the row of the PC, whose
+ * rule gives the CFA (the caller's rsp), the return address at CFA - 8 and
+ * where the caller's rbp was saved. A PC without a table (JIT code, the vDSO,
+ * a file not loaded yet) is walked by its frame pointer. Every early end is
+ * counted by kind and leaves a FRAME_TRUNCATED record.
+ *
+ * Included by profile.bpf.c after its maps.
+ */
+#ifndef BPROF_UNWIND_BPF_H
+#define BPROF_UNWIND_BPF_H
+
+#define PAGE_SHIFT_X86 12
+#define ENOENT 2
+#define EBUSY 16
+
+/* All files' rows, each file's sorted by pc; sized and written (through
+ * mmap, far faster than map updates) by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1); /* set by user space, --unwind-rows */
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct unwind_file_key);
+	__type(value, struct unwind_file);
+} unwind_files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, struct unwind_map_key);
+	__type(value, struct unwind_chunk);
+} unwind_maps SEC(".maps");
+
+/* A new unwind_maps chunk starts empty. */
+struct unwind_chunk unwind_zero_chunk = {};
+
+/* User registers at the sample. */
+struct uregs {
+	__u64 ip, sp, bp;
+	__u32 valid; /* 0: take them from the task's pt_regs */
+};
+
+/* The PC's mapping, as bpf_find_vma's callback reads it. */
+struct vma_info {
+	__u64 start, end, off;
+	struct unwind_file_key key;
+};
+
+/* The walk's registers, in a per-CPU map value rather than on the stack:
+ * the verifier tracks no values in a map, so the bpf_loop callback's state
+ * is the same on every iteration and is verified once. */
+struct walk_state {
+	__u64 ip, sp, bp;
+	struct vma_info vma; /* the last mapping looked up */
+	struct unwind_file file; /* its file's unwind_files entry, when have_file */
+	__u32 have_file;
+	__u32 frames;    /* recorded */
+	__u32 fp_frames; /* of which left by frame pointer */
+	__u64 hash;      /* of the records written (hash_record) */
+	__u32 bp_valid;
+	__u32 exact; /* ip is where the frame is, not a return address */
+	__u32 end;   /* enum unwind_end + 1 once the walk ended */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SCRATCH_SLOTS);
+	__type(key, __u32);
+	__type(value, struct walk_state);
+} unwind_scratch SEC(".maps");
+
+struct unwind_ctx {
+	struct user_stack *us;
+	struct profile_stats *st;
+	struct task_struct *task;
+	struct walk_state *s;
+};
+
+static long vma_cb(struct task_struct *task, struct vm_area_struct *vma, struct vma_info *v)
+{
+	struct file *f = vma->vm_file;
+
+	v->start = vma->vm_start;
+	v->end = vma->vm_end;
+	v->off = vma->vm_pgoff << PAGE_SHIFT_X86;
+	v->key.dev = 0;
+	v->key.ino = 0;
+	if (f) {
+		struct inode *inode = f->f_inode;
+
+		v->key.ino = inode->i_ino;
+		v->key.dev = inode->i_sb->s_dev;
+	}
+	return 0;
+}
+
+/* Keeps what bpf_find_vma found in unwind_maps, so the next samples of the
+ * process find it there: a forked child that never execs, or a command in
+ * the ms before user space read its mmap records, learns its mappings
+ * one per sample. User space's own view replaces the chunk when it comes. */
+static __always_inline void learn(struct unwind_ctx *c, const struct unwind_map_key *mk, const struct vma_info *v)
+{
+	struct unwind_chunk *ch = bpf_map_lookup_elem(&unwind_maps, mk);
+
+	if (!ch) {
+		bpf_map_update_elem(&unwind_maps, mk, &unwind_zero_chunk, BPF_NOEXIST);
+		ch = bpf_map_lookup_elem(&unwind_maps, mk);
+		if (!ch)
+			return;
+	}
+	for (int k = 0; k < UNWIND_CHUNK_SLOTS; k++) {
+		struct unwind_map_slot *sl = &ch->slots[k];
+
+		if (sl->end == 0) {
+			sl->start = v->start;
+			sl->off = v->off;
+			sl->file = v->key;
+			sl->end = v->end;
+			__sync_fetch_and_add(&c->st->unwind_learned, 1);
+			return;
+		}
+	}
+}
+
+/* The row of file offset `off`: the last one with pc <= off. */
+static __always_inline struct unwind_row *find_row(const struct unwind_file *f, __u64 off)
+{
+	__u32 lo = f->first_row, hi = f->first_row + f->nr_rows, mid;
+	struct unwind_row *row;
+
+	row = bpf_map_lookup_elem(&unwind_rows, &lo);
+	if (!row || row->pc > off)
+		return 0;
+	/* 24 halvings: up to 16M rows per file. */
+	for (int i = 0; i < 24; i++) {
+		if (hi - lo <= 1)
+			break;
+		mid = lo + (hi - lo) / 2;
+		row = bpf_map_lookup_elem(&unwind_rows, &mid);
+		if (!row)
+			return 0;
+		if (row->pc <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return bpf_map_lookup_elem(&unwind_rows, &lo);
+}
+
+static __always_inline long stop(struct unwind_ctx *c, enum unwind_end why)
+{
+	c->s->end = why + 1;
+	return 1;
+}
+
+static __always_inline int read_u64(__u64 *dst, __u64 addr)
+{
+	return bpf_probe_read_user(dst, sizeof(*dst), (void *)addr);
+}
+
+/* One frame: records c->s->ip, then moves ip/sp/bp to the caller. 1 ends. */
+static long unwind_step(__u32 i, struct unwind_ctx *c)
+{
+	struct frame_record *rec;
+	struct unwind_file *file = 0;
+	struct unwind_row *row = 0;
+	struct user_stack *us = c->us;
+	__u64 off, cfa, ra, lookup;
+	__u32 n = us->nr;
+	long err;
+
+	if (n >= BPROF_UNWIND_DEPTH)
+		return stop(c, UNWIND_END_DEPTH);
+	if (c->s->ip == 0)
+		return stop(c, UNWIND_END_ROOT);
+	if (c->s->ip < c->s->vma.start || c->s->ip >= c->s->vma.end) {
+		struct unwind_map_key mk = { .tgid = c->task->tgid, .chunk = c->s->ip >> UNWIND_CHUNK_SHIFT };
+		struct unwind_chunk *ch = bpf_map_lookup_elem(&unwind_maps, &mk);
+		struct vma_info v = {};
+
+		err = -ENOENT;
+		if (ch) {
+			for (int k = 0; k < UNWIND_CHUNK_SLOTS; k++) {
+				struct unwind_map_slot *sl = &ch->slots[k];
+
+				if (c->s->ip >= sl->start && c->s->ip < sl->end) {
+					v.start = sl->start;
+					v.end = sl->end;
+					v.off = sl->off;
+					v.key = sl->file;
+					err = 0;
+					break;
+				}
+			}
+		}
+		/* Not seen by user space yet: ask the kernel (once per run). */
+		if (err) {
+			err = bpf_find_vma(c->task, c->s->ip, vma_cb, &v, 0);
+			if (!err) {
+				__sync_fetch_and_add(&c->st->unwind_find_vma, 1);
+				if (v.key.ino)
+					learn(c, &mk, &v);
+			}
+		}
+		if (err) {
+			rec = &us->frames[n];
+			rec->status = FRAME_IP;
+			__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
+			rec->offset = c->s->ip;
+			us->nr = n + 1;
+			c->s->frames++;
+			c->s->hash = hash_record(c->s->hash, (const __u64 *)rec);
+			return stop(c, err == -EBUSY ? UNWIND_END_VMA_BUSY : UNWIND_END_NO_MAPPING);
+		}
+		c->s->vma = v;
+		/* The file's entry is copied once per mapping change, not
+		 * looked up per frame. */
+		c->s->have_file = 0;
+		if (v.key.ino) {
+			file = bpf_map_lookup_elem(&unwind_files, &v.key);
+			if (file) {
+				c->s->file = *file;
+				c->s->have_file = 1;
+			}
+		}
+	}
+	off = c->s->ip - c->s->vma.start + c->s->vma.off;
+	file = c->s->have_file ? &c->s->file : 0;
+
+	rec = &us->frames[n];
+	if (file && (file->flags & UNWIND_FILE_BUILD_ID)) {
+		rec->status = FRAME_FILE;
+		__builtin_memcpy(rec->build_id, file->build_id, sizeof(rec->build_id));
+		rec->offset = off;
+	} else {
+		rec->status = FRAME_IP;
+		/* Hashed and compared with the rest: no stale bytes. */
+		__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
+		rec->offset = c->s->ip;
+	}
+	us->nr = n + 1;
+	c->s->frames++;
+	c->s->hash = hash_record(c->s->hash, (const __u64 *)rec);
+
+	/* A return address is just past its call: its frame is the call's. */
+	lookup = c->s->exact ? off : off - 1;
+	if (file && file->nr_rows)
+		row = find_row(file, lookup);
+	c->s->exact = 0;
+
+	if (!row || row->cfa_type == UNWIND_CFA_NONE) {
+		/* No table: follow the frame pointer. */
+		if (!c->s->bp_valid)
+			return stop(c, UNWIND_END_NO_TABLE);
+		if (c->s->bp == 0)
+			return stop(c, UNWIND_END_FP_END);
+		if (c->s->bp + 16 <= c->s->sp)
+			return stop(c, UNWIND_END_BAD_CFA);
+		if (read_u64(&ra, c->s->bp + 8))
+			return stop(c, UNWIND_END_READ_FAULT);
+		cfa = c->s->bp + 16;
+		if (read_u64(&c->s->bp, c->s->bp))
+			return stop(c, UNWIND_END_READ_FAULT);
+		c->s->fp_frames++;
+		c->s->sp = cfa;
+		c->s->ip = ra;
+		return 0;
+	}
+
+	switch (row->cfa_type) {
+	case UNWIND_CFA_RSP:
+		cfa = c->s->sp + row->cfa_off;
+		break;
+	case UNWIND_CFA_RBP:
+		if (!c->s->bp_valid)
+			return stop(c, UNWIND_END_BAD_CFA);
+		cfa = c->s->bp + row->cfa_off;
+		break;
+	case UNWIND_CFA_PLT:
+		cfa = c->s->sp + row->cfa_off + ((c->s->ip & 15) >= (__u64)row->rbp_off ? 8 : 0);
+		break;
+	case UNWIND_CFA_DEREF_RBP:
+		if (!c->s->bp_valid)
+			return stop(c, UNWIND_END_BAD_CFA);
+		if (read_u64(&cfa, c->s->bp + row->cfa_off))
+			return stop(c, UNWIND_END_READ_FAULT);
+		break;
+	case UNWIND_CFA_SIGNAL: {
+		/* Returned into __restore_rt: rsp is the rt_sigframe's ucontext,
+		 * whose uc_mcontext (at 40) holds the interrupted registers. */
+		__u64 mc = c->s->sp + 40;
+
+		if (read_u64(&c->s->bp, mc + 80) || read_u64(&c->s->sp, mc + 120) || read_u64(&c->s->ip, mc + 128))
+			return stop(c, UNWIND_END_READ_FAULT);
+		c->s->bp_valid = 1;
+		c->s->exact = 1;
+		return 0;
+	}
+	case UNWIND_CFA_STOP:
+		return stop(c, UNWIND_END_ROOT);
+	default:
+		return stop(c, UNWIND_END_UNSUPPORTED);
+	}
+	/* The caller's rsp is above this frame's. */
+	if (cfa <= c->s->sp)
+		return stop(c, UNWIND_END_BAD_CFA);
+	if (read_u64(&ra, cfa - 8))
+		return stop(c, UNWIND_END_READ_FAULT);
+	if (row->rbp_type == UNWIND_RBP_OFFSET) {
+		if (read_u64(&c->s->bp, cfa + row->rbp_off))
+			return stop(c, UNWIND_END_READ_FAULT);
+		c->s->bp_valid = 1;
+	} else if (row->rbp_type == UNWIND_RBP_UNKNOWN) {
+		c->s->bp_valid = 0;
+	}
+	c->s->sp = cfa;
+	c->s->ip = ra;
+	return 0;
+}
+
+/* Walks the current task's user stack into `us`; counts how it ended and
+ * marks an early end with a FRAME_TRUNCATED record. Returns the bytes
+ * of records, or a negative error. */
+static __always_inline long unwind_user(struct profile_stats *st, const struct uregs *ur, struct user_stack *us,
+					__u32 slot, __u64 *hash)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct unwind_ctx c = {};
+	struct walk_state *s;
+	__u32 n, end;
+
+	if (!task->mm)
+		return -EFAULT; /* a kernel thread has no user stack */
+	s = bpf_map_lookup_elem(&unwind_scratch, &slot);
+	if (!s)
+		return -ENOMEM;
+	__builtin_memset(s, 0, sizeof(*s));
+	if (ur->valid) {
+		s->ip = ur->ip;
+		s->sp = ur->sp;
+		s->bp = ur->bp;
+	} else {
+		/* The sample hit the kernel (or the task is switching out): the
+		 * user registers saved at kernel entry. */
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+
+		if (!regs)
+			return -EFAULT;
+		s->ip = BPF_CORE_READ(regs, ip);
+		s->sp = BPF_CORE_READ(regs, sp);
+		s->bp = BPF_CORE_READ(regs, bp);
+		__sync_fetch_and_add(&st->unwind_task_regs, 1);
+	}
+	c.us = us;
+	c.st = st;
+	c.task = task;
+	c.s = s;
+	s->bp_valid = 1;
+	s->exact = 1;
+	s->hash = 0xcbf29ce484222325ULL;
+	s->vma.end = 0;
+	us->nr = 0;
+	bpf_loop(BPROF_UNWIND_DEPTH + 1, unwind_step, &c, 0);
+	end = s->end ? s->end - 1 : UNWIND_END_DEPTH;
+	__sync_fetch_and_add(&st->unwind_frames, s->frames);
+	__sync_fetch_and_add(&st->unwind_fp_frames, s->fp_frames);
+	if (end < UNWIND_END_KINDS)
+		__sync_fetch_and_add(&st->unwind_end[end], 1);
+	n = us->nr;
+	if (end > UNWIND_END_FP_END && n < BPROF_UNWIND_DEPTH + 1) {
+		struct frame_record *rec = &us->frames[n];
+
+		rec->status = FRAME_TRUNCATED;
+		__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
+		rec->offset = end;
+		us->nr = n + 1;
+		s->hash = hash_record(s->hash, (const __u64 *)rec);
+	}
+	*hash = s->hash;
+	n = us->nr;
+	if (n == 0)
+		return -EFAULT;
+	if (n > BPROF_UNWIND_DEPTH + 1)
+		n = BPROF_UNWIND_DEPTH + 1;
+	return n * sizeof(struct frame_record);
+}
+
+#endif /* BPROF_UNWIND_BPF_H */

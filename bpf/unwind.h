@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Types of the .eh_frame unwinder (--call-graph dwarf) shared with the Rust
+ * side: the unwind table rows user space builds from .eh_frame /
+ * .debug_frame, the per-file index into them, and why a walk ended.
+ */
+#ifndef BPROF_UNWIND_H
+#define BPROF_UNWIND_H
+
+/* Frames of one unwound user stack (perf's --call-graph dwarf has no fixed
+ * bound; 256 covers deep recursion and is what the stored stack holds). */
+#define BPROF_UNWIND_DEPTH 256
+
+/* How the canonical frame address (the caller's rsp) is found. */
+enum unwind_cfa {
+	UNWIND_CFA_NONE = 0,  /* no FDE covers this address: no table */
+	UNWIND_CFA_RSP,       /* rsp + cfa_off */
+	UNWIND_CFA_RBP,       /* rbp + cfa_off */
+	UNWIND_CFA_PLT,       /* PLT stub: rsp + cfa_off (+ 8 when (pc & 15) >= 11) */
+	UNWIND_CFA_DEREF_RBP, /* *(rbp + cfa_off): stack realignment (DW_OP_breg6 off; DW_OP_deref) */
+	UNWIND_CFA_SIGNAL,    /* __restore_rt: registers come from the rt_sigframe at rsp */
+	UNWIND_CFA_STOP,      /* return address undefined: the outermost frame */
+	UNWIND_CFA_UNSUPPORTED, /* a rule this unwinder cannot follow */
+};
+
+/* Where the caller's rbp is. */
+enum unwind_rbp {
+	UNWIND_RBP_SAME = 0, /* unchanged */
+	UNWIND_RBP_OFFSET,   /* saved at CFA + rbp_off */
+	UNWIND_RBP_UNKNOWN,  /* some other rule: rbp is not known past this frame */
+};
+
+/* One row: the rule from `pc` (a file offset) up to the next row's pc.
+ * 16 bytes, the array map's element stride anyway (values are 8-aligned). */
+struct unwind_row {
+	__u32 pc;
+	__s32 cfa_off;
+	__s16 rbp_off; /* UNWIND_CFA_PLT: the (pc & 15) threshold */
+	__u8 cfa_type; /* enum unwind_cfa */
+	__u8 rbp_type; /* enum unwind_rbp */
+	__u32 pad;
+};
+
+/* A mapped file as the kernel names it: vma->vm_file->f_inode. */
+struct unwind_file_key {
+	__u64 dev; /* super_block s_dev, the kernel's encoding (major << 20 | minor) */
+	__u64 ino;
+};
+
+/* Executable mappings of target processes, filled by user space from
+ * /proc/PID/maps and the side band's mmap records, by 2 MiB chunk of
+ * address space: bpf_find_vma takes the mm lock once per program run at
+ * most in IRQ context (its unlock is deferred to an irq_work), so it only
+ * serves a mapping user space has not seen yet. */
+#define UNWIND_CHUNK_SHIFT 21
+#define UNWIND_CHUNK_SLOTS 8
+
+struct unwind_map_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 chunk; /* address >> UNWIND_CHUNK_SHIFT */
+};
+
+struct unwind_map_slot {
+	__u64 start, end; /* [start, end): 0, 0 is an empty slot */
+	__u64 off;        /* file offset of start */
+	struct unwind_file_key file;
+};
+
+struct unwind_chunk {
+	struct unwind_map_slot slots[UNWIND_CHUNK_SLOTS];
+};
+
+#define UNWIND_FILE_BUILD_ID 1 /* build_id is valid: frames are stored as (build ID, offset) */
+
+/* One file's table: rows [first_row, first_row + nr_rows) of unwind_rows,
+ * sorted by pc. nr_rows 0: no table, frame pointers there. */
+struct unwind_file {
+	__u32 first_row;
+	__u32 nr_rows;
+	__u32 flags;
+	__u8 build_id[20];
+};
+
+/* Why a walk ended: index into profile_stats.unwind_end[]. */
+enum unwind_end {
+	UNWIND_END_ROOT = 0,    /* outermost frame reached (undefined return address, or 0) */
+	UNWIND_END_FP_END,      /* frame-pointer walk reached rbp 0 (code without a table) */
+	UNWIND_END_NO_TABLE,    /* no table for the PC and no usable rbp */
+	UNWIND_END_NO_MAPPING,  /* the PC is in no mapping */
+	UNWIND_END_READ_FAULT,  /* the stack could not be read */
+	UNWIND_END_BAD_CFA,     /* the CFA did not move up the stack, or needed an unknown rbp */
+	UNWIND_END_UNSUPPORTED, /* a rule this unwinder cannot follow */
+	UNWIND_END_DEPTH,       /* BPROF_UNWIND_DEPTH frames taken */
+	UNWIND_END_VMA_BUSY,    /* bpf_find_vma could not take the mm lock */
+	UNWIND_END_KINDS,
+};
+
+
+#endif /* BPROF_UNWIND_H */

@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# Boots Debian's own kernels under qemu (TCG: no KVM needed) with an
+# initramfs holding busybox, bprof and its fixtures, runs the smoke suite
+# (scripts/kmatrix-guest.sh) in each, and prints a kernel x check table.
+#
+#   scripts/kernel-matrix.sh [SERIES...]     SERIES: 6.1 (default), 6.12, 5.10, all
+#
+# Each series is the newest linux-image-<series>*-cloud-amd64-unsigned the
+# configured apt sources offer; "all" is every series they offer. Packages
+# and extracted kernels are cached in $BPROF_KMATRIX_CACHE (default
+# /var/cache/bprof-kmatrix, root-owned: see SECURITY.md). Full guest logs go
+# to target/kmatrix/. A check is PASS, FAIL, or NOFEAT: bprof refused to
+# load and named the kernel features missing (what it must do on a kernel
+# too old for it). Exits non-zero unless every check of every kernel passed. Run as root (apt); it profiles only inside the guests, but those
+# take CPU: take /tmp/bprof-tests.lock on a shared machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "kernel-matrix: run as root (it installs qemu and fetches kernel packages)" >&2
+    exit 1
+fi
+
+series=("$@")
+[ "${#series[@]}" -gt 0 ] || series=(6.1)
+if [ "${series[0]}" = all ]; then
+    series=(5.10 6.1 6.12)
+fi
+
+# qemu and a static busybox (install-deps.sh lists them too; a standalone
+# run needs them as well).
+need=()
+for p in qemu-system-x86 busybox-static; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+    echo "kernel-matrix: installing ${need[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# The cache holds kernels we boot and run as root: it must be ours alone.
+cache=${BPROF_KMATRIX_CACHE:-/var/cache/bprof-kmatrix}
+install -d -m 0755 -o root -g root "$cache"
+if [ "$(stat -c '%u %a' "$cache")" != "0 755" ] || [ -L "$cache" ]; then
+    echo "kernel-matrix: $cache must be a root-owned 0755 directory" >&2
+    exit 1
+fi
+
+# Debian 11's 5.10 is not in bookworm's sources: a private apt state in the
+# cache reads bullseye's index without touching the system's sources.
+bullseye=$cache/apt-bullseye
+bullseye_opts=(-o "Dir::Etc::SourceList=$bullseye/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+    -o "Dir::State::Lists=$bullseye/lists" -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
+bullseye_apt() { # apt-get or apt-cache, then its arguments
+    local tool=$1
+    shift
+    if [ ! -d "$bullseye/lists" ] || [ -z "$(find "$bullseye/lists" -maxdepth 1 -name '*Packages*' -mtime -7)" ]; then
+        mkdir -p "$bullseye/lists/partial"
+        echo "deb http://deb.debian.org/debian bullseye main" >"$bullseye/sources.list"
+        apt-get "${bullseye_opts[@]}" update -qq >/dev/null 2>&1 || return 1
+    fi
+    "$tool" "${bullseye_opts[@]}" "$@"
+}
+
+# Sets pkg to the newest kernel package of a series, or to nothing if apt
+# has none; its apt (plain, or bullseye_apt) goes into apt_of[pkg].
+declare -A apt_of
+newest_pkg() {
+    local re
+    case "$1" in
+    6.1) re='^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$' ;;
+    5.10) re='^linux-image-5\.10\.0-[0-9]+-cloud-amd64-unsigned$' ;;
+    *) re="^linux-image-${1//./\\.}\\.[0-9]+\\+deb[0-9]+-cloud-amd64-unsigned\$" ;;
+    esac
+    pkg=$(apt-cache pkgnames linux-image- 2>/dev/null | { grep -E "$re" || true; } | sort -V | tail -1)
+    [ -z "$pkg" ] || apt_of[$pkg]=plain
+    if [ -z "$pkg" ] && [ "$1" = 5.10 ]; then
+        pkg=$(bullseye_apt apt-cache pkgnames linux-image- 2>/dev/null | { grep -E "$re" || true; } | sort -V | tail -1)
+        [ -z "$pkg" ] || apt_of[$pkg]=bullseye
+    fi
+}
+
+# Extracts the package's vmlinuz into the cache; prints its path.
+kernel_of() {
+    local pkg=$1 dir="$cache/$1"
+    if ! ls "$dir"/boot/vmlinuz-* >/dev/null 2>&1; then
+        if [ "${apt_of[$pkg]}" = bullseye ]; then
+            (cd "$cache" && bullseye_apt apt-get download -q "$pkg" >/dev/null 2>&1) || return 1
+        else
+            (cd "$cache" && apt-get download -q "$pkg" >/dev/null 2>&1) || return 1
+        fi
+        local deb
+        deb=$(ls -t "$cache/${pkg}"_*.deb | head -1)
+        rm -rf "$dir.tmp"
+        mkdir "$dir.tmp"
+        dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$dir.tmp" ./boot
+        rm -rf "$dir"
+        mv "$dir.tmp" "$dir"
+        rm -f "$deb"
+    fi
+    ls "$dir"/boot/vmlinuz-* | head -1
+}
+
+# A fresh machine may have no package lists yet.
+if [ -z "$(apt-cache pkgnames linux-image- 2>/dev/null | head -1)" ]; then
+    apt-get update -qq
+fi
+
+kernels=()
+for s in "${series[@]}"; do
+    newest_pkg "$s"
+    if [ -z "$pkg" ]; then
+        echo "kernel-matrix: no linux-image for $s in the apt sources, skipped" >&2
+        continue
+    fi
+    k=$(kernel_of "$pkg") || {
+        echo "kernel-matrix: apt-get download $pkg failed" >&2
+        exit 1
+    }
+    kernels+=("$k")
+done
+if [ "${#kernels[@]}" -eq 0 ]; then
+    echo "kernel-matrix: no kernel to boot" >&2
+    exit 1
+fi
+
+# --- The initramfs: busybox, bprof and its libraries, the fixtures. --------
+cargo build -q
+out=target/kmatrix
+mkdir -p "$out"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+root=$work/root
+mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,run,etc,bprof/fx}
+cp /bin/busybox "$root/bin/busybox"
+# Debug info is for bprof's developers, not for the guest: 10x smaller.
+strip --strip-debug -o "$root/bprof/bprof" target/debug/bprof
+for f in work631 spinsleep threads dlswap; do
+    gcc -O1 -g -fno-omit-frame-pointer -pthread -o "$root/bprof/fx/fx_$f" "fixtures/$f.c" -ldl
+done
+# Two libraries the dlswap fixture maps in turn at one address.
+for n in alpha beta; do
+    gcc -O1 -g -fno-omit-frame-pointer -shared -fPIC -DSPIN=${n}_spin \
+        -o "$root/bprof/fx/libdl_$n.so" fixtures/dlswap_lib.c
+done
+# The unwinder's (#9) fixture, where this tree has it: -O2 without frame
+# pointers, calling into a library through the PLT.
+if [ -f fixtures/unwind.c ]; then
+    gcc -O2 -g -fomit-frame-pointer -shared -fPIC -o "$root/bprof/fx/libfx_unwind.so" fixtures/unwind_lib.c
+    gcc -O2 -g -fomit-frame-pointer -o "$root/bprof/fx/fx_unwind" fixtures/unwind.c \
+        -L"$root/bprof/fx" -lfx_unwind -Wl,-rpath,/bprof/fx
+fi
+cp scripts/kmatrix-guest.sh "$root/bprof/smoke.sh"
+# Debugging: BPROF_KMATRIX_EXTRA=FILE runs that shell script in each guest
+# after the suite (its output lands in the log).
+if [ -n "${BPROF_KMATRIX_EXTRA:-}" ]; then
+    cp "$BPROF_KMATRIX_EXTRA" "$root/bprof/extra.sh"
+fi
+# Shared libraries at the paths the dynamic loader looks for them.
+for bin in "$root"/bprof/bprof "$root"/bprof/fx/fx_*; do
+    LD_LIBRARY_PATH=$root/bprof/fx ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'
+done | sort -u | while read -r lib; do
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+done
+# /lib64 -> usr/lib64 style links, as on the host.
+for l in /lib /lib64; do
+    if [ -L "$l" ] && [ ! -e "$root$l" ]; then
+        ln -s "$(readlink "$l")" "$root$l"
+    fi
+done
+cat >"$root/init" <<'EOF'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin:/sbin HOME=/tmp
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+mkdir -p /run && mount -t tmpfs run /run
+mount -t bpf bpf /sys/fs/bpf
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+echo 0 >/proc/sys/kernel/kptr_restrict
+sh /bprof/smoke.sh 2>&1
+[ -f /bprof/extra.sh ] && sh /bprof/extra.sh 2>&1
+poweroff -f
+EOF
+chmod 0755 "$root/init"
+(cd "$root" && find . | busybox cpio -o -H newc 2>/dev/null) | gzip -1 >"$work/initrd.gz"
+
+# --- Boot each kernel. --------------------------------------------------------
+checks=(shares aggregation cache command pid filter offcpu stat)
+[ -f fixtures/unwind.c ] && checks+=(unwind)
+declare -A res detail
+names=()
+fail=0
+for k in "${kernels[@]}"; do
+    name=$(basename "$k" | sed 's/^vmlinuz-//')
+    names+=("$name")
+    log=$out/$name.log
+    echo "kernel-matrix: booting $name (log: $log)" >&2
+    start=$(date +%s)
+    # TCG: KVM is not usable in nested VMs; 2 CPUs exercise the per-CPU paths.
+    timeout 600 qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1024 \
+        -nographic -no-reboot -nic none -monitor none -serial stdio \
+        -kernel "$k" -initrd "$work/initrd.gz" \
+        -append "console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off" \
+        </dev/null >"$log" 2>&1 || true
+    echo "kernel-matrix: $name took $(($(date +%s) - start)) s" >&2
+    tr -d '\r' <"$log" >"$log.tmp" && mv "$log.tmp" "$log"
+    grep -q '^KMX-DONE' "$log" || {
+        echo "kernel-matrix: $name did not finish the suite (see $log)" >&2
+        fail=1
+    }
+    for c in "${checks[@]}"; do
+        line=$(grep "^KMX|$c|" "$log" | head -1 || true)
+        if [ -z "$line" ]; then
+            res[$name,$c]=MISSING
+            detail[$name,$c]=""
+            fail=1
+        else
+            IFS='|' read -r _ _ st dt <<<"$line"
+            res[$name,$c]=$st
+            detail[$name,$c]=$dt
+            [ "$st" = PASS ] || fail=1
+        fi
+    done
+done
+
+# --- The table. -------------------------------------------------------------
+printf '%-28s' kernel
+for c in "${checks[@]}"; do printf ' %-11s' "$c"; done
+echo
+for n in "${names[@]}"; do
+    printf '%-28s' "$n"
+    for c in "${checks[@]}"; do printf ' %-11s' "${res[$n,$c]}"; done
+    echo
+done
+for n in "${names[@]}"; do
+    echo "$n:"
+    for c in "${checks[@]}"; do printf '  %-12s %s\n' "$c" "${detail[$n,$c]}"; done
+done
+exit "$fail"

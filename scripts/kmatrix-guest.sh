@@ -1,0 +1,254 @@
+#!/bin/sh
+# The smoke suite scripts/kernel-matrix.sh runs inside each qemu guest, as
+# /init's last step (busybox sh, no perf: shares are checked against the
+# fixtures' known shapes). Prints one "KMX|check|PASS or FAIL|detail" line per
+# check on the console, which the host turns into its table, and keeps each
+# check's stderr after a failure so the cause is in the log.
+# A hung bprof fails its check instead of the whole boot.
+B="timeout 120 /bprof/bprof"
+FX=/bprof/fx
+T=/tmp/kmx
+mkdir -p $T
+
+result() { # check status detail
+    echo "KMX|$1|$2|$3"
+}
+
+# A bprof that refused to load: NOFEAT and its one line when it named the
+# kernel features missing (an old kernel, said clearly), else FAIL.
+refused() { # check stderr-file
+    if grep -q "this kernel (Linux .*) lacks" "$2"; then
+        result "$1" NOFEAT "$(grep -o 'lacks.*' "$2" | head -1)"
+    else
+        result "$1" FAIL "bprof failed: $(tail -1 "$2")"
+        show "$2"
+    fi
+}
+
+# Dumps a failing check's output into the console log.
+show() {
+    for f in "$@"; do
+        [ -s "$f" ] && sed "s/^/  $(basename "$f"): /" "$f" | head -40
+    done
+}
+
+# Sum of the folded counts of lines whose first frame is comm $2 (and that
+# hold frame $3, when given).
+fsum() { # file comm [frame]
+    awk -v c="$2" -v f="$3" '{
+        n = $NF; $NF = ""; sub(/ $/, "");
+        k = split($0, fr, ";");
+        if (fr[1] != c) next;
+        if (f == "") { s += n; next }
+        for (i = 2; i <= k; i++) if (fr[i] == f) { s += n; break }
+    } END { print s + 0 }' "$1"
+}
+
+# Every folded count added up.
+fall() {
+    awk '{ s += $NF } END { print s + 0 }' "$1"
+}
+
+# A number from bprof's summary line: the word before $2 (" lost", " unique stacks").
+summary() { # stderr-file suffix
+    awk -v suf="$2" '/ unique stacks/ {
+        i = index($0, suf); if (!i) exit;
+        s = substr($0, 1, i - 1); n = split(s, w, /[ ,]+/); print w[n]; exit
+    }' "$1"
+}
+
+# The sample count: the word after "bprof: " on the summary line.
+samples() {
+    awk '/ unique stacks/ { print $2; exit }' "$1"
+}
+
+# The "N user stacks stored" of the -v drains line.
+ustored() {
+    awk '/ drains read / { for (i = 1; i < NF; i++) if ($(i+1) == "user" && $(i+2) == "stacks" && $(i+3) == "stored,") { print $i; exit } }' "$1"
+}
+
+# Output samples = counted - reported lost, for every profile.
+totals_ok() { # folded stderr
+    local n lost out
+    n=$(samples "$2")
+    lost=$(summary "$2" " lost")
+    out=$(fall "$1")
+    [ -n "$n" ] && [ -n "$lost" ] && [ "$out" -eq $((n - lost)) ]
+}
+
+pct() { # part total
+    awk -v p="$1" -v t="$2" 'BEGIN { if (t > 0) printf "%.1f", 100 * p / t; else print "0" }'
+}
+
+within() { # value want tolerance
+    awk -v v="$1" -v w="$2" -v t="$3" 'BEGIN { d = v - w; if (d < 0) d = -d; exit !(d <= t) }'
+}
+
+echo "KMX-KERNEL|$(uname -r)"
+
+# 1. Load, and the 6:3:1 shares of a command (-- CMD) profiled at 999 Hz.
+if $B -F 999 -f -v -- $FX/fx_work631 4 >$T/shares.f 2>$T/shares.e; then
+    tot=$(fsum $T/shares.f fx_work631)
+    h=$(pct "$(fsum $T/shares.f fx_work631 heavy)" "$tot")
+    m=$(pct "$(fsum $T/shares.f fx_work631 medium)" "$tot")
+    l=$(pct "$(fsum $T/shares.f fx_work631 light)" "$tot")
+    if [ "$tot" -ge 500 ] && within "$h" 60 6 && within "$m" 30 5 && within "$l" 10 4 &&
+        totals_ok $T/shares.f $T/shares.e; then
+        result shares PASS "$tot samples: heavy $h% medium $m% light $l%"
+    else
+        result shares FAIL "$tot samples: heavy $h% medium $m% light $l% (want 60/30/10); out $(fall $T/shares.f) vs $(samples $T/shares.e) - $(summary $T/shares.e ' lost') lost"
+        show $T/shares.e
+    fi
+    # 2. A steady workload has a handful of hot stacks: identical stacks
+    #    must share one id (in-kernel aggregation) on every kernel. Without
+    #    it every sample is its own stack (1512 samples, 1512 stacks).
+    #    Start-up and interrupt stacks are rare, so the few worker stacks
+    #    hold nearly all samples and unique stacks stay a small fraction.
+    n=$(samples $T/shares.e)
+    u=$(summary $T/shares.e " unique stacks")
+    us=$(ustored $T/shares.e)
+    cached=$(awk '/user stacks from the cache/ { print $NF }' $T/shares.e)
+    hot=$(awk '{ print $NF }' $T/shares.f | sort -n | tail -3 | awk '{ s += $1 } END { print s + 0 }')
+    if [ -n "$u" ] && [ -n "$us" ] && [ $((u * 10)) -le "$n" ] && [ $((us * 10)) -le "$n" ] &&
+        [ $((hot * 100)) -ge $((n * 90)) ]; then
+        result aggregation PASS "$n samples: $u unique stacks, $us user stacks stored, top 3 hold $(pct "$hot" "$n")%, $cached from the raw-stack cache"
+    else
+        result aggregation FAIL "$n samples: $u unique stacks, $us user stacks stored, top 3 hold $(pct "$hot" "$n")% (want <= 10% and >= 90%)"
+        show $T/shares.e
+        awk '{ print $NF, $0 }' $T/shares.f | sort -n | tail -20 | cut -c1-300
+    fi
+else
+    refused shares $T/shares.e
+    refused aggregation $T/shares.e
+fi
+
+# 2b. The raw-stack cache works on every kernel (the kernel's layout
+#     generation, or bprof's own on 6.1 to 6.3) and goes stale with the
+#     layout: two libraries swapped in and out at one address must each
+#     keep their own names, although their raw stacks are the same.
+if $B -F 499 -f -v -- $FX/fx_dlswap 0.3 4 $FX/libdl_alpha.so $FX/libdl_beta.so >$T/swap.f 2>$T/swap.e; then
+    tot=$(fsum $T/swap.f fx_dlswap)
+    a=$(fsum $T/swap.f fx_dlswap alpha_spin)
+    b=$(fsum $T/swap.f fx_dlswap beta_spin)
+    bases=$(awk '$1 ~ /libdl_/ { print $2 }' $T/swap.e | sort -u | wc -l)
+    cached=$(awk '/user stacks from the cache/ { print $NF }' $T/swap.e)
+    if [ "$tot" -ge 200 ] && [ "$bases" -eq 1 ] && [ $((a * 100)) -gt $((tot * 35)) ] &&
+        [ $((b * 100)) -gt $((tot * 35)) ] && [ -n "$cached" ] && [ $((cached * 2)) -ge "$tot" ] &&
+        totals_ok $T/swap.f $T/swap.e; then
+        result cache PASS "$tot samples, $cached user stacks from the cache; alpha_spin $a, beta_spin $b at one address"
+    else
+        result cache FAIL "$tot samples, '$cached' from the cache (want >= half); alpha_spin $a, beta_spin $b (want > 35% each); $bases load addresses (want 1)"
+        show $T/swap.e
+    fi
+else
+    refused cache $T/swap.e
+fi
+
+# 3. -- CMD: bprof exits with the command's status.
+$B -F 99 -f -- sh -c 'exit 3' >$T/cmd.f 2>$T/cmd.e
+rc=$?
+if [ "$rc" -eq 3 ]; then
+    result command PASS "exit status 3 passed through"
+else
+    refused command $T/cmd.e
+fi
+
+# 4. -p: only the given process, whole stacks.
+$FX/fx_work631 6 &
+wp=$!
+sleep 0.5
+if $B -F 499 -f -p $wp 2 >$T/pid.f 2>$T/pid.e; then
+    tot=$(fall $T/pid.f)
+    mine=$(fsum $T/pid.f fx_work631)
+    h=$(fsum $T/pid.f fx_work631 heavy)
+    if [ "$tot" -ge 100 ] && [ "$mine" -eq "$tot" ] && [ "$h" -gt $((tot / 3)) ] &&
+        totals_ok $T/pid.f $T/pid.e; then
+        result pid PASS "$tot samples, all of fx_work631, heavy $h"
+    else
+        result pid FAIL "$tot samples, $mine of fx_work631, heavy $h"
+        show $T/pid.e
+    fi
+else
+    refused pid $T/pid.e
+fi
+kill $wp 2>/dev/null
+wait $wp 2>/dev/null
+
+# 5. --filter: a tid test drops the other thread in the kernel.
+$FX/fx_threads 6 >$T/threads.out &
+tp=$!
+sleep 0.5
+alpha=$(awk '$1 == "alpha" { print $2 }' $T/threads.out)
+if [ -n "$alpha" ] && $B -F 499 -f -p $tp --filter "tid == $alpha" 2 >$T/filter.f 2>$T/filter.e; then
+    # The fixture names its threads: their comm is the first frame.
+    tot=$(fall $T/filter.f)
+    a=$(fsum $T/filter.f alpha alpha_spin)
+    b=$(fsum $T/filter.f beta)
+    if [ "$tot" -ge 100 ] && [ "$b" -eq 0 ] && [ "$a" -gt $((tot * 9 / 10)) ] &&
+        totals_ok $T/filter.f $T/filter.e; then
+        result filter PASS "$tot samples: alpha_spin $a, thread beta $b"
+    else
+        result filter FAIL "$tot samples: alpha_spin $a, thread beta $b (want only alpha)"
+        show $T/filter.e
+    fi
+else
+    [ -n "$alpha" ] || echo "no alpha tid in the fixture's output" >$T/filter.e
+    refused filter $T/filter.e
+fi
+kill $tp 2>/dev/null
+wait $tp 2>/dev/null
+
+# 6. --off-cpu: spinsleep blocks half its time, all of it in sleep_phase.
+if $B --off-cpu -f -v -- $FX/fx_spinsleep 3 >$T/off.f 2>$T/off.e; then
+    tot=$(fsum $T/off.f fx_spinsleep)
+    s=$(fsum $T/off.f fx_spinsleep sleep_phase)
+    # ~1.5 s blocked, in microseconds.
+    # Its totals are microseconds, not the block count: check nothing was lost.
+    if [ "$tot" -ge 800000 ] && [ "$tot" -le 3000000 ] && [ "$s" -gt $((tot * 9 / 10)) ] &&
+        [ "$(summary $T/off.e ' lost')" = 0 ]; then
+        result offcpu PASS "$tot us blocked, $(pct "$s" "$tot")% in sleep_phase"
+    else
+        result offcpu FAIL "$tot us blocked, $s us in sleep_phase (want ~1.5 s, >90%)"
+        show $T/off.e
+    fi
+else
+    refused offcpu $T/off.e
+fi
+
+# 7. bprof stat: spinsleep spins part of its 2 s (~0.5 s here), switching ~200 times.
+if $B stat -x , -e task-clock,context-switches -- $FX/fx_spinsleep 2 >$T/stat.out 2>$T/stat.e; then
+    # perf's CSV: value,unit,event,...; the value may sit on stdout or stderr.
+    cat $T/stat.out $T/stat.e >$T/stat.all
+    tc=$(awk -F, '$3 == "task-clock" { printf "%d", $1 }' $T/stat.all)
+    cs=$(awk -F, '$3 == "context-switches" { printf "%d", $1 }' $T/stat.all)
+    if [ -n "$tc" ] && [ "$tc" -ge 200 ] && [ "$tc" -le 1600 ] && [ -n "$cs" ] && [ "$cs" -ge 50 ]; then
+        result stat PASS "task-clock $tc ms, $cs context switches"
+    else
+        result stat FAIL "task-clock '$tc' ms, '$cs' context switches (want 200..1600 ms, >= 50)"
+        show $T/stat.all
+    fi
+else
+    refused stat $T/stat.e
+fi
+
+# 8. The .eh_frame unwinder (#9), where this build has it: a chain of -O2
+#    functions without frame pointers into a library through the PLT must
+#    be walked whole, as on the development kernel.
+if [ -x $FX/fx_unwind ]; then
+    if $B -F 999 -f -- $FX/fx_unwind plt 3 >$T/unwind.f 2>$T/unwind.e; then
+        tot=$(fsum $T/unwind.f fx_unwind)
+        # Whole stacks: main, the chain's end and the library's leaf.
+        whole=$(awk '{ n = $NF; if ($0 ~ /;main;/ && $0 ~ /;chain8;/ && $0 ~ /;lib_spin( |;)/) s += n } END { print s + 0 }' $T/unwind.f)
+        if [ "$tot" -ge 500 ] && [ $((whole * 100)) -ge $((tot * 80)) ] && totals_ok $T/unwind.f $T/unwind.e; then
+            result unwind PASS "$tot samples, $(pct "$whole" "$tot")% walked main..chain8..lib_spin"
+        else
+            result unwind FAIL "$tot samples, $whole walked main..chain8..lib_spin (want >= 80%)"
+            show $T/unwind.e
+            awk '{ print $NF, $0 }' $T/unwind.f | sort -n | tail -8 | cut -c1-300
+        fi
+    else
+        refused unwind $T/unwind.e
+    fi
+fi
+
+echo "KMX-DONE"

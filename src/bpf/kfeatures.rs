@@ -1,0 +1,178 @@
+//! Kernel features bprof's BPF programs need, probed before anything is
+//! loaded: on an old kernel a failed load is a bare EINVAL from libbpf, so
+//! bprof names what is missing and the release that added it instead.
+
+use std::mem::MaybeUninit;
+
+use anyhow::{bail, Result};
+use libbpf_rs::btf::types::{Composite, Struct};
+use libbpf_rs::btf::BtfType;
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Btf, MapType, ProgramType};
+
+use crate::bpf::skel::probe::ProbeSkelBuilder;
+
+/// A kernel feature one of bprof's programs needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Feature {
+    /// BPF programs attached to perf events (samples).
+    PerfEventProgs,
+    /// BTF-typed tracepoints (`tp_btf/`), for the scheduler and fork hooks.
+    TpBtf,
+    /// Atomic fetch-and-add whose result is used: how stack ids are handed out.
+    AtomicFetch,
+    /// `bpf_get_current_task_btf`, to read the sampled task's mm.
+    CurrentTaskBtf,
+    /// Task-local storage maps, for off-CPU switch-out stamps.
+    TaskStorage,
+    /// `bpf_loop`, for loops too long to unroll: the unwinder's walk and
+    /// the stored user stacks' hashing.
+    BpfLoop,
+}
+
+/// What the profile program needs.
+pub(crate) const PROFILE: &[Feature] = &[
+    Feature::PerfEventProgs,
+    Feature::TpBtf,
+    Feature::AtomicFetch,
+    Feature::CurrentTaskBtf,
+    Feature::TaskStorage,
+    Feature::BpfLoop,
+];
+
+/// What `bprof stat` needs.
+pub(crate) const STAT: &[Feature] = &[Feature::TpBtf];
+
+/// The oldest kernel the qemu matrix (scripts/kernel-matrix.sh) passed.
+pub(crate) const TESTED_SINCE: &str = "6.1";
+
+impl Feature {
+    /// How a user would look the feature up, and the release that added it.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Feature::PerfEventProgs => "perf_event BPF programs (Linux 4.9)",
+            Feature::TpBtf => "BTF tracepoints (tp_btf, Linux 5.5)",
+            Feature::AtomicFetch => "BPF atomic fetch operations (Linux 5.12)",
+            Feature::CurrentTaskBtf => "the bpf_get_current_task_btf helper (Linux 5.11)",
+            Feature::TaskStorage => "task storage maps (BPF_MAP_TYPE_TASK_STORAGE, Linux 5.11)",
+            Feature::BpfLoop => "the bpf_loop helper (Linux 5.17)",
+        }
+    }
+
+    /// Whether this kernel has it; `None` when the probe itself could not
+    /// tell (then the load decides).
+    pub(crate) fn present(self) -> Option<bool> {
+        let helper = |id| ProgramType::PerfEvent.is_helper_supported(id).ok();
+        match self {
+            Feature::PerfEventProgs => ProgramType::PerfEvent.is_supported().ok(),
+            Feature::TpBtf => Some(probe_program(Probe::TpBtf)),
+            Feature::AtomicFetch => Some(probe_program(Probe::AtomicFetch)),
+            Feature::CurrentTaskBtf => helper(libbpf_sys::BPF_FUNC_get_current_task_btf),
+            Feature::TaskStorage => MapType::TaskStorage.is_supported().ok(),
+            Feature::BpfLoop => helper(libbpf_sys::BPF_FUNC_loop),
+        }
+    }
+}
+
+/// The programs of bpf/probe.bpf.c.
+enum Probe {
+    TpBtf,
+    AtomicFetch,
+}
+
+/// Loads one program of bpf/probe.bpf.c alone: whether the kernel took it.
+fn probe_program(which: Probe) -> bool {
+    let mut obj = MaybeUninit::uninit();
+    let loaded = ProbeSkelBuilder::default()
+        .open(&mut obj)
+        .and_then(|mut open| {
+            open.progs
+                .tp_btf
+                .set_autoload(matches!(which, Probe::TpBtf));
+            open.progs
+                .atomic_fetch
+                .set_autoload(matches!(which, Probe::AtomicFetch));
+            open.load()
+        });
+    loaded.is_ok()
+}
+
+/// The features of `needs` this kernel lacks.
+pub(crate) fn missing(needs: &[Feature]) -> Vec<Feature> {
+    needs
+        .iter()
+        .copied()
+        .filter(|f| f.present() == Some(false))
+        .collect()
+}
+
+/// Whether the kernel keeps an address-space layout generation the profile
+/// program can read (`mm_struct.mm_lock_seq`, per-VMA locks, 6.4 and
+/// later). Without it, bprof keeps its own (`layout_gens` in
+/// profile.bpf.c). Unreadable BTF counts as having it: then no tracepoint
+/// is attached and, if the field is truly missing, the cache stays off.
+pub(crate) fn kernel_has_layout_seq() -> bool {
+    let Ok(btf) = Btf::from_vmlinux() else {
+        return true;
+    };
+    btf.type_by_name::<Struct<'_>>("mm_struct")
+        .map(Composite::from)
+        .is_none_or(|mm| has_member(&btf, &mm, "mm_lock_seq", 0))
+}
+
+/// Whether `c` or an anonymous struct or union inside it has `name`
+/// (mm_struct keeps its fields in an anonymous struct).
+fn has_member(btf: &Btf<'_>, c: &Composite<'_>, name: &str, depth: u32) -> bool {
+    c.iter().any(|m| match m.name {
+        Some(n) => n == name,
+        None if depth < 4 => btf
+            .type_by_id::<BtfType<'_>>(m.ty)
+            .and_then(|t| Composite::try_from(t.skip_mods_and_typedefs()).ok())
+            .is_some_and(|inner| has_member(btf, &inner, name, depth + 1)),
+        None => false,
+    })
+}
+
+/// The running kernel's release (`uname -r`).
+pub(crate) fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Fails with one line naming every feature of `needs` the kernel lacks.
+pub(crate) fn check(needs: &[Feature]) -> Result<()> {
+    let missing = missing(needs);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<&str> = missing.iter().map(|f| f.describe()).collect();
+    bail!(
+        "this kernel (Linux {}) lacks {} (bprof is tested on Linux {TESTED_SINCE} and later)",
+        kernel_release(),
+        list.join(", ")
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The development kernel has everything: a probe that reports a
+    /// feature missing here is broken (and would refuse to run).
+    #[test]
+    fn every_probe_finds_its_feature_on_this_kernel() {
+        // Probes load programs: without root they all fail, as the suite skips.
+        let root = std::fs::read_to_string("/proc/self/status")
+            .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:\t0\t")));
+        if !root {
+            return;
+        }
+        for &f in PROFILE.iter().chain(STAT) {
+            assert_eq!(f.present(), Some(true), "{f:?}: {}", f.describe());
+        }
+        // 6.18 has per-VMA locks: the kernel's generation is used.
+        assert!(kernel_has_layout_seq());
+    }
+}

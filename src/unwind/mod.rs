@@ -1,0 +1,526 @@
+//! `--call-graph dwarf`: unwind tables for the BPF stack walker.
+//!
+//! Every executable file a target maps gets one table ([`table`]), built
+//! once per file (keyed by the kernel's dev:inode, which the walker reads
+//! from the VMA) however many processes map it, and appended to the
+//! `unwind_rows` array through its mmap (far faster than map updates);
+//! then `unwind_files` names its rows and build ID. Files come from
+//! /proc/PID/maps for running processes and from the side band's mmap
+//! records for new mappings.
+
+pub mod procmaps;
+pub mod session;
+pub mod table;
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::collect::sideband::Mapping;
+use crate::fsafe::{self, Owner};
+
+/// How user stacks are taken (`--call-graph`, perf's spelling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallGraph {
+    /// The kernel's frame-pointer walk.
+    Fp,
+    /// `.eh_frame` unwinding in the BPF program, frame pointers where no
+    /// table exists.
+    Dwarf,
+}
+
+impl CallGraph {
+    /// Parses `fp` or `dwarf` (perf's `dwarf,SIZE` is accepted; the size
+    /// means nothing here, the live stack is walked).
+    pub fn parse(s: &str) -> Result<CallGraph> {
+        match s.split(',').next().unwrap_or_default() {
+            "fp" => Ok(CallGraph::Fp),
+            "dwarf" => Ok(CallGraph::Dwarf),
+            _ => bail!("invalid --call-graph '{s}': expected fp or dwarf"),
+        }
+    }
+}
+
+/// Most rows `--unwind-rows` accepts (16 bytes each: 1 GiB).
+pub const MAX_ROWS: u32 = 1 << 26;
+/// Largest file bprof reads to build a table.
+const MAX_FILE: u64 = 2 << 30;
+/// `UNWIND_FILE_BUILD_ID` (bpf/unwind.h).
+const FILE_BUILD_ID: u32 = 1;
+/// `enum unwind_end` names, for `-v`.
+pub const END_NAMES: [&str; 9] = [
+    "reached the outermost frame",
+    "frame-pointer chain ended",
+    "no unwind table and no frame pointer",
+    "PC in no mapping",
+    "stack read fault",
+    "bad CFA",
+    "unsupported unwind rule",
+    "depth limit",
+    "mm lock busy",
+];
+
+/// The table store and what it holds.
+pub struct Unwinder {
+    rows_fd: std::os::fd::OwnedFd,
+    rows_len: usize,
+    capacity: u32,
+    used: u32,
+    /// (dev, ino) as the kernel names files → whether it has a table.
+    files: HashMap<(u64, u64), bool>,
+    /// /proc/PID/maps's dev:inode → the file's key (the same on most file
+    /// systems; by the opened file's fstat where they differ).
+    key_of: HashMap<(u64, u64), (u64, u64)>,
+    /// The mappings of the processes, as the BPF side sees them.
+    pub procmaps: procmaps::ProcMaps,
+    /// Files that could not be opened or parsed (with why), by path.
+    failed: HashMap<PathBuf, String>,
+    /// Files without a table (no CFI, too large): frame pointers there.
+    no_table: usize,
+    /// Rows with a rule the walker cannot follow.
+    unsupported: usize,
+    /// Files not loaded because `unwind_rows` was full.
+    full: usize,
+    build_time: Duration,
+    bytes_read: u64,
+}
+
+/// The kernel's dev_t of a userspace st_dev (MKDEV: major << 20 | minor).
+fn kernel_dev(st_dev: u64) -> u64 {
+    let (major, minor) = (libc::major(st_dev) as u64, libc::minor(st_dev) as u64);
+    (major << 20) | minor
+}
+
+impl Unwinder {
+    /// Maps the loaded `unwind_rows` map (created with `capacity` entries).
+    pub fn new(rows_map: &impl AsFd, capacity: u32) -> Result<Unwinder> {
+        let len = capacity as usize * std::mem::size_of::<table::Row>();
+        let rows_fd = rows_map
+            .as_fd()
+            .try_clone_to_owned()
+            .context("the unwind table map")?;
+        Ok(Unwinder {
+            rows_fd,
+            rows_len: len,
+            capacity,
+            used: 0,
+            files: HashMap::new(),
+            key_of: HashMap::new(),
+            procmaps: procmaps::ProcMaps::default(),
+            failed: HashMap::new(),
+            no_table: 0,
+            unsupported: 0,
+            full: 0,
+            build_time: Duration::ZERO,
+            bytes_read: 0,
+        })
+    }
+
+    /// Loads the tables of every executable file `pid` maps now, and
+    /// records its mappings (unless `tables_only`).
+    pub fn add_process(
+        &mut self,
+        files: &dyn MapCore,
+        maps: &dyn MapCore,
+        pid: u32,
+        tables_only: bool,
+    ) {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return;
+        };
+        for line in text.lines() {
+            let mut f = line.split_whitespace();
+            let (Some(range), Some(perms), Some(off), Some(dev), Some(ino), Some(path)) =
+                (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
+            else {
+                continue;
+            };
+            if !perms.contains('x') || !path.starts_with('/') {
+                continue;
+            }
+            let Some(maps_key) = parse_dev(dev).zip(ino.parse().ok()) else {
+                continue;
+            };
+            let file = match self.key_of.get(&maps_key) {
+                Some(&k) => Some(k),
+                None => {
+                    let via = PathBuf::from(format!("/proc/{pid}/map_files/{range}"));
+                    let k = self.add_file(files, pid, Path::new(path), Some(&via));
+                    if let Some(k) = k {
+                        self.key_of.insert(maps_key, k);
+                    }
+                    k
+                }
+            };
+            let parsed = range.split_once('-').and_then(|(a, b)| {
+                Some((
+                    u64::from_str_radix(a, 16).ok()?,
+                    u64::from_str_radix(b, 16).ok()?,
+                    u64::from_str_radix(off, 16).ok()?,
+                ))
+            });
+            if let (Some(file), Some((start, end, off)), false) = (file, parsed, tables_only) {
+                let slot = procmaps::Slot {
+                    start,
+                    end,
+                    off,
+                    file,
+                };
+                self.procmaps.insert(maps, pid, slot);
+            }
+        }
+    }
+
+    /// Loads the table of a file the side band saw mapped at
+    /// `[start, end)` from file offset `off`, and records the mapping.
+    pub fn add_mapping(
+        &mut self,
+        files: &dyn MapCore,
+        maps: &dyn MapCore,
+        m: &Mapping,
+        start: u64,
+        end: u64,
+        off: u64,
+    ) {
+        let via = PathBuf::from(format!("/proc/{}/map_files/{start:x}-{end:x}", m.pid));
+        if let Some(file) = self.add_file(files, m.pid, &m.path, Some(&via)) {
+            let slot = procmaps::Slot {
+                start,
+                end,
+                off,
+                file,
+            };
+            self.procmaps.insert(maps, m.pid, slot);
+        }
+    }
+
+    /// Opens the file (exactly the mapped one through map_files while the
+    /// mapping lives, else by path in the process's root), builds and loads
+    /// its table unless its dev:inode is loaded already.
+    fn add_file(
+        &mut self,
+        files: &dyn MapCore,
+        pid: u32,
+        path: &Path,
+        via: Option<&Path>,
+    ) -> Option<(u64, u64)> {
+        if self.failed.contains_key(path) {
+            return None;
+        }
+        let opened = via
+            .and_then(|v| fsafe::open_untrusted(v, Owner::Any, MAX_FILE).ok())
+            .map(Ok)
+            .unwrap_or_else(|| {
+                let root = PathBuf::from(format!("/proc/{pid}/root"));
+                let rel = path.strip_prefix("/").unwrap_or(path);
+                fsafe::open_untrusted_in_root(&root, rel, Owner::Any, MAX_FILE)
+            });
+        let checked = match opened {
+            Ok(c) => c,
+            Err(e) => {
+                self.failed.insert(path.to_path_buf(), e.to_string());
+                return None;
+            }
+        };
+        let Ok(meta) = checked.file.metadata() else {
+            return None;
+        };
+        let key = (kernel_dev(meta.dev()), meta.ino());
+        if self.files.contains_key(&key) {
+            return Some(key);
+        }
+        let t0 = Instant::now();
+        // SAFETY: a read-only private mapping of a regular file; a file
+        // truncated meanwhile could fault, as for any mmap reader (perf,
+        // blazesym do the same).
+        let data = match unsafe { memmap_file(&checked.file, meta.len()) } {
+            Ok(d) => d,
+            Err(e) => {
+                self.failed.insert(path.to_path_buf(), e.to_string());
+                return None;
+            }
+        };
+        self.bytes_read += data.len as u64;
+        let room = (self.capacity - self.used) as usize;
+        let built = table::build(data.bytes(), room.max(1));
+        let (rows, build_id) = match built {
+            Ok(t) => {
+                self.unsupported += t.unsupported;
+                (t.rows, t.build_id)
+            }
+            Err(table::NoTable::TooLarge(_)) => {
+                self.full += 1;
+                (Vec::new(), table::build_id_only(data.bytes()))
+            }
+            Err(table::NoTable::NotElf(_)) => {
+                self.failed
+                    .insert(path.to_path_buf(), "not an x86-64 ELF file".into());
+                return None;
+            }
+            Err(_) => (Vec::new(), table::build_id_only(data.bytes())),
+        };
+        if rows.is_empty() {
+            self.no_table += 1;
+        }
+        let first = self.used;
+        if let Err(e) = self.write_rows(first, &rows) {
+            self.failed
+                .insert(path.to_path_buf(), format!("unwind_rows: {e}"));
+            return None;
+        }
+        self.used += rows.len() as u32;
+        let mut value = [0u8; 32];
+        value[0..4].copy_from_slice(&first.to_ne_bytes());
+        value[4..8].copy_from_slice(&(rows.len() as u32).to_ne_bytes());
+        if let Some(id) = &build_id {
+            let n = id.len().min(20);
+            value[8..12].copy_from_slice(&FILE_BUILD_ID.to_ne_bytes());
+            value[12..12 + n].copy_from_slice(&id[..n]);
+        }
+        let mut k = [0u8; 16];
+        k[0..8].copy_from_slice(&key.0.to_ne_bytes());
+        k[8..16].copy_from_slice(&key.1.to_ne_bytes());
+        if let Err(e) = files.update(&k, &value, MapFlags::ANY) {
+            self.failed
+                .insert(path.to_path_buf(), format!("unwind_files: {e}"));
+            return None;
+        }
+        self.files.insert(key, !rows.is_empty());
+        self.build_time += t0.elapsed();
+        Some(key)
+    }
+
+    /// The `-v` lines: files, rows, time, memory.
+    pub fn report(&self) -> String {
+        let with = self.files.values().filter(|&&t| t).count();
+        let mut s = format!(
+            "bprof: unwind tables: {with} files, {} rows ({:.1} MiB of {:.1} MiB kernel memory), built in {:.0} ms from {:.1} MiB of ELF",
+            self.used,
+            self.used as f64 * 16.0 / (1 << 20) as f64,
+            self.rows_len as f64 / (1 << 20) as f64,
+            self.build_time.as_secs_f64() * 1000.0,
+            self.bytes_read as f64 / (1 << 20) as f64,
+        );
+        if self.no_table > 0 {
+            s += &format!(
+                "; {} files without a table (frame pointers there)",
+                self.no_table
+            );
+        }
+        if self.full > 0 {
+            s += &format!(
+                "; {} files not loaded, table map full (--unwind-rows)",
+                self.full
+            );
+        }
+        if self.unsupported > 0 {
+            s += &format!("; {} rows with unsupported rules", self.unsupported);
+        }
+        s += &format!("; {} address chunks of mappings", self.procmaps.len());
+        if self.procmaps.evicted + self.procmaps.failed > 0 {
+            s += &format!(
+                " ({} mappings evicted from full chunks, {} map updates failed)",
+                self.procmaps.evicted, self.procmaps.failed
+            );
+        }
+        if !self.failed.is_empty() {
+            s += &format!("; {} files unreadable:", self.failed.len());
+            for (p, why) in self.failed.iter().take(5) {
+                s += &format!(" {} ({why})", p.display());
+            }
+        }
+        s
+    }
+}
+
+impl Unwinder {
+    /// Writes rows at index `first` of unwind_rows through an mmap of just
+    /// the pages they cover (a mapping of the whole array would count all
+    /// of it in bprof's RSS).
+    fn write_rows(&self, first: u32, rows: &[table::Row]) -> std::io::Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let start = first as usize * 16;
+        let end = start + rows.len() * 16;
+        if end > self.rows_len {
+            return Err(std::io::Error::other("over the map's capacity"));
+        }
+        let from = start / page * page;
+        let len = end - from;
+        // SAFETY: a shared mapping of pages [from, from + len) of a
+        // BPF_F_MMAPABLE array map's value area, inside its size (checked).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.rows_fd.as_raw_fd(),
+                from as libc::off_t,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        for (i, r) in rows.iter().enumerate() {
+            // SAFETY: start - from + 16 * (i + 1) <= len: inside the mapping.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    r.to_bytes().as_ptr(),
+                    base.cast::<u8>().add(start - from + i * 16),
+                    16,
+                );
+            }
+        }
+        // SAFETY: exactly what mmap returned.
+        unsafe { libc::munmap(base, len) };
+        Ok(())
+    }
+}
+
+/// "fe:01" → the kernel's dev_t.
+fn parse_dev(s: &str) -> Option<u64> {
+    let (ma, mi) = s.split_once(':')?;
+    let (ma, mi) = (
+        u64::from_str_radix(ma, 16).ok()?,
+        u64::from_str_radix(mi, 16).ok()?,
+    );
+    Some((ma << 20) | mi)
+}
+
+/// A read-only mapping of a whole file.
+struct Mapped {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapped {
+    fn bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: base/len describe a live read-only mapping owned by self.
+        unsafe { std::slice::from_raw_parts(self.base.cast(), self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: exactly what mmap returned.
+            unsafe { libc::munmap(self.base, self.len) };
+        }
+    }
+}
+
+/// # Safety
+/// The file must not be truncated while the mapping is read.
+unsafe fn memmap_file(f: &std::fs::File, len: u64) -> std::io::Result<Mapped> {
+    if len == 0 {
+        return Ok(Mapped {
+            base: std::ptr::null_mut(),
+            len: 0,
+        });
+    }
+    // SAFETY: a fresh private read-only mapping of an open file.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len as usize,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(Mapped {
+        base,
+        len: len as usize,
+    })
+}
+
+impl Unwinder {
+    /// Loads the files the side band saw mapped since the last call.
+    /// `targets`: the BPF target_tgids map when samples are limited to
+    /// some processes (the side band reports every process's mappings).
+    pub fn take_new(
+        &mut self,
+        files: &dyn MapCore,
+        maps: &dyn MapCore,
+        targets: Option<&dyn MapCore>,
+        index: &mut crate::collect::sideband::MmapIndex,
+    ) {
+        for (m, start, end, off) in std::mem::take(&mut index.new_mappings) {
+            let wanted = targets.is_none_or(|t| {
+                t.lookup(&m.pid.to_ne_bytes(), MapFlags::ANY)
+                    .ok()
+                    .flatten()
+                    .is_some()
+            });
+            if wanted {
+                self.add_mapping(files, maps, &m, start, end, off);
+            }
+        }
+        for pid in std::mem::take(&mut index.exits) {
+            self.procmaps.remove(maps, pid);
+        }
+    }
+
+    /// The shared libraries `pid` maps (not its executable).
+    pub fn add_libraries(&mut self, files: &dyn MapCore, pid: u32) {
+        for m in crate::symbolize::buildid::executable_mappings(pid) {
+            let name = m.path.file_name().unwrap_or_default().to_string_lossy();
+            if name.contains(".so") {
+                let _ = self.add_file(files, pid, &m.path, None);
+            }
+        }
+    }
+
+    /// Before `-- COMMAND` runs: its executable, found as execvp(3) would.
+    pub fn add_command(&mut self, files: &dyn MapCore, argv0: &str) {
+        let found = if argv0.contains('/') {
+            Some(PathBuf::from(argv0))
+        } else {
+            std::env::var_os("PATH").and_then(|p| {
+                std::env::split_paths(&p)
+                    .map(|d| d.join(argv0))
+                    .find(|c| c.is_file())
+            })
+        };
+        if let Some(path) = found {
+            let path = std::fs::canonicalize(&path).unwrap_or(path);
+            let _ = self.add_file(files, std::process::id(), &path, None);
+        }
+    }
+}
+
+/// The `-v` line of how walks ended.
+pub fn describe_ends(stats: &crate::collect::stacks::Stats) -> String {
+    let walks: u64 = stats.unwind_end.iter().sum();
+    let mut parts = Vec::new();
+    for (n, name) in stats.unwind_end.iter().zip(END_NAMES) {
+        if *n > 0 {
+            parts.push(format!("{n} {name}"));
+        }
+    }
+    format!(
+        "bprof: dwarf unwinding: {walks} walks, {} frames ({} by frame pointer), {} from the task's saved registers, {} mappings asked of the kernel ({} kept); ended: {}",
+        stats.unwind_frames,
+        stats.unwind_fp_frames,
+        stats.unwind_task_regs,
+        stats.unwind_find_vma,
+        stats.unwind_learned,
+        if parts.is_empty() { "-".to_string() } else { parts.join(", ") }
+    )
+}

@@ -1,0 +1,95 @@
+//! The `unwind_maps` BPF map: which file each executable mapping of each
+//! target process comes from, by 2 MiB chunk of address space (see
+//! bpf/unwind.h for why the BPF side cannot ask the kernel every time).
+
+use std::collections::{HashMap, HashSet};
+
+use libbpf_rs::{MapCore, MapFlags};
+
+const CHUNK_SHIFT: u32 = 21;
+const SLOTS: usize = 8;
+const SLOT_BYTES: usize = 40;
+
+/// One mapping: `[start, end)` at file offset `off` of file (dev, ino).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// File offset of `start`.
+    pub off: u64,
+    /// The kernel's (dev, inode) of the file.
+    pub file: (u64, u64),
+}
+
+/// User space's copy of `unwind_maps`.
+#[derive(Debug, Default)]
+pub struct ProcMaps {
+    chunks: HashMap<(u32, u64), Vec<Slot>>,
+    by_tgid: HashMap<u32, HashSet<u64>>,
+    /// Mappings pushed out of a full chunk (more than 8 in 2 MiB).
+    pub evicted: u64,
+    /// Map updates that failed (map full).
+    pub failed: u64,
+}
+
+fn key(tgid: u32, chunk: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[0..4].copy_from_slice(&tgid.to_ne_bytes());
+    k[8..16].copy_from_slice(&chunk.to_ne_bytes());
+    k
+}
+
+impl ProcMaps {
+    /// Records a mapping of `tgid`, replacing what it overlaps.
+    pub fn insert(&mut self, map: &dyn MapCore, tgid: u32, slot: Slot) {
+        if slot.end <= slot.start {
+            return;
+        }
+        let (first, last) = (slot.start >> CHUNK_SHIFT, (slot.end - 1) >> CHUNK_SHIFT);
+        // A mapping over 256 GiB is not code.
+        if last - first > 1 << 17 {
+            return;
+        }
+        for chunk in first..=last {
+            let slots = self.chunks.entry((tgid, chunk)).or_default();
+            slots.retain(|s| s.end <= slot.start || s.start >= slot.end);
+            slots.push(slot);
+            if slots.len() > SLOTS {
+                slots.remove(0);
+                self.evicted += 1;
+            }
+            let mut value = [0u8; SLOTS * SLOT_BYTES];
+            for (i, s) in slots.iter().enumerate() {
+                let b = &mut value[i * SLOT_BYTES..(i + 1) * SLOT_BYTES];
+                for (j, w) in [s.start, s.end, s.off, s.file.0, s.file.1]
+                    .iter()
+                    .enumerate()
+                {
+                    b[j * 8..j * 8 + 8].copy_from_slice(&w.to_ne_bytes());
+                }
+            }
+            if map
+                .update(&key(tgid, chunk), &value, MapFlags::ANY)
+                .is_err()
+            {
+                self.failed += 1;
+            }
+            self.by_tgid.entry(tgid).or_default().insert(chunk);
+        }
+    }
+
+    /// Forgets an exited process.
+    pub fn remove(&mut self, map: &dyn MapCore, tgid: u32) {
+        for chunk in self.by_tgid.remove(&tgid).unwrap_or_default() {
+            self.chunks.remove(&(tgid, chunk));
+            let _ = map.delete(&key(tgid, chunk));
+        }
+    }
+
+    /// Chunks held.
+    pub fn len(&self) -> usize {
+        self.chunks.len()
+    }
+}

@@ -1,0 +1,55 @@
+//! The unwinder's part of a profiling session: tables for what runs now,
+//! before sampling starts.
+
+use anyhow::Result;
+
+use super::{CallGraph, Unwinder};
+use crate::bpf::profile::ProfileProgram;
+use crate::collect::sideband::Sideband;
+use crate::session::settings::ProfileSettings;
+
+/// With `--call-graph dwarf`: maps the table store, loads the tables of the
+/// processes in `scope` (all when `None`) and of `-- COMMAND`, and has the
+/// side band queue new mappings from now on.
+pub fn start(
+    prog: &ProfileProgram<'_>,
+    settings: &ProfileSettings,
+    sideband: &mut Sideband,
+    scope: Option<&[u32]>,
+    child: Option<u32>,
+) -> Result<Option<Unwinder>> {
+    let opts = &settings.program;
+    if opts.call_graph != CallGraph::Dwarf || !opts.user_stacks {
+        return Ok(None);
+    }
+    // Queued first: a mapping made while the tables below are built is not missed.
+    sideband.index.queue_mappings = true;
+    let files = &prog.skel.maps.unwind_files;
+    let mut u = Unwinder::new(&prog.skel.maps.unwind_rows, opts.unwind_rows)?;
+    let all: Vec<u32>;
+    let pids = match scope {
+        Some(p) => p,
+        None => {
+            all = std::fs::read_dir("/proc")
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .filter(|&p| p != std::process::id())
+                .collect();
+            &all
+        }
+    };
+    let maps = &prog.skel.maps.unwind_maps;
+    for &pid in pids {
+        u.add_process(files, maps, pid, false);
+    }
+    if let Some(pid) = child {
+        // Forked from bprof and held before exec: its libraries (libc, the
+        // loader) are bprof's, the ones the command will most likely map.
+        u.add_libraries(files, pid);
+        if let Some(argv0) = settings.target.command.first() {
+            u.add_command(files, argv0);
+        }
+    }
+    Ok(Some(u))
+}

@@ -1,0 +1,351 @@
+//! `--call-graph dwarf`: user stacks of code built -O2 WITHOUT frame
+//! pointers, walked with .eh_frame inside the BPF program, compared whole
+//! with `perf record --call-graph dwarf` on the same fixture.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+use crate::common::{bprof, exclusive, parse_folded, run, scratch};
+
+/// fixtures/unwind.c and its library, built -O2 -fomit-frame-pointer:
+/// (executable linked with libfx_unwind.so, a copy of the library to dlopen).
+fn fixtures() -> (PathBuf, PathBuf) {
+    static BUILT: Mutex<Option<(PathBuf, PathBuf)>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(b) = built.as_ref() {
+        return b.clone();
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fixtures/unwind");
+    std::fs::create_dir_all(&out).unwrap();
+    let gcc = |args: &[&str]| {
+        let st = Command::new("gcc")
+            .args(["-O2", "-g", "-fomit-frame-pointer"])
+            .args(args)
+            .status()
+            .expect("run gcc");
+        assert!(st.success(), "gcc {args:?}");
+    };
+    let lib = out.join("libfx_unwind.so");
+    let dl = out.join("libfx_unwind_dl.so");
+    let exe = out.join("fx_unwind");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    gcc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        &s(&lib),
+        &s(&src.join("unwind_lib.c")),
+    ]);
+    std::fs::copy(&lib, &dl).unwrap();
+    gcc(&[
+        "-o",
+        &s(&exe),
+        &s(&src.join("unwind.c")),
+        &format!("-L{}", s(&out)),
+        "-lfx_unwind",
+        &format!("-Wl,-rpath,{}", s(&out)),
+    ]);
+    *built = Some((exe.clone(), dl.clone()));
+    (exe, dl)
+}
+
+/// A frame name both tools agree on: no "(inlined)", unnamed frames alike.
+fn norm(f: &str) -> String {
+    let f = f.trim_end_matches(" (inlined)");
+    if f == "[unknown]" || f.contains("+0x") {
+        "?".into()
+    } else {
+        f.to_string()
+    }
+}
+
+/// perf's stacks (root first) and their counts.
+fn perf_stacks(dir: &Path, comm: &str, argv: &[String]) -> BTreeMap<Vec<String>, u64> {
+    let data = dir.join("perf.data");
+    let rec = Command::new("perf")
+        // No BPF events: perf aborts on some loaded BPF programs' info.
+        .args([
+            "record",
+            "-q",
+            "--no-bpf-event",
+            "--call-graph",
+            "dwarf",
+            "-F",
+            "999",
+            "-o",
+        ])
+        .arg(&data)
+        .arg("--")
+        .args(argv)
+        .output()
+        .expect("run perf record");
+    assert!(
+        rec.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
+    let out = Command::new("perf")
+        .args(["script", "-F", "comm,ip,sym", "-i"])
+        .arg(&data)
+        .output()
+        .expect("run perf script");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut stacks = BTreeMap::new();
+    for block in text.split("\n\n") {
+        let mut lines = block.lines().filter(|l| !l.trim().is_empty());
+        if lines
+            .next()
+            .is_none_or(|h| h.split_whitespace().next() != Some(comm))
+        {
+            continue;
+        }
+        // Inlined calls share their physical frame's address: one frame per
+        // address, named as its outermost function (bprof's symbolization
+        // shows physical frames).
+        let mut frames: Vec<(String, String)> = Vec::new();
+        for (ip, sym) in lines.filter_map(|l| l.trim().split_once(' ')) {
+            if frames.last().is_some_and(|(last, _)| last == ip) {
+                frames.pop();
+            }
+            frames.push((ip.to_string(), norm(sym.trim())));
+        }
+        let mut frames: Vec<String> = frames.into_iter().map(|(_, s)| s).collect();
+        frames.reverse();
+        *stacks.entry(frames).or_insert(0) += 1;
+    }
+    stacks
+}
+
+/// bprof's user stacks (root first) of the fixture, and the stderr.
+fn bprof_stacks(comm: &str, argv: &[String]) -> (BTreeMap<Vec<String>, u64>, String) {
+    let out = run(bprof()
+        .args(["-v", "-U", "-F", "999", "-f", "--call-graph", "dwarf", "--"])
+        .args(argv));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    // Totals add up: every counted sample is in the output, none lost.
+    let total: u64 = lines.iter().map(|l| l.count).sum();
+    let summary = stderr
+        .lines()
+        .find(|l| l.contains(" unique stacks"))
+        .unwrap_or_else(|| panic!("no summary: {stderr}"));
+    let counted: u64 = summary
+        .strip_prefix("bprof: ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(summary.contains(" 0 lost"), "{summary}");
+    assert_eq!(total, counted, "{stderr}");
+    let mut stacks = BTreeMap::new();
+    for l in lines.iter().filter(|l| l.frames[0] == comm) {
+        let frames = l.frames[1..].iter().map(|f| norm(f)).collect();
+        *stacks.entry(frames).or_insert(0) += l.count;
+    }
+    (stacks, stderr)
+}
+
+fn hottest(stacks: &BTreeMap<Vec<String>, u64>) -> (Vec<String>, u64, u64) {
+    let total = stacks.values().sum();
+    let (s, n) = stacks.iter().max_by_key(|(_, n)| **n).expect("some stack");
+    (s.clone(), *n, total)
+}
+
+/// The hottest stack of `mode` is perf's hottest, frame for frame from
+/// `_start` to the leaf, and nearly every sample reaches `_start`.
+fn same_as_perf(mode: &str, leaf: &[&str]) {
+    root_or_skip!();
+    let _g = exclusive();
+    let (exe, dl) = fixtures();
+    let dir = scratch(&format!("unwind_{mode}"));
+    let mut argv = vec![exe.display().to_string(), mode.to_string(), "2".to_string()];
+    if mode == "dlopen" {
+        argv.push(dl.display().to_string());
+    }
+    let (ours, stderr) = bprof_stacks("fx_unwind", &argv);
+    let theirs_all = perf_stacks(&dir, "fx_unwind", &argv);
+    let (mine, n, total) = hottest(&ours);
+    let (perfs, _, _) = hottest(&theirs_all);
+    assert_eq!(mine, perfs, "bprof vs perf --call-graph dwarf\n{stderr}");
+    assert_eq!(mine.first().map(String::as_str), Some("_start"), "{mine:?}");
+    let tail: Vec<&str> = mine[mine.len() - leaf.len()..]
+        .iter()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(tail, leaf, "{mine:?}");
+    assert!(mine.iter().any(|f| f == "chain1") && mine.iter().any(|f| f == "chain8"));
+    // The stacks that reach the root, over all samples (the first ms of a
+    // command, before its mappings are known, may end early: counted).
+    let rooted: u64 = ours
+        .iter()
+        .filter(|(s, _)| s.first().is_some_and(|f| f == "_start"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        rooted * 100 >= total * 90,
+        "{rooted} of {total} rooted\n{stderr}"
+    );
+    assert!(n * 100 >= total * 80, "{n} of {total} in the hottest stack");
+    assert!(stderr.contains("dwarf unwinding:"), "{stderr}");
+}
+
+#[test]
+fn unwind_chain_without_frame_pointers_matches_perf_dwarf() {
+    same_as_perf("chain", &["chain8", "leaf_spin"]);
+}
+
+#[test]
+fn unwind_through_the_plt_into_a_library_matches_perf_dwarf() {
+    same_as_perf("plt", &["chain8", "lib_entry", "lib_spin"]);
+}
+
+#[test]
+fn unwind_into_a_dlopened_library_matches_perf_dwarf() {
+    same_as_perf("dlopen", &["chain8", "lib_entry", "lib_spin"]);
+}
+
+#[test]
+fn unwind_through_a_signal_frame_matches_perf_dwarf() {
+    same_as_perf("signal", &["?", "on_signal", "leaf_spin"]);
+}
+
+#[test]
+fn recursion_300_deep_is_walked_to_the_depth_limit_and_marked() {
+    root_or_skip!();
+    let _g = exclusive();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/recurse.c");
+    let exe = scratch("unwind_recurse").join("fx_recurse_nofp");
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = run(bprof()
+        .args(["-v", "-U", "-F", "999", "-f", "--call-graph", "dwarf", "--"])
+        .arg(&exe)
+        .args(["1", "300"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let hot = lines.iter().max_by_key(|l| l.count).expect("a stack");
+    // 256 frames, then the visible mark of the cut (not silently short).
+    assert_eq!(hot.frames[1], "[truncated]", "{:?}", &hot.frames[..4]);
+    let recurse = hot.frames.iter().filter(|f| *f == "recurse").count();
+    assert!(recurse >= 250, "{recurse} recurse frames");
+    assert!(stderr.contains("depth limit"), "{stderr}");
+}
+
+/// How many walks ended at the outermost frame, of all walks (`-v`).
+fn rooted_walks(stderr: &str) -> (u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("dwarf unwinding:"))
+        .unwrap_or_else(|| panic!("no unwinding line: {stderr}"));
+    let num_before = |s: &str| -> u64 {
+        line.find(s)
+            .and_then(|at| line[..at].rsplit([' ', ',', ':']).find(|w| !w.is_empty()))
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(0)
+    };
+    (
+        num_before(" reached the outermost frame"),
+        num_before(" walks"),
+    )
+}
+
+/// A program without frame pointers that is not ours: every stack perf
+/// finds in at least 20% of samples is one of bprof's, frame for frame,
+/// with at least half perf's share; and nearly every walk ends at the
+/// outermost frame (counted by how walks ended: a stripped binary's
+/// `_start` has no name).
+fn other_binary_same_as_perf(comm: &str, argv: &[String], dir: &Path) {
+    let (ours, stderr) = bprof_stacks(comm, argv);
+    let theirs = perf_stacks(dir, comm, argv);
+    let share = |m: &BTreeMap<Vec<String>, u64>, s: &Vec<String>| {
+        m.get(s).copied().unwrap_or(0) as f64 / m.values().sum::<u64>().max(1) as f64
+    };
+    let big: Vec<&Vec<String>> = theirs.keys().filter(|s| share(&theirs, s) >= 0.2).collect();
+    assert!(!big.is_empty(), "{theirs:?}");
+    for s in big {
+        assert!(
+            share(&ours, s) >= share(&theirs, s) / 2.0,
+            "perf's {s:?} ({:.2}) is {:.2} of bprof's\nbprof: {ours:?}\n{stderr}",
+            share(&theirs, s),
+            share(&ours, s)
+        );
+    }
+    let (rooted, walks) = rooted_walks(&stderr);
+    assert!(walks > 100, "{stderr}");
+    assert!(
+        rooted * 100 >= walks * 90,
+        "{rooted} of {walks} walks rooted\n{stderr}"
+    );
+}
+
+#[test]
+fn unwind_rust_release_binary_matches_perf_dwarf() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("unwind_rust");
+    // Release without forced frame pointers: Rust's default.
+    let exe = dir.join("fx_rust_nofp");
+    let st = Command::new("rustc")
+        .args(["-O", "-g", "-o"])
+        .arg(&exe)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust_work.rs"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let argv = vec![exe.display().to_string(), "2".to_string()];
+    other_binary_same_as_perf("fx_rust_nofp", &argv, &dir);
+}
+
+#[test]
+fn unwind_debian_gzip_matches_perf_dwarf() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("unwind_gzip");
+    // 24 MB of compressible text: gzip -6 works on it for about 2 s.
+    let input = dir.join("input.txt");
+    let mut text = String::with_capacity(24 << 20);
+    let mut x: u64 = 1;
+    while text.len() < 24 << 20 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        text.push_str(["alpha ", "beta ", "gamma ", "delta\n"][(x >> 62) as usize]);
+        text.push_str(&format!("{} ", (x >> 40) % 1000));
+    }
+    std::fs::write(&input, text).unwrap();
+    let argv: Vec<String> = ["gzip", "-kf", "-6"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([input.display().to_string()])
+        .collect();
+    other_binary_same_as_perf("gzip", &argv, &dir);
+}
+
+#[test]
+fn call_graph_fp_takes_the_kernels_walk_and_bad_values_are_one_line_errors() {
+    root_or_skip!();
+    let _g = exclusive();
+    let (exe, _) = fixtures();
+    let out = run(bprof()
+        .args(["-v", "-U", "-F", "999", "-f", "--call-graph", "fp", "--"])
+        .arg(&exe)
+        .args(["chain", "1"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // No unwinder ran, and without frame pointers no stack reaches _start.
+    assert!(!stderr.contains("dwarf unwinding"), "{stderr}");
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert!(lines.iter().map(|l| l.count).sum::<u64>() > 100);
+    assert!(!lines.iter().any(|l| l.frames.iter().any(|f| f == "_start")));
+    let bad = run(bprof().args(["--call-graph", "lbr", "--", "true"]));
+    crate::common::assert_one_line_error(&bad);
+}
