@@ -143,6 +143,7 @@ pub fn init_libbpf_logging(verbose: bool) {
 
 impl<'obj> ProfileProgram<'obj> {
     /// Opens, configures and loads the program; nothing is attached yet.
+    // Long on purpose: one map or program setting per line, in the order libbpf needs them before load.
     pub fn load(obj: &'obj mut MaybeUninit<OpenObject>, opts: &ProfileOptions) -> Result<Self> {
         let open = ProfileSkelBuilder::default()
             .open(obj)

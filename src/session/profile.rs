@@ -84,6 +84,7 @@ struct Recorded {
 }
 
 /// Runs one profile from start to written outputs.
+// Long on purpose: the profile's stages in order (load, record, drain, symbolize, write, report); each is a call, the rest hands values between them.
 pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     crate::bpf::preflight::check()?;
     crate::bpf::kfeatures::check(crate::bpf::kfeatures::PROFILE)?;
@@ -231,6 +232,7 @@ fn report_end(
 
 /// Attaches everything, runs the target and records until the end; leaves
 /// the programs detached and the command stopped.
+// Long on purpose: attach, run and detach must stay in this order around the tick loop; splitting would pass most of its locals around.
 fn record(
     settings: &ProfileSettings,
     cpus: &[u32],

@@ -163,6 +163,7 @@ impl NameCache {
         }
     }
 
+    // Long on purpose: one pass over the interval's stacks filling the four tables the view shows.
     fn samples(
         &mut self,
         symbolizer: &Symbolizer,
@@ -267,6 +268,7 @@ fn title(settings: &ProfileSettings, event: sampling::Event) -> (String, &'stati
 }
 
 /// Runs the live view until `q`, a signal, the duration or the targets' end.
+// Long on purpose: the session's stages in order around the refresh loop, as profile::run; the terminal guard must outlive all of them.
 pub fn run(s: TopSettings) -> Result<i32> {
     let settings = &s.profile;
     crate::bpf::preflight::check()?;

@@ -82,6 +82,7 @@ struct Code {
 
 /// Reads the jitdump in the first `limit` bytes of `file` and names the
 /// addresses of `ips` (sorted) its code covers, where it ended up.
+// Long on purpose: one record loop with a case per record type, as the jitdump format lists them.
 pub fn scan(
     file: &File,
     limit: u64,

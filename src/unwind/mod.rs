@@ -202,6 +202,7 @@ impl Unwinder {
     /// Opens the file (exactly the mapped one through map_files while the
     /// mapping lives, else by path in the process's root), builds and loads
     /// its table unless its dev:inode is loaded already.
+    // Long on purpose: open, check, parse and load one file's table: each step's failure is counted under its own reason.
     fn add_file(
         &mut self,
         files: &dyn MapCore,

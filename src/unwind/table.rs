@@ -142,6 +142,7 @@ type Span = (u64, u64, Row);
 
 /// Builds the table of an ELF image (the whole file's bytes). At most
 /// `limit` rows.
+// Long on purpose: one walk over the CFI rows, a case per rule kind; the cases share the row being built.
 pub fn build(data: &[u8], limit: usize) -> Result<Table, NoTable> {
     let obj = object::File::parse(data).map_err(|e| NoTable::NotElf(e.to_string()))?;
     if obj.architecture() != object::Architecture::X86_64 {
