@@ -249,7 +249,6 @@ fn record(
     } else {
         None
     };
-    let event = attach(settings, cpus, prog, symbolizer, counter.is_some())?;
     // After the side band is open, so no process falls between the two.
     let scope = snapshot_scope(settings, runner.child_pid());
     sideband.snapshot(scope.as_deref());
@@ -264,6 +263,9 @@ fn record(
         scope.as_deref(),
         runner.child_pid(),
     )?;
+    // Sampling starts once the running targets' unwind tables are loaded:
+    // a sample taken before would be walked without them.
+    let event = attach(settings, cpus, prog, symbolizer, counter.is_some())?;
     runner.start()?;
     let started_at = SystemTime::now();
     let mut periodic = settings

@@ -295,11 +295,20 @@ pub fn run(s: TopSettings) -> Result<i32> {
     // long run's past do not stay in memory (names stay in the cache).
     let mut symbolizer = (symbolize::symbolizer(), Instant::now());
     let mut gone = HashSet::new();
-    let event = profile::attach(settings, &cpus, &mut prog, &symbolizer.0, settings.counts)?;
-    sideband.snapshot(profile::snapshot_scope(settings, runner.child_pid()).as_deref());
+    let scope = profile::snapshot_scope(settings, runner.child_pid());
+    sideband.snapshot(scope.as_deref());
     if let Some(pid) = runner.child_pid() {
         sideband.index.jit.note_process(pid, true);
     }
+    // The running targets' unwind tables first, as a profile loads them.
+    let mut unwinder = crate::unwind::session::start(
+        &prog,
+        settings,
+        &mut sideband,
+        scope.as_deref(),
+        runner.child_pid(),
+    )?;
+    let event = profile::attach(settings, &cpus, &mut prog, &symbolizer.0, settings.counts)?;
     install_panic_hook();
     let test_panic = std::env::var_os(TEST_PANIC_ENV).is_some();
     let (title, unit) = title(settings, event);
@@ -313,6 +322,17 @@ pub fn run(s: TopSettings) -> Result<i32> {
     let mut last = Instant::now();
     let end = runner.run(TICK, |ending| {
         sideband.drain();
+        if let Some(u) = unwinder.as_mut() {
+            u.take_new(
+                &prog.skel.maps.unwind_files,
+                &prog.skel.maps.unwind_maps,
+                settings
+                    .program
+                    .matches_tgids()
+                    .then_some(&prog.skel.maps.target_tgids as &dyn libbpf_rs::MapCore),
+                &mut sideband.index,
+            );
+        }
         if ending {
             return Ok(());
         }
