@@ -126,7 +126,9 @@ fi
 #     generation, or bprof's own on 6.1 to 6.3) and goes stale with the
 #     layout: two libraries swapped in and out at one address must each
 #     keep their own names, although their raw stacks are the same.
-if $B -F 499 -f -v -- $FX/fx_dlswap 0.3 4 $FX/libdl_alpha.so $FX/libdl_beta.so >$T/swap.f 2>$T/swap.e; then
+# (--call-graph fp: the cache saves the kernel's build-ID walk of a
+# frame-pointer stack; dwarf walks write build-ID records themselves.)
+if $B -F 499 -f -v --call-graph fp -- $FX/fx_dlswap 0.3 4 $FX/libdl_alpha.so $FX/libdl_beta.so >$T/swap.f 2>$T/swap.e; then
     tot=$(fsum $T/swap.f fx_dlswap)
     a=$(fsum $T/swap.f fx_dlswap alpha_spin)
     b=$(fsum $T/swap.f fx_dlswap beta_spin)
