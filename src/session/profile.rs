@@ -280,15 +280,7 @@ fn record(
     let end = runner.run(TICK / 10, |last| {
         sideband.drain();
         if let Some(u) = unwinder.as_mut() {
-            u.take_new(
-                &prog.skel.maps.unwind_files,
-                &prog.skel.maps.unwind_maps,
-                settings
-                    .program
-                    .matches_tgids()
-                    .then_some(&prog.skel.maps.target_tgids as &dyn libbpf_rs::MapCore),
-                &mut sideband.index,
-            );
+            crate::unwind::session::take_new(u, prog, settings, sideband);
         }
         ticks += 1;
         if let Some(p) = periodic.as_mut().filter(|p| !last && p.due(Instant::now())) {

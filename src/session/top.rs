@@ -323,15 +323,7 @@ pub fn run(s: TopSettings) -> Result<i32> {
     let end = runner.run(TICK, |ending| {
         sideband.drain();
         if let Some(u) = unwinder.as_mut() {
-            u.take_new(
-                &prog.skel.maps.unwind_files,
-                &prog.skel.maps.unwind_maps,
-                settings
-                    .program
-                    .matches_tgids()
-                    .then_some(&prog.skel.maps.target_tgids as &dyn libbpf_rs::MapCore),
-                &mut sideband.index,
-            );
+            crate::unwind::session::take_new(u, &prog, settings, &mut sideband);
         }
         if ending {
             return Ok(());

@@ -53,3 +53,24 @@ pub fn start(
     }
     Ok(Some(u))
 }
+
+/// Each tick: tables and mappings for what the side band saw mapped since
+/// (of targets only, when the profile has targets).
+pub fn take_new(
+    u: &mut Unwinder,
+    prog: &ProfileProgram<'_>,
+    settings: &ProfileSettings,
+    sideband: &mut Sideband,
+) {
+    let maps = &prog.skel.maps;
+    let targets = settings
+        .program
+        .matches_tgids()
+        .then_some(&maps.target_tgids as &dyn libbpf_rs::MapCore);
+    u.take_new(
+        &maps.unwind_files,
+        &maps.unwind_maps,
+        targets,
+        &mut sideband.index,
+    );
+}
