@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # All benchmarks in one command (as root): bprof vs perf on fixed fixture
-# work, then symbolization speed. Writes target/bench-report.md too.
-# Usage: scripts/bench.sh [cost|slowdown|rss|filter]
+# work, symbolization speed, then the unwinder (bench-unwind.sh), bprof top's
+# own cost (bench-top.sh) and --every's memory (every-rss.sh). Writes
+# target/bench-report.md too.
+# Usage: scripts/bench.sh [cost|slowdown|rss|filter|unwind|top|every]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+case "${1:-}" in
+unwind) exec scripts/bench-unwind.sh ;;
+top) exec scripts/bench-top.sh ;;
+every) exec scripts/every-rss.sh ;;
+esac
 cargo build --release --quiet
 cargo build --quiet # the symbolization benchmark reads the debug build's DWARF
 {
@@ -14,4 +21,12 @@ cargo build --quiet # the symbolization benchmark reads the debug build's DWARF
     echo '```'
     cargo bench --quiet --bench symbolize
     echo '```'
+    if [ $# -eq 0 ]; then
+        echo '## --call-graph dwarf'
+        scripts/bench-unwind.sh
+        echo '## bprof top'
+        scripts/bench-top.sh
+        echo '## --every memory'
+        scripts/every-rss.sh
+    fi
 } | tee target/bench-report.md
