@@ -25,6 +25,7 @@ use crate::session::periodic::{self, Periodic};
 use crate::session::runner::{self, End, Runner};
 pub use crate::session::settings::ProfileSettings;
 use crate::symbolize;
+use crate::unwind::Unwinder;
 
 const TICK: Duration = Duration::from_millis(100);
 
@@ -249,23 +250,15 @@ fn record(
     } else {
         None
     };
-    // After the side band is open, so no process falls between the two.
-    let scope = snapshot_scope(settings, runner.child_pid());
-    sideband.snapshot(scope.as_deref());
-    if let Some(pid) = runner.child_pid() {
-        // Its user and perf map, should it be short-lived.
-        sideband.index.jit.note_process(pid, true);
-    }
-    let mut unwinder = crate::unwind::session::start(
-        prog,
+    let (event, mut unwinder) = arm(
         settings,
+        cpus,
+        runner,
+        prog,
         sideband,
-        scope.as_deref(),
-        runner.child_pid(),
+        symbolizer,
+        counter.is_some(),
     )?;
-    // Sampling starts once the running targets' unwind tables are loaded:
-    // a sample taken before would be walked without them.
-    let event = attach(settings, cpus, prog, symbolizer, counter.is_some())?;
     runner.start()?;
     let started_at = SystemTime::now();
     let mut periodic = settings
@@ -320,9 +313,41 @@ fn record(
     })
 }
 
+/// What every profiling session (a profile, `bprof top`) does between
+/// loading its programs and starting the command: reads the targets'
+/// mappings, loads their unwind tables, then attaches. Sampling starts once
+/// the tables are loaded: a sample taken before would be walked without
+/// them. Returns the event sampled and the unwinder (with `dwarf`).
+pub(crate) fn arm(
+    settings: &ProfileSettings,
+    cpus: &[u32],
+    runner: &Runner,
+    prog: &mut ProfileProgram,
+    sideband: &mut Sideband,
+    symbolizer: &Symbolizer,
+    counting: bool,
+) -> Result<(Event, Option<Unwinder>)> {
+    // After the side band is open, so no process falls between the two.
+    let scope = snapshot_scope(settings, runner.child_pid());
+    sideband.snapshot(scope.as_deref());
+    if let Some(pid) = runner.child_pid() {
+        // Its user and perf map, should it be short-lived.
+        sideband.index.jit.note_process(pid, true);
+    }
+    let unwinder = crate::unwind::session::start(
+        prog,
+        settings,
+        sideband,
+        scope.as_deref(),
+        runner.child_pid(),
+    )?;
+    let event = attach(settings, cpus, prog, symbolizer, counting)?;
+    Ok((event, unwinder))
+}
+
 /// Opens the sampling events and attaches every program; returns the
 /// event actually sampled (cpu-clock where there is no PMU).
-pub(crate) fn attach(
+fn attach(
     settings: &ProfileSettings,
     cpus: &[u32],
     prog: &mut ProfileProgram,
@@ -363,7 +388,7 @@ pub(crate) fn attach(
 
 /// Whose mappings the side band reads at start: the -p/-L targets, none
 /// yet for a command (it has not exec'd), everyone system-wide.
-pub(crate) fn snapshot_scope(settings: &ProfileSettings, child: Option<u32>) -> Option<Vec<u32>> {
+fn snapshot_scope(settings: &ProfileSettings, child: Option<u32>) -> Option<Vec<u32>> {
     let t = &settings.target;
     if !t.pids.is_empty() || !t.tids.is_empty() {
         Some(t.pids.iter().chain(&t.tids).copied().collect())

@@ -295,20 +295,15 @@ pub fn run(s: TopSettings) -> Result<i32> {
     // long run's past do not stay in memory (names stay in the cache).
     let mut symbolizer = (symbolize::symbolizer(), Instant::now());
     let mut gone = HashSet::new();
-    let scope = profile::snapshot_scope(settings, runner.child_pid());
-    sideband.snapshot(scope.as_deref());
-    if let Some(pid) = runner.child_pid() {
-        sideband.index.jit.note_process(pid, true);
-    }
-    // The running targets' unwind tables first, as a profile loads them.
-    let mut unwinder = crate::unwind::session::start(
-        &prog,
+    let (event, mut unwinder) = profile::arm(
         settings,
+        &cpus,
+        runner,
+        &mut prog,
         &mut sideband,
-        scope.as_deref(),
-        runner.child_pid(),
+        &symbolizer.0,
+        settings.counts,
     )?;
-    let event = profile::attach(settings, &cpus, &mut prog, &symbolizer.0, settings.counts)?;
     install_panic_hook();
     let test_panic = std::env::var_os(TEST_PANIC_ENV).is_some();
     let (title, unit) = title(settings, event);
