@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -381,4 +382,25 @@ pub fn wait_ready(path: &Path, child: &mut std::process::Child) {
         );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+/// Starts the two-thread fixture and returns it with its thread ids.
+/// Its printed ids are its readiness.
+pub fn threads(secs: &str) -> (Workload, std::collections::HashMap<String, String>) {
+    let mut child = Workload(
+        Command::new(fixture("threads"))
+            .arg(secs)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut tids = std::collections::HashMap::new();
+    let mut reader = BufReader::new(child.0.stdout.take().unwrap());
+    for _ in 0..2 {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let (name, tid) = line.trim().split_once(' ').unwrap();
+        tids.insert(name.to_string(), tid.to_string());
+    }
+    (child, tids)
 }

@@ -1,32 +1,9 @@
 //! `--filter`: perf's filter language compiled into BPF map entries and
 //! evaluated in the kernel, on real fixtures (run as root).
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::common::*;
-
-/// Starts the two-thread fixture and returns it with its thread ids.
-/// Its printed ids are its readiness.
-fn threads(secs: &str) -> (Workload, HashMap<String, String>) {
-    let mut child = Workload(
-        Command::new(fixture("threads"))
-            .arg(secs)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut tids = HashMap::new();
-    let mut reader = BufReader::new(child.0.stdout.take().unwrap());
-    for _ in 0..2 {
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        let (name, tid) = line.trim().split_once(' ').unwrap();
-        tids.insert(name.to_string(), tid.to_string());
-    }
-    (child, tids)
-}
 
 fn profile(args: &[&str]) -> (Vec<Folded>, String) {
     let out = run(bprof().args(["-F", "499", "-f"]).args(args));

@@ -1,6 +1,5 @@
 //! End-to-end profiles of real fixtures with real BPF (run as root).
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -333,22 +332,7 @@ fn pid_sees_only_that_process() {
 fn tid_sees_only_that_thread() {
     root_or_skip!();
     let _g = exclusive();
-    // It prints its threads' ids once they run: that is its readiness.
-    let mut child = Workload(
-        Command::new(fixture("threads"))
-            .arg("4")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut tids = std::collections::HashMap::new();
-    let mut reader = BufReader::new(child.0.stdout.take().unwrap());
-    for _ in 0..2 {
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        let (name, tid) = line.trim().split_once(' ').unwrap();
-        tids.insert(name.to_string(), tid.to_string());
-    }
+    let (child, tids) = threads("4");
     let out = run(bprof().args(["-F", "499", "-f", "-L", &tids["beta"], "1.5"]));
     drop(child);
     assert!(
