@@ -11,7 +11,7 @@
 //!
 //! What user space remembers across intervals is bounded too: the
 //! symbolizer (which caches every file it parsed) is renewed every
-//! [`SYMBOLIZER_LIFE`], and the side band's mappings of processes that have
+//! [`symbolize::SYMBOLIZER_LIFE`], and the side band's mappings of processes that have
 //! exited are forgotten once their last samples were written.
 
 use std::collections::HashSet;
@@ -22,7 +22,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Result};
-use blazesym::symbolize::Symbolizer;
 
 use crate::collect::sideband::MmapIndex;
 use crate::collect::stacks::RawStack;
@@ -31,11 +30,6 @@ use crate::output::file::OutputFile;
 use crate::output::{folded, pprof, svg};
 use crate::session::settings::ProfileSettings;
 use crate::symbolize::{self, SymbolStats};
-
-/// How long one symbolizer (and its cache of parsed files) serves periodic
-/// profiles before a fresh one replaces it: on a machine that keeps
-/// starting new binaries its cache would otherwise grow for the whole run.
-pub const SYMBOLIZER_LIFE: Duration = Duration::from_secs(60);
 
 /// The start of an interval as `%t` writes it: ISO 8601 basic format, UTC.
 pub fn compact_time(t: SystemTime) -> String {
@@ -123,15 +117,15 @@ pub struct Periodic {
     pub stacks: usize,
     /// Symbolization, summed over intervals.
     pub sym: SymbolStats,
-    /// The symbolizer, and when it was made.
-    symbolizer: Option<(Symbolizer, Instant)>,
+    /// Renewed every SYMBOLIZER_LIFE.
+    symbolizer: symbolize::Renewing,
     /// Processes already gone at the end of the last interval.
     gone: HashSet<u32>,
 }
 
 impl Periodic {
     /// A periodic profile whose recording began at `began` (`began_at`).
-    pub fn new(every: Duration, began: Instant, began_at: SystemTime) -> Self {
+    pub fn new(every: Duration, began: Instant, began_at: SystemTime, code_info: bool) -> Self {
         Periodic {
             every,
             began,
@@ -144,7 +138,7 @@ impl Periodic {
             total: 0,
             stacks: 0,
             sym: SymbolStats::default(),
-            symbolizer: None,
+            symbolizer: symbolize::Renewing::new(code_info),
             gone: HashSet::new(),
         }
     }
@@ -154,23 +148,6 @@ impl Periodic {
     /// write takes.
     pub fn due(&self, now: Instant) -> bool {
         now.duration_since(self.began) >= self.every.saturating_mul(self.intervals as u32 + 1)
-    }
-
-    /// The symbolizer, renewed every [`SYMBOLIZER_LIFE`] so the files and
-    /// debug information of a long run's past do not stay in memory.
-    fn symbolizer(&mut self, code_info: bool) -> &Symbolizer {
-        if self
-            .symbolizer
-            .as_ref()
-            .is_some_and(|(_, made)| made.elapsed() >= SYMBOLIZER_LIFE)
-        {
-            // The old one goes first: never two in memory.
-            self.symbolizer = None;
-        }
-        &self
-            .symbolizer
-            .get_or_insert_with(|| (symbolize::symbolizer_with(code_info), Instant::now()))
-            .0
     }
 
     /// Ends the current interval at `now` with the stacks drained for it:
@@ -193,7 +170,7 @@ impl Periodic {
         self.from = now;
         self.from_at = start + length;
 
-        let symbolizer = self.symbolizer(settings.pprof.is_some());
+        let symbolizer = self.symbolizer.get();
         index.jit.prepare(&raw);
         let (stacks, sym, frames) =
             symbolize::symbolize_frames(symbolizer, &raw, index, settings.unknown_style);
@@ -301,7 +278,7 @@ mod tests {
     #[test]
     fn intervals_are_due_at_fixed_boundaries() {
         let t0 = Instant::now();
-        let mut p = Periodic::new(Duration::from_secs(10), t0, SystemTime::now());
+        let mut p = Periodic::new(Duration::from_secs(10), t0, SystemTime::now(), false);
         assert!(!p.due(t0 + Duration::from_secs(9)));
         assert!(p.due(t0 + Duration::from_secs(10)));
         p.intervals = 1;

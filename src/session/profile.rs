@@ -263,7 +263,7 @@ fn record(
     let started_at = SystemTime::now();
     let mut periodic = settings
         .every
-        .map(|every| Periodic::new(every, Instant::now(), started_at));
+        .map(|every| Periodic::new(every, Instant::now(), started_at, settings.pprof.is_some()));
 
     // Record until the duration, a signal, or the target's end. The side
     // band is read every 10 ms, so a new process's unwind tables and

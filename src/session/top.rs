@@ -30,7 +30,7 @@ use crate::events::sampling;
 use crate::events::Mode;
 use crate::output::folded::{self, FoldedOptions};
 use crate::output::top::{Action, Frames, Interval, Sample, View};
-use crate::session::periodic::{forget_gone, SYMBOLIZER_LIFE};
+use crate::session::periodic::forget_gone;
 use crate::session::profile::{self, ProfileSettings};
 use crate::session::runner::{self, End, Runner};
 use crate::session::settings::seconds;
@@ -291,9 +291,9 @@ pub fn run(s: TopSettings) -> Result<i32> {
     }
     let mut sideband = Sideband::open(&cpus)?;
     sideband.index.jit.max_size = settings.max_perf_map_size;
-    // Renewed every SYMBOLIZER_LIFE, as --every does, so the files of a
-    // long run's past do not stay in memory (names stay in the cache).
-    let mut symbolizer = (symbolize::symbolizer(), Instant::now());
+    // Renewed, as --every does, so the files of a long run's past do not
+    // stay in memory (names stay in the cache).
+    let mut symbolizer = symbolize::Renewing::new(false);
     let mut gone = HashSet::new();
     let (event, mut unwinder) = profile::arm(
         settings,
@@ -301,7 +301,7 @@ pub fn run(s: TopSettings) -> Result<i32> {
         runner,
         &mut prog,
         &mut sideband,
-        &symbolizer.0,
+        symbolizer.get(),
         settings.counts,
     )?;
     install_panic_hook();
@@ -342,11 +342,7 @@ pub fn run(s: TopSettings) -> Result<i32> {
             let stats = crate::bpf::maps::read_stats(&prog.skel.maps.profile_stats)?;
             let seconds = last.elapsed().as_secs_f64();
             last = Instant::now();
-            if symbolizer.1.elapsed() >= SYMBOLIZER_LIFE {
-                symbolizer.0 = symbolize::symbolizer();
-                symbolizer.1 = Instant::now();
-            }
-            let samples = names.samples(&symbolizer.0, raw, &mut sideband.index);
+            let samples = names.samples(symbolizer.get(), raw, &mut sideband.index);
             forget_gone(&mut sideband.index, &mut gone);
             shown += samples.iter().map(|s| s.count).sum::<u64>();
             view.update(Interval {

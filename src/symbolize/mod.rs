@@ -416,6 +416,46 @@ pub(crate) fn symbolize_with(
     (stacks, stats)
 }
 
+/// How long one symbolizer (and its cache of parsed files) serves a long
+/// session (`--every`, `bprof top`) before a fresh one replaces it: on a
+/// machine that keeps starting new binaries its cache would otherwise grow
+/// for the whole run.
+pub(crate) const SYMBOLIZER_LIFE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A symbolizer renewed every [`SYMBOLIZER_LIFE`].
+pub(crate) struct Renewing {
+    current: Option<(Symbolizer, std::time::Instant)>,
+    code_info: bool,
+}
+
+impl Renewing {
+    /// `code_info`: source lines and inlined functions (pprof).
+    pub(crate) fn new(code_info: bool) -> Self {
+        Renewing {
+            current: None,
+            code_info,
+        }
+    }
+
+    /// The current symbolizer, a fresh one once the last has served its
+    /// time.
+    pub(crate) fn get(&mut self) -> &Symbolizer {
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|(_, made)| made.elapsed() >= SYMBOLIZER_LIFE)
+        {
+            // The old one goes first: never two in memory.
+            self.current = None;
+        }
+        let code_info = self.code_info;
+        &self
+            .current
+            .get_or_insert_with(|| (symbolizer_with(code_info), std::time::Instant::now()))
+            .0
+    }
+}
+
 /// Symbolizes every stack, and also returns each distinct frame's address,
 /// module and functions (what pprof output needs).
 pub(crate) fn symbolize_frames(
