@@ -137,6 +137,14 @@ pub fn build_id_only(data: &[u8]) -> Option<Vec<u8>> {
     obj.build_id().ok().flatten().map(<[u8]>::to_vec)
 }
 
+/// Gaps between FDEs shorter than this are alignment padding (functions
+/// are aligned to at most 16 bytes on x86-64): no row ends the previous
+/// rule there. Padding never runs, and a return address past a noreturn
+/// call at a function's end is looked up at its call (pc - 1), so nothing
+/// looks it up; the row saved is often two, as the next function's first
+/// rule (CFA = rsp + 8) then merges with the last one's.
+const PADDING: u64 = 16;
+
 /// One FDE's rows by ELF address: (start, end, rule without pc).
 type Span = (u64, u64, Row);
 
@@ -213,7 +221,7 @@ pub fn build(data: &[u8], limit: usize) -> Result<Table, NoTable> {
         if start >= end {
             continue;
         }
-        if start > covered_to && !rows.is_empty() {
+        if start >= covered_to + PADDING && !rows.is_empty() {
             push(
                 &mut rows,
                 Row::new(covered_to as u32, Cfa::None, 0, Rbp::Same, 0),
