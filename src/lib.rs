@@ -25,3 +25,5 @@ pub(crate) mod target;
 pub(crate) mod unwind;
 
 pub use session::run;
+/// Unwind table building, for the benches (benches/unwind_tables.rs).
+pub use unwind::table as unwind_table;
