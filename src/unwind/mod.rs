@@ -80,6 +80,8 @@ pub struct Unwinder {
     pub procmaps: procmaps::ProcMaps,
     /// Files that could not be opened or parsed (with why), by path.
     failed: HashMap<PathBuf, String>,
+    /// Mappings whose file could not be opened (the process gone, most often).
+    unreachable: usize,
     /// Files without a table (no CFI, too large): frame pointers there.
     no_table: usize,
     /// Rows with a rule the walker cannot follow.
@@ -113,6 +115,7 @@ impl Unwinder {
             key_of: HashMap::new(),
             procmaps: procmaps::ProcMaps::default(),
             failed: HashMap::new(),
+            unreachable: 0,
             no_table: 0,
             unsupported: 0,
             full: 0,
@@ -223,6 +226,14 @@ impl Unwinder {
             });
         let checked = match opened {
             Ok(c) => c,
+            // Not remembered by path: the process was most often gone (a
+            // short-lived one whose mmap record came after its exit), and
+            // the next process mapping the same path must still have its
+            // mapping recorded, or its every sample asks the kernel.
+            Err(fsafe::Refused::Io(_)) => {
+                self.unreachable += 1;
+                return None;
+            }
             Err(e) => {
                 self.failed.insert(path.to_path_buf(), e.to_string());
                 return None;
@@ -327,6 +338,12 @@ impl Unwinder {
             s += &format!(
                 " ({} mappings evicted from full chunks, {} map updates failed)",
                 self.procmaps.evicted, self.procmaps.failed
+            );
+        }
+        if self.unreachable > 0 {
+            s += &format!(
+                "; {} mappings whose file could not be opened (process or file gone)",
+                self.unreachable
             );
         }
         if !self.failed.is_empty() {
