@@ -2,6 +2,7 @@
 //! exec, signals, the clock, a tick loop that ends at the duration, a
 //! signal or the targets' end, and the command's exit status.
 
+use std::cell::Cell;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -31,7 +32,14 @@ pub(crate) struct Runner<'t> {
     duration: Option<Duration>,
     child: Option<Child>,
     started: Option<Instant>,
+    /// When `-p`/`-L` targets were last looked up in /proc.
+    targets_checked: Cell<Option<Instant>>,
 }
+
+/// How often `-p`/`-L` targets are looked up: a /proc read per target,
+/// which at the 10 ms tick of a profile was most of bprof's own CPU
+/// while recording.
+const TARGET_CHECK: Duration = Duration::from_millis(100);
 
 impl<'t> Runner<'t> {
     /// Forks the target's command (if any), held before exec: the caller
@@ -54,6 +62,7 @@ impl<'t> Runner<'t> {
             duration,
             child,
             started: None,
+            targets_checked: Cell::new(None),
         })
     }
 
@@ -107,8 +116,15 @@ impl<'t> Runner<'t> {
         if let Some(st) = self.child.as_ref().and_then(Child::try_wait) {
             return Some(End::CommandExited(st));
         }
-        if self.target.exited() {
-            return Some(End::TargetsGone);
+        let due = self
+            .targets_checked
+            .get()
+            .is_none_or(|t| t.elapsed() >= TARGET_CHECK);
+        if due {
+            self.targets_checked.set(Some(Instant::now()));
+            if self.target.exited() {
+                return Some(End::TargetsGone);
+            }
         }
         self.duration
             .is_some_and(|d| self.elapsed() >= d)
