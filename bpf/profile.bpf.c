@@ -336,6 +336,7 @@ struct words_ctx {
 	const __u64 *a, *b; /* the frames of two struct user_stack values */
 	__u64 h;
 	__u32 same;
+	__u32 nr; /* records to compare */
 };
 
 static long hash_word(__u32 i, struct words_ctx *w)
@@ -349,20 +350,31 @@ static long hash_word(__u32 i, struct words_ctx *w)
 	return 0;
 }
 
-/* One callback per 32-byte record (4 words): a callback costs more than
- * the compares it holds. */
-static long compare_record(__u32 i, struct words_ctx *w)
+/* One callback per COMPARE_BATCH 32-byte records (4 words each): a
+ * callback costs more than the compares it holds. */
+#define COMPARE_BATCH 8
+
+static long compare_records(__u32 i, struct words_ctx *w)
 {
 	const struct frame_record *ra = (const void *)w->a, *rb = (const void *)w->b;
-	const __u64 *a, *b;
+	__u32 first = i * COMPARE_BATCH;
 
-	if (i >= BPROF_UNWIND_DEPTH + 1)
-		return 1;
-	a = (const __u64 *)&ra[i];
-	b = (const __u64 *)&rb[i];
-	if (a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3]) {
-		w->same = 0;
-		return 1;
+	for (__u32 k = 0; k < COMPARE_BATCH; k++) {
+		__u32 idx = first + k;
+		const __u64 *a, *b;
+
+		if (idx >= w->nr || idx >= BPROF_UNWIND_DEPTH + 1)
+			return 1;
+		/* The checked index, not a pointer clang advanced before it. */
+		barrier_var(idx);
+		if (idx >= BPROF_UNWIND_DEPTH + 1)
+			return 1;
+		a = (const __u64 *)&ra[idx];
+		b = (const __u64 *)&rb[idx];
+		if (a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3]) {
+			w->same = 0;
+			return 1;
+		}
 	}
 	return 0;
 }
@@ -405,7 +417,8 @@ static __always_inline __s32 intern_user_stack(struct profile_stats *st, struct 
 		if (old && old->nr == us->nr) {
 			w.b = (__u64 *)old->frames;
 			w.same = 1;
-			bpf_loop(words / 4, compare_record, &w, 0);
+			w.nr = us->nr;
+			bpf_loop((us->nr + COMPARE_BATCH - 1) / COMPARE_BATCH, compare_records, &w, 0);
 			if (w.same)
 				return id;
 		}
