@@ -71,6 +71,15 @@ struct {
 	enum sample_kind kind;
 	enum frame_status frame_status;
 	struct frame_record frame;
+	enum unwind_limits unwind_limits;
+	enum unwind_cfa unwind_cfa;
+	enum unwind_rbp unwind_rbp;
+	enum unwind_end unwind_end;
+	struct unwind_row unwind_row;
+	struct unwind_page unwind_page;
+	struct unwind_file unwind_file;
+	struct unwind_chunk unwind_chunk;
+	struct unwind_map_key unwind_map_key;
 } bprof_abi = {};
 
 /* frame_record is bpf_get_stack's build-ID record under another name. */
