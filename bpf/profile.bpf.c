@@ -231,6 +231,10 @@ static __always_inline int is_target(__u32 tgid, __u32 pid)
 	return in_targets(cfg.match_tgid, cfg.match_tid, tgid, pid);
 }
 
+/* The key of each count map's own total (user space inserts it, 0, when it
+ * creates the map, so a full map still has it). */
+static const struct sample_key total_key = { .kind = SAMPLE_TOTAL };
+
 /* Adds `n` to the key's count; a new key may find the map full. */
 static __always_inline void count(struct profile_stats *st, struct sample_key *key, __u64 n)
 {
@@ -266,6 +270,13 @@ counted:
 	/* Atomic: an NMI sample may interrupt offcpu_switch on this CPU. */
 	__sync_fetch_and_add(&st->counted, 1);
 	__sync_fetch_and_add(&st->counted_weight, n);
+	/* The same total kept in the map itself: drained with its keys, it says
+	 * exactly what they hold. The global counters cannot: samples count
+	 * into the next map (and bump them) while a swap waits out its grace
+	 * period, so no moment of reading them is the swap's. */
+	val = bpf_map_lookup_elem(counts, &total_key);
+	if (val)
+		__sync_fetch_and_add(val, n);
 }
 
 /* 64-bit FNV-1a over whole words, each premixed so that its high bits reach

@@ -36,6 +36,7 @@ struct sample_key {
 enum sample_kind {
 	SAMPLE_ON_CPU,  /* a perf_event sample */
 	SAMPLE_OFF_CPU, /* time switched out (--off-cpu, --wall) */
+	SAMPLE_TOTAL,   /* the count map's own total: the key { .kind = SAMPLE_TOTAL } */
 };
 
 /*

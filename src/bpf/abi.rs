@@ -20,6 +20,8 @@ pub(crate) const BUILD_ID_SIZE: usize = profile::profile_limits::BPROF_BUILD_ID_
 pub(crate) const MAX_FILTERS: usize = profile::profile_limits::BPROF_MAX_FILTERS.0 as usize;
 /// `sample_key.kind` of off-CPU time.
 pub(crate) const SAMPLE_OFF_CPU: u32 = profile::sample_kind::SAMPLE_OFF_CPU.0;
+/// `sample_key.kind` of a count map's own total.
+pub(crate) const SAMPLE_TOTAL: u32 = profile::sample_kind::SAMPLE_TOTAL.0;
 /// `frame_record.status`: a build ID and file offset.
 pub(crate) const FRAME_FILE: i32 = profile::frame_status::FRAME_FILE.0 as i32;
 /// `frame_record.status`: a raw address.

@@ -156,12 +156,23 @@ impl Unwinder {
         };
         for line in text.lines() {
             let mut f = line.split_whitespace();
-            let (Some(range), Some(perms), Some(off), Some(dev), Some(ino), Some(path)) =
-                (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
+            let (Some(range), Some(perms), Some(off), Some(dev), Some(ino)) =
+                (f.next(), f.next(), f.next(), f.next(), f.next())
             else {
                 continue;
             };
-            if !perms.contains('x') || !path.starts_with('/') {
+            let path = f.next().unwrap_or_default();
+            if !perms.contains('x') {
+                continue;
+            }
+            // Anonymous executable memory: JIT code.
+            if (path.is_empty() || path.starts_with("[anon")) && !tables_only {
+                if let Some((start, end)) = parse_range(range) {
+                    self.procmaps.insert(maps, pid, anon_slot(start, end));
+                }
+                continue;
+            }
+            if !path.starts_with('/') {
                 continue;
             }
             let Some(maps_key) = parse_dev(dev).zip(ino.parse().ok()) else {
@@ -178,13 +189,8 @@ impl Unwinder {
                     k
                 }
             };
-            let parsed = range.split_once('-').and_then(|(a, b)| {
-                Some((
-                    u64::from_str_radix(a, 16).ok()?,
-                    u64::from_str_radix(b, 16).ok()?,
-                    u64::from_str_radix(off, 16).ok()?,
-                ))
-            });
+            let parsed = parse_range(range)
+                .and_then(|(a, b)| Some((a, b, u64::from_str_radix(off, 16).ok()?)));
             if let (Some(file), Some((start, end, off)), false) = (file, parsed, tables_only) {
                 let slot = procmaps::Slot {
                     start,
@@ -429,6 +435,27 @@ impl Store {
     }
 }
 
+/// "7f00-7f10" (hex) → (start, end).
+fn parse_range(s: &str) -> Option<(u64, u64)> {
+    let (a, b) = s.split_once('-')?;
+    Some((
+        u64::from_str_radix(a, 16).ok()?,
+        u64::from_str_radix(b, 16).ok()?,
+    ))
+}
+
+/// An anonymous executable mapping (JIT code) as the walker sees one: no
+/// file (inode 0), so no table: it follows frame pointers there without
+/// asking the kernel which mapping the PC is in.
+fn anon_slot(start: u64, end: u64) -> procmaps::Slot {
+    procmaps::Slot {
+        start,
+        end,
+        off: 0,
+        file: (0, 0),
+    }
+}
+
 /// "fe:01" → the kernel's dev_t.
 fn parse_dev(s: &str) -> Option<u64> {
     let (ma, mi) = s.split_once(':')?;
@@ -504,15 +531,22 @@ impl Unwinder {
         targets: Option<&dyn MapCore>,
         index: &mut crate::collect::sideband::MmapIndex,
     ) {
-        for (m, start, end, off) in std::mem::take(&mut index.new_mappings) {
-            let wanted = targets.is_none_or(|t| {
-                t.lookup(&m.pid.to_ne_bytes(), MapFlags::ANY)
+        let wanted = |pid: u32| {
+            targets.is_none_or(|t| {
+                t.lookup(&pid.to_ne_bytes(), MapFlags::ANY)
                     .ok()
                     .flatten()
                     .is_some()
-            });
-            if wanted {
+            })
+        };
+        for (m, start, end, off) in std::mem::take(&mut index.new_mappings) {
+            if wanted(m.pid) {
                 self.add_mapping(files, maps, &m, start, end, off);
+            }
+        }
+        for (pid, start, end) in std::mem::take(&mut index.new_anon) {
+            if wanted(pid) {
+                self.procmaps.insert(maps, pid, anon_slot(start, end));
             }
         }
         for pid in std::mem::take(&mut index.exits) {
