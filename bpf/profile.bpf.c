@@ -71,6 +71,15 @@ struct {
 	enum sample_kind kind;
 	enum frame_status frame_status;
 	struct frame_record frame;
+	enum unwind_limits unwind_limits;
+	enum unwind_cfa unwind_cfa;
+	enum unwind_rbp unwind_rbp;
+	enum unwind_end unwind_end;
+	struct unwind_row unwind_row;
+	struct unwind_page unwind_page;
+	struct unwind_file unwind_file;
+	struct unwind_chunk unwind_chunk;
+	struct unwind_map_key unwind_map_key;
 } bprof_abi = {};
 
 /* frame_record is bpf_get_stack's build-ID record under another name. */
@@ -222,6 +231,10 @@ static __always_inline int is_target(__u32 tgid, __u32 pid)
 	return in_targets(cfg.match_tgid, cfg.match_tid, tgid, pid);
 }
 
+/* The key of each count map's own total (user space inserts it, 0, when it
+ * creates the map, so a full map still has it). */
+static const struct sample_key total_key = { .kind = SAMPLE_TOTAL };
+
 /* Adds `n` to the key's count; a new key may find the map full. */
 static __always_inline void count(struct profile_stats *st, struct sample_key *key, __u64 n)
 {
@@ -257,6 +270,13 @@ counted:
 	/* Atomic: an NMI sample may interrupt offcpu_switch on this CPU. */
 	__sync_fetch_and_add(&st->counted, 1);
 	__sync_fetch_and_add(&st->counted_weight, n);
+	/* The same total kept in the map itself: drained with its keys, it says
+	 * exactly what they hold. The global counters cannot: samples count
+	 * into the next map (and bump them) while a swap waits out its grace
+	 * period, so no moment of reading them is the swap's. */
+	val = bpf_map_lookup_elem(counts, &total_key);
+	if (val)
+		__sync_fetch_and_add(val, n);
 }
 
 /* 64-bit FNV-1a over whole words, each premixed so that its high bits reach
@@ -327,6 +347,7 @@ struct words_ctx {
 	const __u64 *a, *b; /* the frames of two struct user_stack values */
 	__u64 h;
 	__u32 same;
+	__u32 nr; /* records to compare */
 };
 
 static long hash_word(__u32 i, struct words_ctx *w)
@@ -340,20 +361,31 @@ static long hash_word(__u32 i, struct words_ctx *w)
 	return 0;
 }
 
-/* One callback per 32-byte record (4 words): a callback costs more than
- * the compares it holds. */
-static long compare_record(__u32 i, struct words_ctx *w)
+/* One callback per COMPARE_BATCH 32-byte records (4 words each): a
+ * callback costs more than the compares it holds. */
+#define COMPARE_BATCH 8
+
+static long compare_records(__u32 i, struct words_ctx *w)
 {
 	const struct frame_record *ra = (const void *)w->a, *rb = (const void *)w->b;
-	const __u64 *a, *b;
+	__u32 first = i * COMPARE_BATCH;
 
-	if (i >= BPROF_UNWIND_DEPTH + 1)
-		return 1;
-	a = (const __u64 *)&ra[i];
-	b = (const __u64 *)&rb[i];
-	if (a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3]) {
-		w->same = 0;
-		return 1;
+	for (__u32 k = 0; k < COMPARE_BATCH; k++) {
+		__u32 idx = first + k;
+		const __u64 *a, *b;
+
+		if (idx >= w->nr || idx >= BPROF_UNWIND_DEPTH + 1)
+			return 1;
+		/* The checked index, not a pointer clang advanced before it. */
+		barrier_var(idx);
+		if (idx >= BPROF_UNWIND_DEPTH + 1)
+			return 1;
+		a = (const __u64 *)&ra[idx];
+		b = (const __u64 *)&rb[idx];
+		if (a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3]) {
+			w->same = 0;
+			return 1;
+		}
 	}
 	return 0;
 }
@@ -396,7 +428,8 @@ static __always_inline __s32 intern_user_stack(struct profile_stats *st, struct 
 		if (old && old->nr == us->nr) {
 			w.b = (__u64 *)old->frames;
 			w.same = 1;
-			bpf_loop(words / 4, compare_record, &w, 0);
+			w.nr = us->nr;
+			bpf_loop((us->nr + COMPARE_BATCH - 1) / COMPARE_BATCH, compare_records, &w, 0);
 			if (w.same)
 				return id;
 		}

@@ -36,6 +36,7 @@ struct sample_key {
 enum sample_kind {
 	SAMPLE_ON_CPU,  /* a perf_event sample */
 	SAMPLE_OFF_CPU, /* time switched out (--off-cpu, --wall) */
+	SAMPLE_TOTAL,   /* the count map's own total: the key { .kind = SAMPLE_TOTAL } */
 };
 
 /*
@@ -71,6 +72,7 @@ struct profile_stats {
 	__u64 unwind_task_regs;  /* walks started from the task's saved user registers */
 	__u64 unwind_find_vma;   /* mappings found by bpf_find_vma, not unwind_maps */
 	__u64 unwind_learned;    /* ... and kept in unwind_maps for the next samples */
+	__u64 unwind_reads;      /* bpf_probe_read_user calls of the walks (stack window refills) */
 };
 
 enum filter_op {

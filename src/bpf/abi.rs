@@ -6,6 +6,10 @@ use super::skel::profile::types as profile;
 use super::skel::stat::types as stat;
 
 pub(crate) use profile::{filter_entry, frame_record, kern_stack, sample_key, user_stack};
+pub(crate) use profile::{
+    unwind_cfa, unwind_chunk, unwind_file, unwind_file_key, unwind_map_key, unwind_map_slot,
+    unwind_page, unwind_rbp, unwind_row,
+};
 pub(crate) use stat::stat_value;
 
 /// `comm` bytes, NUL included.
@@ -16,12 +20,23 @@ pub(crate) const BUILD_ID_SIZE: usize = profile::profile_limits::BPROF_BUILD_ID_
 pub(crate) const MAX_FILTERS: usize = profile::profile_limits::BPROF_MAX_FILTERS.0 as usize;
 /// `sample_key.kind` of off-CPU time.
 pub(crate) const SAMPLE_OFF_CPU: u32 = profile::sample_kind::SAMPLE_OFF_CPU.0;
+/// `sample_key.kind` of a count map's own total.
+pub(crate) const SAMPLE_TOTAL: u32 = profile::sample_kind::SAMPLE_TOTAL.0;
 /// `frame_record.status`: a build ID and file offset.
 pub(crate) const FRAME_FILE: i32 = profile::frame_status::FRAME_FILE.0 as i32;
 /// `frame_record.status`: a raw address.
 pub(crate) const FRAME_IP: i32 = profile::frame_status::FRAME_IP.0 as i32;
 /// `frame_record.status`: the unwinder stopped early; offset says why.
 pub(crate) const FRAME_TRUNCATED: i32 = profile::frame_status::FRAME_TRUNCATED.0 as i32;
+
+/// `unwind_maps` keys: address >> this (2 MiB chunks).
+pub(crate) const UNWIND_CHUNK_SHIFT: u32 = profile::unwind_limits::UNWIND_CHUNK_SHIFT.0;
+/// Mappings one `unwind_maps` chunk holds.
+pub(crate) const UNWIND_CHUNK_SLOTS: usize = profile::unwind_limits::UNWIND_CHUNK_SLOTS.0 as usize;
+/// One `unwind_pages` entry per 1 << this bytes of file offsets.
+pub(crate) const UNWIND_PAGE_SHIFT: u32 = profile::unwind_limits::UNWIND_PAGE_SHIFT.0;
+/// `unwind_file.flags`: its build ID is valid.
+pub(crate) const UNWIND_FILE_BUILD_ID: u32 = profile::unwind_limits::UNWIND_FILE_BUILD_ID.0;
 
 /// Events one `bprof stat` session counts.
 pub(crate) const STAT_MAX_EVENTS: usize = stat::stat_limits::BPROF_STAT_MAX_EVENTS.0 as usize;
@@ -49,6 +64,18 @@ unsafe impl Plain for sample_key {}
 unsafe impl Plain for frame_record {}
 // SAFETY: three u64 (stat.h).
 unsafe impl Plain for stat_value {}
+// SAFETY: u32, i32, i16, u8, u8, u32: 16 bytes, no gap (size asserted below).
+unsafe impl Plain for unwind_row {}
+// SAFETY: two u32.
+unsafe impl Plain for unwind_page {}
+// SAFETY: six u32 and a 20-byte array: 44 bytes, 4-aligned, no gap.
+unsafe impl Plain for unwind_file {}
+// SAFETY: two u64.
+unsafe impl Plain for unwind_file_key {}
+// SAFETY: u32, explicit pad u32, u64.
+unsafe impl Plain for unwind_map_key {}
+// SAFETY: slots of five u64 each.
+unsafe impl Plain for unwind_chunk {}
 
 /// Reads a `Plain` value from the start of `bytes`, if long enough.
 pub(crate) fn read_plain<T: Plain>(bytes: &[u8]) -> Option<T> {
@@ -71,4 +98,9 @@ const _: () = {
     assert!(size_of::<sample_key>() == 4 * 4 + COMM_LEN + 2 * 4 + 8);
     assert!(size_of::<profile::filter_entry>() == 4 * 4 + 8 + COMM_LEN);
     assert!(size_of::<profile::profile_stats>() % 8 == 0);
+    assert!(size_of::<unwind_row>() == 16);
+    assert!(size_of::<unwind_page>() == 8);
+    assert!(size_of::<unwind_file>() == 6 * 4 + 20);
+    assert!(size_of::<unwind_map_key>() == 16);
+    assert!(size_of::<unwind_chunk>() == UNWIND_CHUNK_SLOTS * 5 * 8);
 };

@@ -173,6 +173,9 @@ impl<'obj> ProfileProgram<'obj> {
         rodata.cfg.dwarf = dwarf.into();
         if dwarf {
             open.maps.unwind_rows.set_max_entries(opts.unwind_rows)?;
+            open.maps
+                .unwind_pages
+                .set_max_entries(crate::unwind::index_pages(opts.unwind_rows))?;
         }
         let n = opts.stack_storage_size;
         open.maps.kern_stacks.set_max_entries(n)?;

@@ -135,24 +135,42 @@ pub(crate) struct Collector {
     last_tick: [u64; 3],
     /// Counts handed out by `take_interval`.
     taken: u64,
+    /// What the kernel counted into the drained maps, by their own totals.
+    map_totals: u64,
     /// What the drains did.
     pub stats: DrainStats,
 }
 
+/// The key of a count map's own total (see `count()` in profile.bpf.c).
+fn total_key() -> SampleKey {
+    SampleKey {
+        kind: crate::bpf::abi::SAMPLE_TOTAL,
+        ..Default::default()
+    }
+}
+
+/// A count map of `size` stack keys, and its total's key, at 0.
 fn create_count_map(size: u32) -> Result<MapHandle> {
     let opts = libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
         ..Default::default()
     };
-    MapHandle::create(
+    let map = MapHandle::create(
         MapType::Hash,
         Some("bprof_counts"),
         std::mem::size_of::<SampleKey>() as u32,
         8,
-        size,
+        size + 1,
         &opts,
     )
-    .context("creating a count map")
+    .context("creating a count map")?;
+    map.update(
+        crate::bpf::abi::plain_bytes(&total_key()),
+        &0u64.to_ne_bytes(),
+        MapFlags::NO_EXIST,
+    )
+    .context("creating a count map's total")?;
+    Ok(map)
 }
 
 impl Collector {
@@ -182,6 +200,7 @@ impl Collector {
             warned: false,
             last_tick: [0; 3],
             taken: 0,
+            map_totals: 0,
             stats: DrainStats::default(),
         };
         let mut c = c;
@@ -280,6 +299,11 @@ impl Collector {
         self.stats.entries += entries.len() as u64;
         for (key, count) in entries {
             let Some(key) = key else { continue };
+            if key.kind == crate::bpf::abi::SAMPLE_TOTAL {
+                self.map_totals += count;
+                self.stats.entries -= 1;
+                continue;
+            }
             let kernel = self.resolve_kernel(maps.kern_stacks, key.kern_stack_id)?;
             let user = if key.tgid == 0 {
                 StackRef::None
@@ -434,6 +458,15 @@ impl Collector {
     /// [`Collector::take_interval`].
     pub fn total(&self) -> u64 {
         self.taken + self.agg.values().sum::<u64>()
+    }
+
+    /// What the kernel counted into the maps drained so far, by each map's
+    /// own total: exactly [`Collector::total`] unless a drain missed
+    /// entries. The global counters (`Stats`) only match at the end: while
+    /// a swap waits for its grace period, samples already count into the
+    /// fresh map and bump them.
+    pub fn counted_in_drained(&self) -> u64 {
+        self.map_totals
     }
 
     /// Ends one interval of a periodic profile (`--every`): drains the

@@ -50,6 +50,9 @@ pub struct MmapIndex {
     pub queue_mappings: bool,
     /// The queued mappings: (mapping, start, end, file offset).
     pub new_mappings: Vec<(Mapping, u64, u64, u64)>,
+    /// Anonymous executable mappings (JIT code), queued with
+    /// `queue_mappings`: (pid, start, end).
+    pub new_anon: Vec<(u32, u64, u64)>,
     /// Processes that exited, queued with `queue_mappings`.
     pub exits: Vec<u32>,
 }
@@ -222,10 +225,22 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex) {
     let pid = u32_at(rec, 8);
     let name = &rec[72..];
     let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+    // {header, pid, tid, addr, len, pgoff, ...}
+    let word = |off: usize| {
+        rec.get(off..off + 8)
+            .map_or(0, |s| u64::from_ne_bytes(s.try_into().unwrap_or_default()))
+    };
+    let (addr, len, pgoff) = (word(16), word(24), word(32));
     // Anonymous executable memory (or a memfd) is where JITs put code; it
     // has no file to index.
     if name.starts_with(b"//anon") || name.starts_with(b"[anon") || name.starts_with(b"/memfd:") {
         index.jit.note_jit(pid);
+        // The unwinder records it as "no file, frame pointers there", so
+        // the BPF walker does not ask the kernel about it every sample (a
+        // memfd is a file: the walker learns it itself).
+        if index.queue_mappings && !name.starts_with(b"/memfd:") {
+            index.new_anon.push((pid, addr, addr.saturating_add(len)));
+        }
         return;
     }
     // Anonymous and special mappings ([vdso], //anon) carry no file.
@@ -237,12 +252,6 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex) {
         path: PathBuf::from(std::ffi::OsStr::from_bytes(name)),
     };
     if index.queue_mappings {
-        // {header, pid, tid, addr, len, ...}
-        let word = |off: usize| {
-            rec.get(off..off + 8)
-                .map_or(0, |s| u64::from_ne_bytes(s.try_into().unwrap_or_default()))
-        };
-        let (addr, len, pgoff) = (word(16), word(24), word(32));
         index
             .new_mappings
             .push((mapping.clone(), addr, addr.saturating_add(len), pgoff));
@@ -328,6 +337,22 @@ mod tests {
             path: "/opt/noid".into()
         }));
         assert_eq!(index.without_build_id.len(), 1);
+    }
+
+    #[test]
+    fn anonymous_executable_mappings_are_queued_for_the_unwinder() {
+        let mut index = MmapIndex {
+            queue_mappings: true,
+            ..Default::default()
+        };
+        let mut anon = mmap2_record(9, b"//anon", None);
+        anon[16..24].copy_from_slice(&0x7f00_0000_0000u64.to_ne_bytes());
+        anon[24..32].copy_from_slice(&0x1000u64.to_ne_bytes());
+        parse_record(&anon, &mut index);
+        // A memfd is a file: the walker learns it itself.
+        parse_record(&mmap2_record(9, b"/memfd:jit (deleted)", None), &mut index);
+        assert_eq!(index.new_anon, [(9, 0x7f00_0000_0000, 0x7f00_0000_1000)]);
+        assert!(index.new_mappings.is_empty());
     }
 
     #[test]

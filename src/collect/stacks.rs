@@ -99,6 +99,8 @@ pub struct Stats {
     pub unwind_find_vma: u64,
     /// `--call-graph dwarf`: of those, kept in the mapping table.
     pub unwind_learned: u64,
+    /// `--call-graph dwarf`: reads of user stack memory (window refills).
+    pub unwind_reads: u64,
 }
 
 impl Stats {

@@ -40,9 +40,10 @@ pub struct Interval {
     pub samples: Vec<Sample>,
     /// Its length in seconds.
     pub seconds: f64,
-    /// Since the start: what the kernel counted, what reached the view, and
-    /// what was lost to a full count map. `counted` is read after the
-    /// interval's drain, so it may hold a few samples more than `shown`.
+    /// Since the start: what the kernel counted into the count maps drained
+    /// so far (each map's own total), what reached the view, and what was
+    /// lost to a full count map. `counted` equals `shown` unless the view
+    /// dropped something.
     pub counted: u64,
     /// See `counted`.
     pub shown: u64,

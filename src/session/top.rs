@@ -338,7 +338,9 @@ pub fn run(s: TopSettings) -> Result<i32> {
         // Half a tick early rather than a tick late.
         if last.elapsed() + TICK / 2 >= s.delay {
             let raw = prog.interval()?;
-            // Read after the drain: at least what all intervals held.
+            // What the kernel counted into the drained maps, by their own
+            // totals: what the view must have taken, exactly.
+            let counted = prog.collector.counted_in_drained();
             let stats = crate::bpf::maps::read_stats(&prog.skel.maps.profile_stats)?;
             let seconds = last.elapsed().as_secs_f64();
             last = Instant::now();
@@ -348,7 +350,7 @@ pub fn run(s: TopSettings) -> Result<i32> {
             view.update(Interval {
                 samples,
                 seconds,
-                counted: stats.counted_weight,
+                counted,
                 shown,
                 lost: stats.lost(),
             });

@@ -13,6 +13,7 @@ pub mod session;
 pub mod table;
 
 use std::collections::HashMap;
+use std::mem::size_of;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
+use crate::bpf::abi::{self, plain_bytes, Plain};
 use crate::collect::sideband::Mapping;
 use crate::fsafe::{self, Owner};
 
@@ -48,10 +50,16 @@ impl CallGraph {
 
 /// Most rows `--unwind-rows` accepts (16 bytes each: 1 GiB).
 pub const MAX_ROWS: u32 = 1 << 26;
+/// `unwind_pages` entries for `rows` rows: one page of 4 KiB of code holds
+/// ~55 rows in libc, so an eighth covers the tables with room to spare (8
+/// bytes each: 2 MiB for the default 2 Mi rows). A file that finds it full
+/// is searched without an index.
+pub fn index_pages(rows: u32) -> u32 {
+    (rows / 8).max(1)
+}
+
 /// Largest file bprof reads to build a table.
 const MAX_FILE: u64 = 2 << 30;
-/// `UNWIND_FILE_BUILD_ID` (bpf/unwind.h).
-const FILE_BUILD_ID: u32 = 1;
 /// `enum unwind_end` names, for `-v`.
 pub const END_NAMES: [&str; 9] = [
     "reached the outermost frame",
@@ -65,12 +73,19 @@ pub const END_NAMES: [&str; 9] = [
     "mm lock busy",
 ];
 
+/// An mmapable BPF array filled from the front: the rows or the pages.
+struct Store {
+    fd: std::os::fd::OwnedFd,
+    /// Entries it holds.
+    capacity: u32,
+    /// Entries written.
+    used: u32,
+}
+
 /// The table store and what it holds.
 pub struct Unwinder {
-    rows_fd: std::os::fd::OwnedFd,
-    rows_len: usize,
-    capacity: u32,
-    used: u32,
+    rows: Store,
+    pages: Store,
     /// (dev, ino) as the kernel names files → whether it has a table.
     files: HashMap<(u64, u64), bool>,
     /// /proc/PID/maps's dev:inode → the file's key (the same on most file
@@ -99,18 +114,24 @@ fn kernel_dev(st_dev: u64) -> u64 {
 }
 
 impl Unwinder {
-    /// Maps the loaded `unwind_rows` map (created with `capacity` entries).
-    pub fn new(rows_map: &impl AsFd, capacity: u32) -> Result<Unwinder> {
-        let len = capacity as usize * std::mem::size_of::<table::Row>();
-        let rows_fd = rows_map
-            .as_fd()
-            .try_clone_to_owned()
-            .context("the unwind table map")?;
+    /// Takes the loaded `unwind_rows` and `unwind_pages` maps (created with
+    /// `rows` and `pages` entries).
+    pub fn new(
+        rows_map: &impl AsFd,
+        rows: u32,
+        pages_map: &impl AsFd,
+        pages: u32,
+    ) -> Result<Unwinder> {
+        let store = |m: &dyn AsFd, capacity| -> Result<Store> {
+            Ok(Store {
+                fd: m.as_fd().try_clone_to_owned()?,
+                capacity,
+                used: 0,
+            })
+        };
         Ok(Unwinder {
-            rows_fd,
-            rows_len: len,
-            capacity,
-            used: 0,
+            rows: store(rows_map, rows).context("the unwind table map")?,
+            pages: store(pages_map, pages).context("the unwind page index map")?,
             files: HashMap::new(),
             key_of: HashMap::new(),
             procmaps: procmaps::ProcMaps::default(),
@@ -138,12 +159,23 @@ impl Unwinder {
         };
         for line in text.lines() {
             let mut f = line.split_whitespace();
-            let (Some(range), Some(perms), Some(off), Some(dev), Some(ino), Some(path)) =
-                (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
+            let (Some(range), Some(perms), Some(off), Some(dev), Some(ino)) =
+                (f.next(), f.next(), f.next(), f.next(), f.next())
             else {
                 continue;
             };
-            if !perms.contains('x') || !path.starts_with('/') {
+            let path = f.next().unwrap_or_default();
+            if !perms.contains('x') {
+                continue;
+            }
+            // Anonymous executable memory: JIT code.
+            if (path.is_empty() || path.starts_with("[anon")) && !tables_only {
+                if let Some((start, end)) = parse_range(range) {
+                    self.procmaps.insert(maps, pid, anon_slot(start, end));
+                }
+                continue;
+            }
+            if !path.starts_with('/') {
                 continue;
             }
             let Some(maps_key) = parse_dev(dev).zip(ino.parse().ok()) else {
@@ -160,13 +192,8 @@ impl Unwinder {
                     k
                 }
             };
-            let parsed = range.split_once('-').and_then(|(a, b)| {
-                Some((
-                    u64::from_str_radix(a, 16).ok()?,
-                    u64::from_str_radix(b, 16).ok()?,
-                    u64::from_str_radix(off, 16).ok()?,
-                ))
-            });
+            let parsed = parse_range(range)
+                .and_then(|(a, b)| Some((a, b, u64::from_str_radix(off, 16).ok()?)));
             if let (Some(file), Some((start, end, off)), false) = (file, parsed, tables_only) {
                 let slot = procmaps::Slot {
                     start,
@@ -258,7 +285,7 @@ impl Unwinder {
             }
         };
         self.bytes_read += data.len as u64;
-        let room = (self.capacity - self.used) as usize;
+        let room = (self.rows.capacity - self.rows.used) as usize;
         let built = table::build(data.bytes(), room.max(1));
         let (rows, build_id) = match built {
             Ok(t) => {
@@ -279,25 +306,37 @@ impl Unwinder {
         if rows.is_empty() {
             self.no_table += 1;
         }
-        let first = self.used;
-        if let Err(e) = self.write_rows(first, &rows) {
+        let mut value = abi::unwind_file {
+            first_row: self.rows.used,
+            nr_rows: rows.len() as u32,
+            ..Default::default()
+        };
+        let abi_rows: Vec<abi::unwind_row> = rows.iter().map(|r| r.to_abi()).collect();
+        if let Err(e) = self.rows.append(&abi_rows) {
             self.failed
                 .insert(path.to_path_buf(), format!("unwind_rows: {e}"));
             return None;
         }
-        self.used += rows.len() as u32;
-        let mut value = [0u8; 32];
-        value[0..4].copy_from_slice(&first.to_ne_bytes());
-        value[4..8].copy_from_slice(&(rows.len() as u32).to_ne_bytes());
-        if let Some(id) = &build_id {
-            let n = id.len().min(20);
-            value[8..12].copy_from_slice(&FILE_BUILD_ID.to_ne_bytes());
-            value[12..12 + n].copy_from_slice(&id[..n]);
+        // Without room for its page index the file is still walked, by a
+        // search over all its rows.
+        let (base, pages) = table::page_index(&rows);
+        if (self.pages.capacity - self.pages.used) as usize >= pages.len() {
+            value.first_page = self.pages.used;
+            if self.pages.append(&pages).is_ok() {
+                value.nr_pages = pages.len() as u32;
+                value.page_base = base;
+            }
         }
-        let mut k = [0u8; 16];
-        k[0..8].copy_from_slice(&key.0.to_ne_bytes());
-        k[8..16].copy_from_slice(&key.1.to_ne_bytes());
-        if let Err(e) = files.update(&k, &value, MapFlags::ANY) {
+        if let Some(id) = &build_id {
+            let n = id.len().min(value.build_id.len());
+            value.flags = abi::UNWIND_FILE_BUILD_ID;
+            value.build_id[..n].copy_from_slice(&id[..n]);
+        }
+        let k = abi::unwind_file_key {
+            dev: key.0,
+            ino: key.1,
+        };
+        if let Err(e) = files.update(plain_bytes(&k), plain_bytes(&value), MapFlags::ANY) {
             self.failed
                 .insert(path.to_path_buf(), format!("unwind_files: {e}"));
             return None;
@@ -310,11 +349,15 @@ impl Unwinder {
     /// The `-v` lines: files, rows, time, memory.
     pub fn report(&self) -> String {
         let with = self.files.values().filter(|&&t| t).count();
+        let mib = |st: &Store, each: usize| (st.used as usize * each) as f64 / (1 << 20) as f64;
+        let cap = |st: &Store, each: usize| (st.capacity as usize * each) as f64 / (1 << 20) as f64;
+        let (row, page) = (size_of::<abi::unwind_row>(), size_of::<abi::unwind_page>());
         let mut s = format!(
-            "bprof: unwind tables: {with} files, {} rows ({:.1} MiB of {:.1} MiB kernel memory), built in {:.0} ms from {:.1} MiB of ELF",
-            self.used,
-            self.used as f64 * 16.0 / (1 << 20) as f64,
-            self.rows_len as f64 / (1 << 20) as f64,
+            "bprof: unwind tables: {with} files, {} rows and {} index pages ({:.1} MiB of {:.1} MiB kernel memory), built in {:.0} ms from {:.1} MiB of ELF",
+            self.rows.used,
+            self.pages.used,
+            mib(&self.rows, row) + mib(&self.pages, page),
+            cap(&self.rows, row) + cap(&self.pages, page),
             self.build_time.as_secs_f64() * 1000.0,
             self.bytes_read as f64 / (1 << 20) as f64,
         );
@@ -356,23 +399,28 @@ impl Unwinder {
     }
 }
 
-impl Unwinder {
-    /// Writes rows at index `first` of unwind_rows through an mmap of just
-    /// the pages they cover (a mapping of the whole array would count all
-    /// of it in bprof's RSS).
-    fn write_rows(&self, first: u32, rows: &[table::Row]) -> std::io::Result<()> {
-        if rows.is_empty() {
+impl Store {
+    /// Writes `items` after the entries written so far, through an mmap of
+    /// just the pages they cover (a mapping of the whole array would count
+    /// all of it in bprof's RSS).
+    fn append<T: Plain>(&mut self, items: &[T]) -> std::io::Result<()> {
+        if items.is_empty() {
             return Ok(());
+        }
+        // Array map values are laid out at 8-byte strides.
+        let each = size_of::<T>();
+        if each % 8 != 0 {
+            return Err(std::io::Error::other("not an 8-byte multiple"));
+        }
+        if items.len() > (self.capacity - self.used) as usize {
+            return Err(std::io::Error::other("over the map's capacity"));
         }
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        let start = first as usize * 16;
-        let end = start + rows.len() * 16;
-        if end > self.rows_len {
-            return Err(std::io::Error::other("over the map's capacity"));
-        }
+        let start = self.used as usize * each;
+        let bytes = std::mem::size_of_val(items);
         let from = start / page * page;
-        let len = end - from;
+        let len = start + bytes - from;
         // SAFETY: a shared mapping of pages [from, from + len) of a
         // BPF_F_MMAPABLE array map's value area, inside its size (checked).
         let base = unsafe {
@@ -381,26 +429,47 @@ impl Unwinder {
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
-                self.rows_fd.as_raw_fd(),
+                self.fd.as_raw_fd(),
                 from as libc::off_t,
             )
         };
         if base == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        for (i, r) in rows.iter().enumerate() {
-            // SAFETY: start - from + 16 * (i + 1) <= len: inside the mapping.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    r.to_bytes().as_ptr(),
-                    base.cast::<u8>().add(start - from + i * 16),
-                    16,
-                );
-            }
+        // SAFETY: start - from + bytes == len: inside the mapping; T is
+        // Plain, so its bytes are all initialised.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                items.as_ptr().cast::<u8>(),
+                base.cast::<u8>().add(start - from),
+                bytes,
+            );
         }
         // SAFETY: exactly what mmap returned.
         unsafe { libc::munmap(base, len) };
+        self.used += items.len() as u32;
         Ok(())
+    }
+}
+
+/// "7f00-7f10" (hex) → (start, end).
+fn parse_range(s: &str) -> Option<(u64, u64)> {
+    let (a, b) = s.split_once('-')?;
+    Some((
+        u64::from_str_radix(a, 16).ok()?,
+        u64::from_str_radix(b, 16).ok()?,
+    ))
+}
+
+/// An anonymous executable mapping (JIT code) as the walker sees one: no
+/// file (inode 0), so no table: it follows frame pointers there without
+/// asking the kernel which mapping the PC is in.
+fn anon_slot(start: u64, end: u64) -> procmaps::Slot {
+    procmaps::Slot {
+        start,
+        end,
+        off: 0,
+        file: (0, 0),
     }
 }
 
@@ -479,15 +548,22 @@ impl Unwinder {
         targets: Option<&dyn MapCore>,
         index: &mut crate::collect::sideband::MmapIndex,
     ) {
-        for (m, start, end, off) in std::mem::take(&mut index.new_mappings) {
-            let wanted = targets.is_none_or(|t| {
-                t.lookup(&m.pid.to_ne_bytes(), MapFlags::ANY)
+        let wanted = |pid: u32| {
+            targets.is_none_or(|t| {
+                t.lookup(&pid.to_ne_bytes(), MapFlags::ANY)
                     .ok()
                     .flatten()
                     .is_some()
-            });
-            if wanted {
+            })
+        };
+        for (m, start, end, off) in std::mem::take(&mut index.new_mappings) {
+            if wanted(m.pid) {
                 self.add_mapping(files, maps, &m, start, end, off);
+            }
+        }
+        for (pid, start, end) in std::mem::take(&mut index.new_anon) {
+            if wanted(pid) {
+                self.procmaps.insert(maps, pid, anon_slot(start, end));
             }
         }
         for pid in std::mem::take(&mut index.exits) {
@@ -533,9 +609,10 @@ pub fn describe_ends(stats: &crate::collect::stacks::Stats) -> String {
         }
     }
     format!(
-        "bprof: dwarf unwinding: {walks} walks, {} frames ({} by frame pointer), {} from the task's saved registers, {} mappings asked of the kernel ({} kept); ended: {}",
+        "bprof: dwarf unwinding: {walks} walks, {} frames ({} by frame pointer), {} stack reads, {} from the task's saved registers, {} mappings asked of the kernel ({} kept); ended: {}",
         stats.unwind_frames,
         stats.unwind_fp_frames,
+        stats.unwind_reads,
         stats.unwind_task_regs,
         stats.unwind_find_vma,
         stats.unwind_learned,

@@ -6,9 +6,8 @@ use std::collections::{HashMap, HashSet};
 
 use libbpf_rs::{MapCore, MapFlags};
 
-const CHUNK_SHIFT: u32 = 21;
-const SLOTS: usize = 8;
-const SLOT_BYTES: usize = 40;
+use crate::bpf::abi::UNWIND_CHUNK_SLOTS as SLOTS;
+use crate::bpf::abi::{self, plain_bytes, UNWIND_CHUNK_SHIFT as CHUNK_SHIFT};
 
 /// One mapping: `[start, end)` at file offset `off` of file (dev, ino).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,11 +33,12 @@ pub struct ProcMaps {
     pub failed: u64,
 }
 
-fn key(tgid: u32, chunk: u64) -> [u8; 16] {
-    let mut k = [0u8; 16];
-    k[0..4].copy_from_slice(&tgid.to_ne_bytes());
-    k[8..16].copy_from_slice(&chunk.to_ne_bytes());
-    k
+fn key(tgid: u32, chunk: u64) -> abi::unwind_map_key {
+    abi::unwind_map_key {
+        tgid,
+        pad: 0,
+        chunk,
+    }
 }
 
 impl ProcMaps {
@@ -60,18 +60,21 @@ impl ProcMaps {
                 slots.remove(0);
                 self.evicted += 1;
             }
-            let mut value = [0u8; SLOTS * SLOT_BYTES];
-            for (i, s) in slots.iter().enumerate() {
-                let b = &mut value[i * SLOT_BYTES..(i + 1) * SLOT_BYTES];
-                for (j, w) in [s.start, s.end, s.off, s.file.0, s.file.1]
-                    .iter()
-                    .enumerate()
-                {
-                    b[j * 8..j * 8 + 8].copy_from_slice(&w.to_ne_bytes());
-                }
+            let mut value = abi::unwind_chunk::default();
+            for (v, s) in value.slots.iter_mut().zip(slots.iter()) {
+                *v = abi::unwind_map_slot {
+                    start: s.start,
+                    end: s.end,
+                    off: s.off,
+                    file: abi::unwind_file_key {
+                        dev: s.file.0,
+                        ino: s.file.1,
+                    },
+                };
             }
+            let k = key(tgid, chunk);
             if map
-                .update(&key(tgid, chunk), &value, MapFlags::ANY)
+                .update(plain_bytes(&k), plain_bytes(&value), MapFlags::ANY)
                 .is_err()
             {
                 self.failed += 1;
@@ -84,7 +87,7 @@ impl ProcMaps {
     pub fn remove(&mut self, map: &dyn MapCore, tgid: u32) {
         for chunk in self.by_tgid.remove(&tgid).unwrap_or_default() {
             self.chunks.remove(&(tgid, chunk));
-            let _ = map.delete(&key(tgid, chunk));
+            let _ = map.delete(plain_bytes(&key(tgid, chunk)));
         }
     }
 

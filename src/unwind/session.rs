@@ -25,7 +25,13 @@ pub fn start(
     // Queued first: a mapping made while the tables below are built is not missed.
     sideband.index.queue_mappings = true;
     let files = &prog.skel.maps.unwind_files;
-    let mut u = Unwinder::new(&prog.skel.maps.unwind_rows, opts.unwind_rows)?;
+    let maps = &prog.skel.maps;
+    let mut u = Unwinder::new(
+        &maps.unwind_rows,
+        opts.unwind_rows,
+        &maps.unwind_pages,
+        super::index_pages(opts.unwind_rows),
+    )?;
     let all: Vec<u32>;
     let pids = match scope {
         Some(p) => p,
@@ -39,9 +45,8 @@ pub fn start(
             &all
         }
     };
-    let maps = &prog.skel.maps.unwind_maps;
     for &pid in pids {
-        u.add_process(files, maps, pid, false);
+        u.add_process(files, &maps.unwind_maps, pid, false);
     }
     if let Some(pid) = child {
         // Forked from bprof and held before exec: its libraries (libc, the

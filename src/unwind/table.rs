@@ -11,43 +11,45 @@ use gimli::{
 };
 use object::{Object, ObjectSection, ObjectSegment};
 
-/// `enum unwind_cfa` (bpf/unwind.h).
+use crate::bpf::abi::{self, unwind_cfa, unwind_rbp};
+
+/// `enum unwind_cfa` (bpf/unwind.h, values from the skeleton).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Cfa {
     /// No FDE covers the address.
-    None = 0,
+    None = unwind_cfa::UNWIND_CFA_NONE.0 as u8,
     /// rsp + offset.
-    Rsp = 1,
+    Rsp = unwind_cfa::UNWIND_CFA_RSP.0 as u8,
     /// rbp + offset.
-    Rbp = 2,
+    Rbp = unwind_cfa::UNWIND_CFA_RBP.0 as u8,
     /// A PLT stub: rsp + offset, + 8 once the push ran.
-    Plt = 3,
+    Plt = unwind_cfa::UNWIND_CFA_PLT.0 as u8,
     /// *(rbp + offset): stack realignment.
-    DerefRbp = 4,
+    DerefRbp = unwind_cfa::UNWIND_CFA_DEREF_RBP.0 as u8,
     /// `__restore_rt`: registers from the rt_sigframe.
-    Signal = 5,
+    Signal = unwind_cfa::UNWIND_CFA_SIGNAL.0 as u8,
     /// The outermost frame (return address undefined).
-    Stop = 6,
+    Stop = unwind_cfa::UNWIND_CFA_STOP.0 as u8,
     /// A rule the walker cannot follow.
-    Unsupported = 7,
+    Unsupported = unwind_cfa::UNWIND_CFA_UNSUPPORTED.0 as u8,
 }
 
-/// `enum unwind_rbp` (bpf/unwind.h).
+/// `enum unwind_rbp` (bpf/unwind.h, values from the skeleton).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Rbp {
     /// Unchanged.
-    Same = 0,
+    Same = unwind_rbp::UNWIND_RBP_SAME.0 as u8,
     /// Saved at CFA + offset.
-    Offset = 1,
+    Offset = unwind_rbp::UNWIND_RBP_OFFSET.0 as u8,
     /// Not known past this frame.
-    Unknown = 2,
+    Unknown = unwind_rbp::UNWIND_RBP_UNKNOWN.0 as u8,
 }
 
-/// One row, as `struct unwind_row`: the rule from `pc` (a file offset) on.
+/// One row: the rule from `pc` (a file offset) on. `struct unwind_row`
+/// once loaded ([`Row::to_abi`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
 pub struct Row {
     /// File offset of the first instruction the rule covers.
     pub pc: u32,
@@ -59,11 +61,7 @@ pub struct Row {
     pub cfa_type: u8,
     /// [`Rbp`].
     pub rbp_type: u8,
-    /// Zero.
-    pub pad: u32,
 }
-
-const _: () = assert!(std::mem::size_of::<Row>() == 16);
 
 impl Row {
     fn new(pc: u32, cfa: Cfa, cfa_off: i32, rbp: Rbp, rbp_off: i16) -> Row {
@@ -73,7 +71,6 @@ impl Row {
             rbp_off,
             cfa_type: cfa as u8,
             rbp_type: rbp as u8,
-            pad: 0,
         }
     }
 
@@ -82,16 +79,43 @@ impl Row {
             == (o.cfa_off, o.rbp_off, o.cfa_type, o.rbp_type)
     }
 
-    /// The row as the bytes of `struct unwind_row`.
-    pub fn to_bytes(self) -> [u8; 16] {
-        let mut b = [0u8; 16];
-        b[0..4].copy_from_slice(&self.pc.to_ne_bytes());
-        b[4..8].copy_from_slice(&self.cfa_off.to_ne_bytes());
-        b[8..10].copy_from_slice(&self.rbp_off.to_ne_bytes());
-        b[10] = self.cfa_type;
-        b[11] = self.rbp_type;
-        b
+    /// The row as the BPF side reads it.
+    pub fn to_abi(self) -> abi::unwind_row {
+        abi::unwind_row {
+            pc: self.pc,
+            cfa_off: self.cfa_off,
+            rbp_off: self.rbp_off,
+            cfa_type: self.cfa_type,
+            rbp_type: self.rbp_type,
+            pad: 0,
+        }
     }
+}
+
+/// The page index of sorted `rows` (see `struct unwind_page`): the first
+/// page number, and for each page from it to the last row's, the rows
+/// (relative to `rows[0]`) in effect at its first and at its last byte.
+pub fn page_index(rows: &[Row]) -> (u32, Vec<abi::unwind_page>) {
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        return (0, Vec::new());
+    };
+    let shift = abi::UNWIND_PAGE_SHIFT;
+    let (base, end) = (first.pc >> shift, last.pc >> shift);
+    // The last row with pc <= off (row 0 when none: find_row checks it).
+    let at = |off: u64| {
+        rows.partition_point(|r| u64::from(r.pc) <= off)
+            .saturating_sub(1) as u32
+    };
+    let pages = (base..=end)
+        .map(|p| {
+            let start = u64::from(p) << shift;
+            abi::unwind_page {
+                lo: at(start),
+                hi: at(start + (1 << shift) - 1),
+            }
+        })
+        .collect();
+    (base, pages)
 }
 
 /// A file's table and what is known of it.
@@ -412,6 +436,40 @@ mod tests {
         assert!(t.rows.iter().any(|r| r.cfa_type == Cfa::Signal as u8));
         assert!(t.rows.iter().any(|r| r.cfa_type == Cfa::Stop as u8));
         assert!(t.build_id.is_some());
+    }
+
+    /// The page index's range always holds the row a search of the whole
+    /// table finds, at every offset of libc's covered text and past it.
+    #[test]
+    fn page_index_narrows_to_the_row_of_every_offset() {
+        let Ok(data) = std::fs::read("/usr/lib/x86_64-linux-gnu/libc.so.6") else {
+            return;
+        };
+        let rows = build(&data, 10_000_000).expect("libc's table").rows;
+        let (base, pages) = page_index(&rows);
+        let shift = abi::UNWIND_PAGE_SHIFT;
+        assert_eq!(base, rows[0].pc >> shift);
+        assert_eq!(
+            pages.len() as u32,
+            (rows.last().unwrap().pc >> shift) - base + 1
+        );
+        let end = u64::from(rows.last().unwrap().pc) + 5000;
+        let mut widest = 0;
+        for off in (u64::from(rows[0].pc)..end).step_by(7) {
+            let want = rows.partition_point(|r| u64::from(r.pc) <= off) - 1;
+            let p = (off >> shift) - u64::from(base);
+            let (lo, hi) = match pages.get(p as usize) {
+                Some(pg) => (pg.lo as usize, pg.hi as usize),
+                None => (rows.len() - 1, rows.len() - 1),
+            };
+            assert!(
+                lo <= want && want <= hi,
+                "offset {off:#x}: row {want} not in {lo}..={hi}"
+            );
+            widest = widest.max(hi - lo + 1);
+        }
+        // The point of the index: a few rows per page, not the whole table.
+        assert!(widest < 512, "a page spans {widest} rows");
     }
 
     #[test]

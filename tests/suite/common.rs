@@ -141,6 +141,52 @@ pub fn with_frame(lines: &[Folded], comm: &str, f: &str) -> u64 {
         .sum()
 }
 
+/// (samples, lost, unique stacks) from the summary line.
+pub fn summary_numbers(stderr: &str) -> (u64, u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(" unique stacks"))
+        .unwrap_or_else(|| panic!("no summary line: {stderr}"));
+    let num_before = |suffix: &str| number_before(line, suffix);
+    let samples = line
+        .strip_prefix("bprof: ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no sample count in {line}"));
+    (samples, num_before(" lost"), num_before(" unique stacks"))
+}
+
+/// The number just before `suffix` in `line` ("12 lost" → 12).
+pub fn number_before(line: &str, suffix: &str) -> u64 {
+    let at = line
+        .find(suffix)
+        .unwrap_or_else(|| panic!("no '{suffix}' in {line}"));
+    line[..at]
+        .rsplit([' ', ',', ':', '('])
+        .find(|w| !w.is_empty())
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no number before '{suffix}' in {line}"))
+}
+
+/// The `-v` line of how `--call-graph dwarf` walks went.
+pub fn dwarf_line(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.contains("dwarf unwinding:"))
+        .unwrap_or_else(|| panic!("no unwinding line: {stderr}"))
+}
+
+/// Asserts the totals add up: the folded lines hold every sample the
+/// summary counted (it counts those lost to a full count map apart), and
+/// none was lost. Returns the count.
+pub fn assert_totals(stderr: &str, lines: &[Folded]) -> u64 {
+    let (samples, lost, _) = summary_numbers(stderr);
+    assert_eq!(lost, 0, "{stderr}");
+    let total: u64 = lines.iter().map(|l| l.count).sum();
+    assert_eq!(total, samples, "{stderr}");
+    samples
+}
+
 /// Runs a command to completion, capturing everything.
 pub fn run(cmd: &mut Command) -> Output {
     cmd.stdin(Stdio::null()).output().expect("run bprof")

@@ -181,10 +181,15 @@ fn perf_map_of_an_exited_command_is_read_as_perf_does() {
         (ours - perf).abs() < 10.0,
         "bprof {ours:.1}% vs perf {perf:.1}%"
     );
+    remove_kept_maps();
+}
+
+/// Removes the perf maps runs with `k` left in /tmp (their one line
+/// names jit_spin).
+fn remove_kept_maps() {
     for e in std::fs::read_dir("/tmp").unwrap().flatten() {
         let n = e.file_name();
         let n = n.to_string_lossy();
-        // Leftovers of this fixture's runs (its maps say jit_spin).
         if n.starts_with("perf-") && n.ends_with(".map") {
             if let Ok(t) = std::fs::read_to_string(e.path()) {
                 if t.ends_with(" 10 jit_spin\n") && t.lines().count() == 1 {
@@ -193,6 +198,74 @@ fn perf_map_of_an_exited_command_is_read_as_perf_does() {
             }
         }
     }
+}
+
+#[test]
+fn dwarf_walks_jit_code_by_its_frame_pointer_to_main_as_perf_cannot() {
+    root_or_skip!();
+    let _g = exclusive();
+    // The default call graph: dwarf. The JIT code has no table, so the
+    // walker follows its frame pointer there (the fixture's code keeps
+    // one), then main's .eh_frame up to _start.
+    let r = held("jit_dwarf", &["-U"], "2", "", |_, _| {});
+    let samples = assert_totals(&r.stderr, &r.lines);
+    let total = total_for(&r.lines, COMM);
+    assert!(total > 500, "{}", r.text());
+    let jit = with_frame(&r.lines, COMM, "jit_spin");
+    assert!(pct(jit, total) > 80.0, "{}", r.text());
+    // Through the JIT frame to main and the root, frame for frame.
+    let whole = [
+        "_start",
+        "__libc_start_main_impl",
+        "__libc_start_call_main",
+        "main",
+        "jit_spin",
+    ];
+    let rooted: u64 = r
+        .lines
+        .iter()
+        .filter(|l| l.frames[0] == COMM && l.frames[1..] == whole)
+        .map(|l| l.count)
+        .sum();
+    assert!(
+        rooted * 100 >= jit * 95,
+        "{rooted} of {jit} JIT samples walked to _start\n{}",
+        r.text()
+    );
+    let line = dwarf_line(&r.stderr);
+    // One frame-pointer step per such stack: the JIT frame's.
+    let by_fp = number_before(line, " by frame pointer");
+    assert!(by_fp >= rooted, "{line}");
+    // The JIT mapping is known from the side band's mmap record: the walk
+    // does not ask the kernel for it every sample (only the samples before
+    // that record was read may).
+    let asked = number_before(line, " mappings asked of the kernel");
+    assert!(asked * 20 < samples, "{line}");
+
+    // perf --call-graph dwarf on the same command (its map kept for perf
+    // script): it names the JIT frame as often, but cannot unwind code
+    // without CFI, so its stacks end there; bprof's hottest stack is
+    // perf's hottest continued to the root.
+    let dir = scratch("jit_dwarf_perf");
+    let argv = [fixture("jit").display().to_string(), "2".into(), "k".into()];
+    let theirs = crate::unwind::perf_stacks(&dir, COMM, &argv);
+    remove_kept_maps();
+    let perf_total: u64 = theirs.values().sum();
+    let perf_jit: u64 = theirs
+        .iter()
+        .filter(|(s, _)| s.last().is_some_and(|f| f == "jit_spin"))
+        .map(|(_, n)| n)
+        .sum();
+    let (perf_hot, _) = theirs.iter().max_by_key(|(_, n)| **n).expect("perf stacks");
+    let perf_hot: Vec<&str> = perf_hot.iter().map(String::as_str).collect();
+    assert!(
+        (pct(perf_jit, perf_total) - pct(jit, total)).abs() < 10.0,
+        "jit_spin: perf {perf_jit} of {perf_total}, bprof {jit} of {total}"
+    );
+    assert!(
+        !perf_hot.is_empty() && whole.ends_with(&perf_hot),
+        "perf's hottest {perf_hot:?} is not the tail of {whole:?}"
+    );
 }
 
 #[test]

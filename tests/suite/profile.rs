@@ -575,30 +575,6 @@ fn progress_bar_only_on_a_terminal() {
     );
 }
 
-/// (samples, lost, unique stacks) from the summary line.
-fn summary_numbers(stderr: &str) -> (u64, u64, u64) {
-    let line = stderr
-        .lines()
-        .find(|l| l.contains(" unique stacks"))
-        .unwrap_or_else(|| panic!("no summary line: {stderr}"));
-    let num_before = |suffix: &str| -> u64 {
-        let at = line
-            .find(suffix)
-            .unwrap_or_else(|| panic!("no '{suffix}' in {line}"));
-        line[..at]
-            .rsplit([' ', ','])
-            .find(|w| !w.is_empty())
-            .and_then(|w| w.parse().ok())
-            .unwrap_or_else(|| panic!("no number before '{suffix}' in {line}"))
-    };
-    let samples = line
-        .strip_prefix("bprof: ")
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no sample count in {line}"));
-    (samples, num_before(" lost"), num_before(" unique stacks"))
-}
-
 /// The numbers of the `-v` drains line: (drains, entries, stacks deleted).
 fn drain_numbers(stderr: &str) -> (u64, u64, u64) {
     let line = stderr

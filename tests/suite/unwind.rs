@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use crate::common::{bprof, exclusive, parse_folded, run, scratch};
+use crate::common::{
+    assert_totals, bprof, dwarf_line, exclusive, number_before, parse_folded, run, scratch,
+};
 
 /// fixtures/unwind.c and its library, built -O2 -fomit-frame-pointer:
 /// (executable linked with libfx_unwind.so, a copy of the library to dlopen).
@@ -63,7 +65,7 @@ fn norm(f: &str) -> String {
 }
 
 /// perf's stacks (root first) and their counts.
-fn perf_stacks(dir: &Path, comm: &str, argv: &[String]) -> BTreeMap<Vec<String>, u64> {
+pub fn perf_stacks(dir: &Path, comm: &str, argv: &[String]) -> BTreeMap<Vec<String>, u64> {
     let data = dir.join("perf.data");
     let rec = Command::new("perf")
         // No BPF events: perf aborts on some loaded BPF programs' info.
@@ -127,19 +129,7 @@ fn bprof_stacks(comm: &str, argv: &[String]) -> (BTreeMap<Vec<String>, u64>, Str
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
     let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
-    // Totals add up: every counted sample is in the output, none lost.
-    let total: u64 = lines.iter().map(|l| l.count).sum();
-    let summary = stderr
-        .lines()
-        .find(|l| l.contains(" unique stacks"))
-        .unwrap_or_else(|| panic!("no summary: {stderr}"));
-    let counted: u64 = summary
-        .strip_prefix("bprof: ")
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{summary}"));
-    assert!(summary.contains(" 0 lost"), "{summary}");
-    assert_eq!(total, counted, "{stderr}");
+    assert_totals(&stderr, &lines);
     let mut stacks = BTreeMap::new();
     for l in lines.iter().filter(|l| l.frames[0] == comm) {
         let frames = l.frames[1..].iter().map(|f| norm(f)).collect();
@@ -242,28 +232,22 @@ fn recursion_300_deep_is_walked_to_the_depth_limit_and_marked() {
 
 /// How many walks ended at the outermost frame, of all walks (`-v`).
 fn rooted_walks(stderr: &str) -> (u64, u64) {
-    let line = stderr
-        .lines()
-        .find(|l| l.contains("dwarf unwinding:"))
-        .unwrap_or_else(|| panic!("no unwinding line: {stderr}"));
-    let num_before = |s: &str| -> u64 {
-        line.find(s)
-            .and_then(|at| line[..at].rsplit([' ', ',', ':']).find(|w| !w.is_empty()))
-            .and_then(|w| w.parse().ok())
-            .unwrap_or(0)
+    let line = dwarf_line(stderr);
+    // A kind of end no walk had is not listed.
+    let rooted = if line.contains(" reached the outermost frame") {
+        number_before(line, " reached the outermost frame")
+    } else {
+        0
     };
-    (
-        num_before(" reached the outermost frame"),
-        num_before(" walks"),
-    )
+    (rooted, number_before(line, " walks"))
 }
 
 /// A program without frame pointers that is not ours: every stack perf
 /// finds in at least 20% of samples is one of bprof's, frame for frame,
 /// with at least half perf's share; and nearly every walk ends at the
 /// outermost frame (counted by how walks ended: a stripped binary's
-/// `_start` has no name).
-fn other_binary_same_as_perf(comm: &str, argv: &[String], dir: &Path) {
+/// `_start` has no name). Returns bprof's stacks and perf's.
+fn other_binary_same_as_perf(comm: &str, argv: &[String], dir: &Path) -> Stacks2 {
     let (ours, stderr) = bprof_stacks(comm, argv);
     let theirs = perf_stacks(dir, comm, argv);
     let share = |m: &BTreeMap<Vec<String>, u64>, s: &Vec<String>| {
@@ -285,7 +269,15 @@ fn other_binary_same_as_perf(comm: &str, argv: &[String], dir: &Path) {
         rooted * 100 >= walks * 90,
         "{rooted} of {walks} walks rooted\n{stderr}"
     );
+    (ours, theirs, stderr)
 }
+
+/// bprof's stacks, perf's stacks, bprof's stderr.
+type Stacks2 = (
+    BTreeMap<Vec<String>, u64>,
+    BTreeMap<Vec<String>, u64>,
+    String,
+);
 
 #[test]
 fn unwind_rust_release_binary_matches_perf_dwarf() {
@@ -305,16 +297,30 @@ fn unwind_rust_release_binary_matches_perf_dwarf() {
     other_binary_same_as_perf("fx_rust_nofp", &argv, &dir);
 }
 
-#[test]
-fn unwind_debian_gzip_matches_perf_dwarf() {
+/// Percent of the samples whose stack holds every frame of `through`.
+fn share_through(stacks: &BTreeMap<Vec<String>, u64>, through: &[&str]) -> f64 {
+    let total: u64 = stacks.values().sum();
+    let with: u64 = stacks
+        .iter()
+        .filter(|(s, _)| through.iter().all(|f| s.iter().any(|x| x == f)))
+        .map(|(_, n)| n)
+        .sum();
+    crate::common::pct(with, total)
+}
+
+/// A Debian-packaged compressor (stripped, no frame pointers) compressing
+/// `mib` MiB of generated compressible text: its stacks match perf's
+/// `--call-graph dwarf` ([`other_binary_same_as_perf`]), and nearly all
+/// pass through each frame of `through` (libc's start, a library's
+/// exported entry point) as often as perf's, or more.
+fn debian_compressor_matches_perf(comm: &str, args: &[&str], mib: usize, through: &[&str]) {
     root_or_skip!();
     let _g = exclusive();
-    let dir = scratch("unwind_gzip");
-    // 24 MB of compressible text: gzip -6 works on it for about 2 s.
+    let dir = scratch(&format!("unwind_{comm}"));
     let input = dir.join("input.txt");
-    let mut text = String::with_capacity(24 << 20);
+    let mut text = String::with_capacity(mib << 20);
     let mut x: u64 = 1;
-    while text.len() < 24 << 20 {
+    while text.len() < mib << 20 {
         x = x
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
@@ -322,12 +328,39 @@ fn unwind_debian_gzip_matches_perf_dwarf() {
         text.push_str(&format!("{} ", (x >> 40) % 1000));
     }
     std::fs::write(&input, text).unwrap();
-    let argv: Vec<String> = ["gzip", "-kf", "-6"]
-        .iter()
-        .map(|s| s.to_string())
+    let argv: Vec<String> = std::iter::once(comm)
+        .chain(args.iter().copied())
+        .map(str::to_string)
         .chain([input.display().to_string()])
         .collect();
-    other_binary_same_as_perf("gzip", &argv, &dir);
+    let (ours, theirs, stderr) = other_binary_same_as_perf(comm, &argv, &dir);
+    let (mine, perfs) = (
+        share_through(&ours, through),
+        share_through(&theirs, through),
+    );
+    assert!(
+        mine >= 90.0 && mine >= perfs - 5.0,
+        "{through:?} in {mine:.1}% of bprof's samples, {perfs:.1}% of perf's\n{stderr}"
+    );
+}
+
+#[test]
+fn unwind_debian_gzip_matches_perf_dwarf() {
+    // gzip -6 works on 24 MiB for about 2 s.
+    debian_compressor_matches_perf("gzip", &["-kf", "-6"], 24, &["__libc_start_call_main"]);
+}
+
+#[test]
+fn unwind_debian_xz_through_liblzma_matches_perf_dwarf() {
+    // Single-threaded, so every stack starts in main's thread: xz -6
+    // works on 4 MiB for about 2.5 s. lzma_code is liblzma's exported
+    // entry point (the library is stripped: its inner frames are unnamed).
+    debian_compressor_matches_perf(
+        "xz",
+        &["-T1", "-6", "-kf"],
+        4,
+        &["__libc_start_call_main", "lzma_code"],
+    );
 }
 
 #[test]
