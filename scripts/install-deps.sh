@@ -5,6 +5,7 @@
 # for the symbolization tests, golang-go for go tool pprof reading --pprof
 # output, qemu and a static busybox for the kernel matrix
 # (scripts/kernel-matrix.sh), tmux for the `bprof top` terminal tests,
+# python3 and xz-utils for the unwinder benchmark (scripts/bench-unwind.sh).
 # xz-utils (Debian's xz and liblzma, stripped, without frame pointers) for
 # the --call-graph dwarf test of a packaged binary and its library.
 # Idempotent and quiet.
