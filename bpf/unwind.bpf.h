@@ -80,13 +80,13 @@ struct walk_state {
 	struct vma_info vma; /* the last mapping looked up */
 	struct unwind_file file; /* its file's unwind_files entry, when have_file */
 	__u32 have_file;
-	__u32 frames;    /* recorded */
-	__u32 fp_frames; /* of which left by frame pointer */
+	__u32 fp_frames; /* frames left by frame pointer */
 	__u64 hash;      /* of the records written (hash_record) */
 	__u32 bp_valid;
 	__u32 exact; /* ip is where the frame is, not a return address */
 	__u32 end;   /* enum unwind_end + 1 once the walk ended */
 	__u32 reads; /* bpf_probe_read_user calls */
+	__u32 pad;
 };
 
 struct {
@@ -303,7 +303,6 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 			__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
 			rec->offset = c->s->ip;
 			us->nr = n + 1;
-			c->s->frames++;
 			c->s->hash = hash_record(c->s->hash, (const __u64 *)rec);
 			return stop(c, err == -EBUSY ? UNWIND_END_VMA_BUSY : UNWIND_END_NO_MAPPING);
 		}
@@ -334,7 +333,6 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		rec->offset = c->s->ip;
 	}
 	us->nr = n + 1;
-	c->s->frames++;
 	c->s->hash = hash_record(c->s->hash, (const __u64 *)rec);
 
 	/* A return address is just past its call: its frame is the call's. */
@@ -462,7 +460,7 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	us->nr = 0;
 	bpf_loop(BPROF_UNWIND_DEPTH + 1, unwind_step, &c, 0);
 	end = s->end ? s->end - 1 : UNWIND_END_DEPTH;
-	__sync_fetch_and_add(&st->unwind_frames, s->frames);
+	__sync_fetch_and_add(&st->unwind_frames, us->nr); /* before a truncation mark */
 	__sync_fetch_and_add(&st->unwind_fp_frames, s->fp_frames);
 	__sync_fetch_and_add(&st->unwind_reads, s->reads);
 	if (end < UNWIND_END_KINDS)
