@@ -243,6 +243,13 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex) {
         }
         return;
     }
+    // The vDSO has no file: as anonymous code for the unwinder.
+    if name == b"[vdso]" {
+        if index.queue_mappings {
+            index.new_anon.push((pid, addr, addr.saturating_add(len)));
+        }
+        return;
+    }
     // Anonymous and special mappings ([vdso], //anon) carry no file.
     if !name.starts_with(b"/") {
         return;

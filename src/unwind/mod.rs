@@ -168,8 +168,10 @@ impl Unwinder {
             if !perms.contains('x') {
                 continue;
             }
-            // Anonymous executable memory: JIT code.
-            if (path.is_empty() || path.starts_with("[anon")) && !tables_only {
+            // Anonymous executable memory (JIT code), and the vDSO, which
+            // has no file either: frame pointers there, without asking
+            // the kernel at every sample.
+            if (path.is_empty() || path.starts_with("[anon") || path == "[vdso]") && !tables_only {
                 if let Some((start, end)) = parse_range(range) {
                     self.procmaps.insert(maps, pid, anon_slot(start, end));
                 }
