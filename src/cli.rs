@@ -160,7 +160,8 @@ pub struct ProfileArgs {
     pub call_graph: String,
 
     /// Capacity of the unwind table map in rows (16 bytes each, allocated
-    /// at start): --call-graph dwarf only.
+    /// at start, plus N/8 page-index entries of 8 bytes): --call-graph
+    /// dwarf only.
     #[arg(long = "unwind-rows", value_name = "N", default_value = "2097152")]
     pub unwind_rows: String,
 

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use crate::common::{
-    assert_totals, bprof, dwarf_line, exclusive, number_before, parse_folded, run, scratch,
+    bprof, dwarf_line, exclusive, number_before, parse_folded, run, scratch, scratch_root,
 };
 
 /// fixtures/unwind.c and its library, built -O2 -fomit-frame-pointer:
@@ -66,19 +66,23 @@ fn norm(f: &str) -> String {
 
 /// perf's stacks (root first) and their counts.
 pub fn perf_stacks(dir: &Path, comm: &str, argv: &[String]) -> BTreeMap<Vec<String>, u64> {
+    perf_stacks_of(dir, comm, argv, &["-F", "999"])
+}
+
+/// perf's user stacks (root first) of the samples of `event` (perf record
+/// arguments) and their counts.
+pub fn perf_stacks_of(
+    dir: &Path,
+    comm: &str,
+    argv: &[String],
+    event: &[&str],
+) -> BTreeMap<Vec<String>, u64> {
     let data = dir.join("perf.data");
     let rec = Command::new("perf")
         // No BPF events: perf aborts on some loaded BPF programs' info.
-        .args([
-            "record",
-            "-q",
-            "--no-bpf-event",
-            "--call-graph",
-            "dwarf",
-            "-F",
-            "999",
-            "-o",
-        ])
+        .args(["record", "-q", "--no-bpf-event", "--call-graph", "dwarf"])
+        .args(event)
+        .arg("-o")
         .arg(&data)
         .arg("--")
         .args(argv)
@@ -109,6 +113,10 @@ pub fn perf_stacks(dir: &Path, comm: &str, argv: &[String]) -> BTreeMap<Vec<Stri
         // shows physical frames).
         let mut frames: Vec<(String, String)> = Vec::new();
         for (ip, sym) in lines.filter_map(|l| l.trim().split_once(' ')) {
+            // User frames only, as bprof -U.
+            if ip.len() == 16 && ip.starts_with("ffff") {
+                continue;
+            }
             if frames.last().is_some_and(|(last, _)| last == ip) {
                 frames.pop();
             }
@@ -122,14 +130,35 @@ pub fn perf_stacks(dir: &Path, comm: &str, argv: &[String]) -> BTreeMap<Vec<Stri
 }
 
 /// bprof's user stacks (root first) of the fixture, and the stderr.
-fn bprof_stacks(comm: &str, argv: &[String]) -> (BTreeMap<Vec<String>, u64>, String) {
+fn bprof_stacks(
+    comm: &str,
+    args: &[&str],
+    argv: &[String],
+) -> (BTreeMap<Vec<String>, u64>, String) {
+    let json = scratch_root().join(format!("unwind-stats-{comm}.json"));
     let out = run(bprof()
-        .args(["-v", "-U", "-F", "999", "-f", "--call-graph", "dwarf", "--"])
+        .args(["-v", "-U", "-f", "--call-graph", "dwarf", "--stats-json"])
+        .arg(&json)
+        .args(args)
+        .arg("--")
         .args(argv));
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
     let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
-    assert_totals(&stderr, &lines);
+    // Totals add up: samples, or for off-CPU time its microseconds.
+    let stats = std::fs::read_to_string(&json).expect("--stats-json");
+    let number = |key: &str| -> u64 {
+        let at = stats.find(&format!("\"{key}\":")).expect(key) + key.len() + 3;
+        let digits: String = stats[at..]
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().expect(key)
+    };
+    assert_eq!(number("lost"), 0, "{stderr}");
+    let total: u64 = lines.iter().map(|l| l.count).sum();
+    assert_eq!(total, number("counted_weight"), "{stderr}");
     let mut stacks = BTreeMap::new();
     for l in lines.iter().filter(|l| l.frames[0] == comm) {
         let frames = l.frames[1..].iter().map(|f| norm(f)).collect();
@@ -147,6 +176,11 @@ fn hottest(stacks: &BTreeMap<Vec<String>, u64>) -> (Vec<String>, u64, u64) {
 /// The hottest stack of `mode` is perf's hottest, frame for frame from
 /// `_start` to the leaf, and nearly every sample reaches `_start`.
 fn same_as_perf(mode: &str, leaf: &[&str]) {
+    same_as_perf_in(mode, leaf, &["-F", "999"], &["-F", "999"]);
+}
+
+/// same_as_perf with extra bprof arguments and perf's event arguments.
+fn same_as_perf_in(mode: &str, leaf: &[&str], ours_args: &[&str], perf_event: &[&str]) {
     root_or_skip!();
     let _g = exclusive();
     let (exe, dl) = fixtures();
@@ -155,8 +189,8 @@ fn same_as_perf(mode: &str, leaf: &[&str]) {
     if mode == "dlopen" {
         argv.push(dl.display().to_string());
     }
-    let (ours, stderr) = bprof_stacks("fx_unwind", &argv);
-    let theirs_all = perf_stacks(&dir, "fx_unwind", &argv);
+    let (ours, stderr) = bprof_stacks("fx_unwind", ours_args, &argv);
+    let theirs_all = perf_stacks_of(&dir, "fx_unwind", &argv, perf_event);
     let (mine, n, total) = hottest(&ours);
     let (perfs, _, _) = hottest(&theirs_all);
     assert_eq!(mine, perfs, "bprof vs perf --call-graph dwarf\n{stderr}");
@@ -185,6 +219,23 @@ fn same_as_perf(mode: &str, leaf: &[&str]) {
 #[test]
 fn unwind_chain_without_frame_pointers_matches_perf_dwarf() {
     same_as_perf("chain", &["chain8", "leaf_spin"]);
+}
+
+/// Off-CPU stacks start from the registers saved at the syscall and are
+/// walked the same way: perf records the same stacks at sched_switch.
+#[test]
+fn off_cpu_stacks_without_frame_pointers_match_perf_dwarf() {
+    same_as_perf_in(
+        "sleep",
+        &[
+            "chain8",
+            "work",
+            "__GI___nanosleep",
+            "__GI___clock_nanosleep",
+        ],
+        &["--off-cpu"],
+        &["-e", "sched:sched_switch", "-c", "1"],
+    );
 }
 
 #[test]
@@ -248,7 +299,7 @@ fn rooted_walks(stderr: &str) -> (u64, u64) {
 /// outermost frame (counted by how walks ended: a stripped binary's
 /// `_start` has no name). Returns bprof's stacks and perf's.
 fn other_binary_same_as_perf(comm: &str, argv: &[String], dir: &Path) -> Stacks2 {
-    let (ours, stderr) = bprof_stacks(comm, argv);
+    let (ours, stderr) = bprof_stacks(comm, &["-F", "999"], argv);
     let theirs = perf_stacks(dir, comm, argv);
     let share = |m: &BTreeMap<Vec<String>, u64>, s: &Vec<String>| {
         m.get(s).copied().unwrap_or(0) as f64 / m.values().sum::<u64>().max(1) as f64
