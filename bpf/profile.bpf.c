@@ -76,6 +76,7 @@ struct {
 	enum unwind_rbp unwind_rbp;
 	enum unwind_end unwind_end;
 	struct unwind_row unwind_row;
+	struct unwind_rule unwind_rule;
 	struct unwind_page unwind_page;
 	struct unwind_file unwind_file;
 	struct unwind_chunk unwind_chunk;

@@ -33,6 +33,15 @@ struct {
 	__type(value, struct unwind_row);
 } unwind_rows SEC(".maps");
 
+/* The distinct rules the rows name, written like the rows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, UNWIND_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct unwind_rule);
+} unwind_rules SEC(".maps");
+
 /* All files' page indexes (struct unwind_file), written like the rows. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -259,6 +268,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 	struct frame_record *rec;
 	struct unwind_file *file = 0;
 	struct unwind_row *row = 0;
+	struct unwind_rule *rule = 0;
 	struct user_stack *us = c->us;
 	__u64 off, cfa, ra, lookup;
 	__u32 n = us->nr;
@@ -341,7 +351,9 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		row = find_row(file, lookup);
 	c->s->exact = 0;
 
-	if (!row || row->cfa_type == UNWIND_CFA_NONE) {
+	if (row)
+		rule = bpf_map_lookup_elem(&unwind_rules, &row->rule);
+	if (!rule || rule->cfa_type == UNWIND_CFA_NONE) {
 		/* No table: follow the frame pointer. */
 		if (!c->s->bp_valid)
 			return stop(c, UNWIND_END_NO_TABLE);
@@ -359,22 +371,22 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		return 0;
 	}
 
-	switch (row->cfa_type) {
+	switch (rule->cfa_type) {
 	case UNWIND_CFA_RSP:
-		cfa = c->s->sp + row->cfa_off;
+		cfa = c->s->sp + rule->cfa_off;
 		break;
 	case UNWIND_CFA_RBP:
 		if (!c->s->bp_valid)
 			return stop(c, UNWIND_END_BAD_CFA);
-		cfa = c->s->bp + row->cfa_off;
+		cfa = c->s->bp + rule->cfa_off;
 		break;
 	case UNWIND_CFA_PLT:
-		cfa = c->s->sp + row->cfa_off + ((c->s->ip & 15) >= (__u64)row->rbp_off ? 8 : 0);
+		cfa = c->s->sp + rule->cfa_off + ((c->s->ip & 15) >= (__u64)rule->rbp_off ? 8 : 0);
 		break;
 	case UNWIND_CFA_DEREF_RBP:
 		if (!c->s->bp_valid)
 			return stop(c, UNWIND_END_BAD_CFA);
-		if (read_u64(c, &cfa, c->s->bp + row->cfa_off))
+		if (read_u64(c, &cfa, c->s->bp + rule->cfa_off))
 			return stop(c, UNWIND_END_READ_FAULT);
 		break;
 	case UNWIND_CFA_SIGNAL: {
@@ -398,11 +410,11 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		return stop(c, UNWIND_END_BAD_CFA);
 	/* The saved rbp (below the return address) first: the window grows
 	 * upward. */
-	if (row->rbp_type == UNWIND_RBP_OFFSET) {
-		if (read_u64(c, &c->s->bp, cfa + row->rbp_off))
+	if (rule->rbp_type == UNWIND_RBP_OFFSET) {
+		if (read_u64(c, &c->s->bp, cfa + rule->rbp_off))
 			return stop(c, UNWIND_END_READ_FAULT);
 		c->s->bp_valid = 1;
-	} else if (row->rbp_type == UNWIND_RBP_UNKNOWN) {
+	} else if (rule->rbp_type == UNWIND_RBP_UNKNOWN) {
 		c->s->bp_valid = 0;
 	}
 	if (read_u64(c, &ra, cfa - 8))

@@ -20,6 +20,8 @@ enum unwind_limits {
 	UNWIND_PAGE_SHIFT = 12,
 	/* unwind_file.flags: build_id is valid, frames are (build ID, offset). */
 	UNWIND_FILE_BUILD_ID = 1,
+	/* Distinct rules unwind_rules holds (8 bytes each: 512 KiB). */
+	UNWIND_MAX_RULES = 65536,
 };
 
 /* How the canonical frame address (the caller's rsp) is found. */
@@ -41,15 +43,21 @@ enum unwind_rbp {
 	UNWIND_RBP_UNKNOWN,  /* some other rule: rbp is not known past this frame */
 };
 
-/* One row: the rule from `pc` (a file offset) up to the next row's pc.
- * 16 bytes, the array map's element stride anyway (values are 8-aligned). */
-struct unwind_row {
-	__u32 pc;
+/* One rule: how to find the caller's registers. Rules repeat across rows
+ * and files (a few thousand distinct ones in a whole system's millions of
+ * rows), so each is stored once in unwind_rules and rows name it. */
+struct unwind_rule {
 	__s32 cfa_off;
 	__s16 rbp_off; /* UNWIND_CFA_PLT: the (pc & 15) threshold */
 	__u8 cfa_type; /* enum unwind_cfa */
 	__u8 rbp_type; /* enum unwind_rbp */
-	__u32 pad;
+};
+
+/* One row: rule `rule` holds from `pc` (a file offset) up to the next
+ * row's pc. 8 bytes, the array map's smallest element stride. */
+struct unwind_row {
+	__u32 pc;
+	__u32 rule; /* index into unwind_rules */
 };
 
 /* A mapped file as the kernel names it: vma->vm_file->f_inode. */

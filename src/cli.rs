@@ -159,10 +159,10 @@ pub struct ProfileArgs {
     #[arg(long = "call-graph", value_name = "fp|dwarf", default_value = "dwarf")]
     pub call_graph: String,
 
-    /// Capacity of the unwind table map in rows (16 bytes each, allocated
-    /// at start, plus N/8 page-index entries of 8 bytes): --call-graph
-    /// dwarf only.
-    #[arg(long = "unwind-rows", value_name = "N", default_value = "2097152")]
+    /// Capacity of the unwind table map in rows (8 bytes each, allocated
+    /// at start, plus N/8 page-index entries of 8 bytes and 512 KiB of
+    /// rules): --call-graph dwarf only.
+    #[arg(long = "unwind-rows", value_name = "N", default_value = "4194304")]
     pub unwind_rows: String,
 
     /// Insert a "-" frame between the user and kernel parts of a stack.

@@ -8,7 +8,7 @@ use super::skel::stat::types as stat;
 pub(crate) use profile::{filter_entry, frame_record, kern_stack, sample_key, user_stack};
 pub(crate) use profile::{
     unwind_cfa, unwind_chunk, unwind_file, unwind_file_key, unwind_map_key, unwind_map_slot,
-    unwind_page, unwind_rbp, unwind_row,
+    unwind_page, unwind_rbp, unwind_row, unwind_rule,
 };
 pub(crate) use stat::stat_value;
 
@@ -35,6 +35,8 @@ pub(crate) const UNWIND_CHUNK_SHIFT: u32 = profile::unwind_limits::UNWIND_CHUNK_
 pub(crate) const UNWIND_CHUNK_SLOTS: usize = profile::unwind_limits::UNWIND_CHUNK_SLOTS.0 as usize;
 /// One `unwind_pages` entry per 1 << this bytes of file offsets.
 pub(crate) const UNWIND_PAGE_SHIFT: u32 = profile::unwind_limits::UNWIND_PAGE_SHIFT.0;
+/// Entries of `unwind_rules`.
+pub(crate) const UNWIND_MAX_RULES: u32 = profile::unwind_limits::UNWIND_MAX_RULES.0;
 /// `unwind_file.flags`: its build ID is valid.
 pub(crate) const UNWIND_FILE_BUILD_ID: u32 = profile::unwind_limits::UNWIND_FILE_BUILD_ID.0;
 
@@ -64,8 +66,10 @@ unsafe impl Plain for sample_key {}
 unsafe impl Plain for frame_record {}
 // SAFETY: three u64 (stat.h).
 unsafe impl Plain for stat_value {}
-// SAFETY: u32, i32, i16, u8, u8, u32: 16 bytes, no gap (size asserted below).
+// SAFETY: two u32.
 unsafe impl Plain for unwind_row {}
+// SAFETY: i32, i16, u8, u8: 8 bytes, no gap (size asserted below).
+unsafe impl Plain for unwind_rule {}
 // SAFETY: two u32.
 unsafe impl Plain for unwind_page {}
 // SAFETY: six u32 and a 20-byte array: 44 bytes, 4-aligned, no gap.
@@ -98,7 +102,8 @@ const _: () = {
     assert!(size_of::<sample_key>() == 4 * 4 + COMM_LEN + 2 * 4 + 8);
     assert!(size_of::<profile::filter_entry>() == 4 * 4 + 8 + COMM_LEN);
     assert!(size_of::<profile::profile_stats>() % 8 == 0);
-    assert!(size_of::<unwind_row>() == 16);
+    assert!(size_of::<unwind_row>() == 8);
+    assert!(size_of::<unwind_rule>() == 8);
     assert!(size_of::<unwind_page>() == 8);
     assert!(size_of::<unwind_file>() == 6 * 4 + 20);
     assert!(size_of::<unwind_map_key>() == 16);

@@ -48,11 +48,11 @@ impl CallGraph {
     }
 }
 
-/// Most rows `--unwind-rows` accepts (16 bytes each: 1 GiB).
+/// Most rows `--unwind-rows` accepts (8 bytes each: 512 MiB).
 pub const MAX_ROWS: u32 = 1 << 26;
 /// `unwind_pages` entries for `rows` rows: one page of 4 KiB of code holds
 /// ~55 rows in libc, so an eighth covers the tables with room to spare (8
-/// bytes each: 2 MiB for the default 2 Mi rows). A file that finds it full
+/// bytes each: 4 MiB for the default 4 Mi rows). A file that finds it full
 /// is searched without an index.
 pub fn index_pages(rows: u32) -> u32 {
     (rows / 8).max(1)
@@ -86,6 +86,9 @@ struct Store {
 pub struct Unwinder {
     rows: Store,
     pages: Store,
+    rules: Store,
+    /// Each distinct rule's index in `unwind_rules`.
+    rule_ids: HashMap<(i32, i16, u8, u8), u32>,
     /// (dev, ino) as the kernel names files → whether it has a table.
     files: HashMap<(u64, u64), bool>,
     /// /proc/PID/maps's dev:inode → the file's key (the same on most file
@@ -114,13 +117,14 @@ fn kernel_dev(st_dev: u64) -> u64 {
 }
 
 impl Unwinder {
-    /// Takes the loaded `unwind_rows` and `unwind_pages` maps (created with
-    /// `rows` and `pages` entries).
+    /// Takes the loaded `unwind_rows`, `unwind_pages` and `unwind_rules`
+    /// maps (created with `rows`, `pages` and UNWIND_MAX_RULES entries).
     pub fn new(
         rows_map: &impl AsFd,
         rows: u32,
         pages_map: &impl AsFd,
         pages: u32,
+        rules_map: &impl AsFd,
     ) -> Result<Unwinder> {
         let store = |m: &dyn AsFd, capacity| -> Result<Store> {
             Ok(Store {
@@ -132,6 +136,8 @@ impl Unwinder {
         Ok(Unwinder {
             rows: store(rows_map, rows).context("the unwind table map")?,
             pages: store(pages_map, pages).context("the unwind page index map")?,
+            rules: store(rules_map, abi::UNWIND_MAX_RULES).context("the unwind rule map")?,
+            rule_ids: HashMap::new(),
             files: HashMap::new(),
             key_of: HashMap::new(),
             procmaps: procmaps::ProcMaps::default(),
@@ -313,7 +319,16 @@ impl Unwinder {
             nr_rows: rows.len() as u32,
             ..Default::default()
         };
-        let abi_rows: Vec<abi::unwind_row> = rows.iter().map(|r| r.to_abi()).collect();
+        let Some(abi_rows) = self.name_rules(&rows) else {
+            self.failed.insert(
+                path.to_path_buf(),
+                format!(
+                    "unwind_rules: more than {} distinct rules",
+                    abi::UNWIND_MAX_RULES
+                ),
+            );
+            return None;
+        };
         if let Err(e) = self.rows.append(&abi_rows) {
             self.failed
                 .insert(path.to_path_buf(), format!("unwind_rows: {e}"));
@@ -348,18 +363,44 @@ impl Unwinder {
         Some(key)
     }
 
+    /// The rows as the BPF side reads them, each naming its rule in
+    /// `unwind_rules`; rules not stored yet are appended. `None` when
+    /// `unwind_rules` cannot hold them.
+    fn name_rules(&mut self, rows: &[table::Row]) -> Option<Vec<abi::unwind_row>> {
+        let mut new = Vec::new();
+        let mut next = self.rules.used;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let key = (r.cfa_off, r.rbp_off, r.cfa_type, r.rbp_type);
+            let id = *self.rule_ids.entry(key).or_insert_with(|| {
+                new.push(r.rule());
+                next += 1;
+                next - 1
+            });
+            out.push(abi::unwind_row { pc: r.pc, rule: id });
+        }
+        if self.rules.append(&new).is_err() {
+            // Forget the ids handed out for rules that were not stored.
+            self.rule_ids.retain(|_, id| *id < self.rules.used);
+            return None;
+        }
+        Some(out)
+    }
+
     /// The `-v` lines: files, rows, time, memory.
     pub fn report(&self) -> String {
         let with = self.files.values().filter(|&&t| t).count();
         let mib = |st: &Store, each: usize| (st.used as usize * each) as f64 / (1 << 20) as f64;
         let cap = |st: &Store, each: usize| (st.capacity as usize * each) as f64 / (1 << 20) as f64;
         let (row, page) = (size_of::<abi::unwind_row>(), size_of::<abi::unwind_page>());
+        let rule = size_of::<abi::unwind_rule>();
         let mut s = format!(
-            "bprof: unwind tables: {with} files, {} rows and {} index pages ({:.1} MiB of {:.1} MiB kernel memory), built in {:.0} ms from {:.1} MiB of ELF",
+            "bprof: unwind tables: {with} files, {} rows, {} distinct rules and {} index pages ({:.1} MiB of {:.1} MiB kernel memory), built in {:.0} ms from {:.1} MiB of ELF",
             self.rows.used,
+            self.rules.used,
             self.pages.used,
-            mib(&self.rows, row) + mib(&self.pages, page),
-            cap(&self.rows, row) + cap(&self.pages, page),
+            mib(&self.rows, row) + mib(&self.pages, page) + mib(&self.rules, rule),
+            cap(&self.rows, row) + cap(&self.pages, page) + cap(&self.rules, rule),
             self.build_time.as_secs_f64() * 1000.0,
             self.bytes_read as f64 / (1 << 20) as f64,
         );

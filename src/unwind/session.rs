@@ -31,6 +31,7 @@ pub fn start(
         opts.unwind_rows,
         &maps.unwind_pages,
         super::index_pages(opts.unwind_rows),
+        &maps.unwind_rules,
     )?;
     let all: Vec<u32>;
     let pids = match scope {

@@ -47,8 +47,8 @@ pub enum Rbp {
     Unknown = unwind_rbp::UNWIND_RBP_UNKNOWN.0 as u8,
 }
 
-/// One row: the rule from `pc` (a file offset) on. `struct unwind_row`
-/// once loaded ([`Row::to_abi`]).
+/// One row: the rule from `pc` (a file offset) on. Loaded as a `struct
+/// unwind_row` naming its rule ([`Row::rule`]) in `unwind_rules`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Row {
     /// File offset of the first instruction the rule covers.
@@ -79,15 +79,13 @@ impl Row {
             == (o.cfa_off, o.rbp_off, o.cfa_type, o.rbp_type)
     }
 
-    /// The row as the BPF side reads it.
-    pub fn to_abi(self) -> abi::unwind_row {
-        abi::unwind_row {
-            pc: self.pc,
+    /// The row's rule as the BPF side reads it.
+    pub fn rule(&self) -> abi::unwind_rule {
+        abi::unwind_rule {
             cfa_off: self.cfa_off,
             rbp_off: self.rbp_off,
             cfa_type: self.cfa_type,
             rbp_type: self.rbp_type,
-            pad: 0,
         }
     }
 }
