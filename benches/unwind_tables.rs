@@ -1,5 +1,6 @@
-//! Unwind table build, one file at a time: rows, kernel memory (16 bytes a
-//! row), time and unsupported rows of each ELF file named, built as a
+//! Unwind table build, one file at a time: rows, kernel memory (8 bytes a
+//! row, its distinct rules 8 bytes each, the page index 8 bytes a 4 KiB
+//! page), time and unsupported rows of each ELF file named, built as a
 //! profile builds them (src/unwind/table.rs). Run by scripts/bench-unwind.sh:
 //! `cargo bench --bench unwind_tables -- FILE...`.
 
@@ -12,8 +13,8 @@ fn main() {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
-    println!("| file | MiB of ELF | rows | MiB of table | build ms (best of 3) | unsupported rows | gap rows |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("| file | MiB of ELF | rows | distinct rules | MiB of table | build ms (best of 3) | unsupported rows | gap rows |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for f in files {
         let data = match std::fs::read(&f) {
             Ok(d) => d,
@@ -33,14 +34,23 @@ fn main() {
         let mib = |n: usize| n as f64 / (1 << 20) as f64;
         match built.expect("three builds") {
             Ok(t) => println!(
-                "| {f} | {:.1} | {} | {:.2} | {best:.0} | {} | {} |",
+                "| {f} | {:.1} | {} | {} | {:.2} | {best:.0} | {} | {} |",
                 mib(data.len()),
                 t.rows.len(),
-                mib(t.rows.len() * 16),
+                rules(&t.rows),
+                mib((t.rows.len() + rules(&t.rows) + table::page_index(&t.rows).1.len()) * 8),
                 t.unsupported,
                 t.rows.iter().filter(|r| r.cfa_type == 0).count()
             ),
-            Err(e) => println!("| {f} | {:.1} | {e} | | | |", mib(data.len())),
+            Err(e) => println!("| {f} | {:.1} | {e} | | | | |", mib(data.len())),
         }
     }
+}
+
+/// Distinct rules (stored once, shared by rows and files).
+fn rules(rows: &[table::Row]) -> usize {
+    rows.iter()
+        .map(|r| (r.cfa_off, r.rbp_off, r.cfa_type, r.rbp_type))
+        .collect::<std::collections::HashSet<_>>()
+        .len()
 }

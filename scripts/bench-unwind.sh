@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # --call-graph dwarf benchmarks (issue 11), as root, release build:
-#  1. BPF cost per sample (kernel bpf_stats: run_time_ns / run_cnt of
-#     do_sample) on fixtures/recurse.c built -O2 without frame pointers at
-#     10, 30 and 100 frames, fp against dwarf.
+#  1. BPF cost per sample of the target (kernel bpf_stats: run_time_ns /
+#     run_cnt of do_sample, over the target's share of the runs) on
+#     fixtures/recurse.c built -O2 without frame pointers at 10, 30 and 100
+#     user frames, fp against dwarf, medians of 5 alternating runs.
 #  2. Completeness on Debian's xz -6 (20 MB), gzip -6 (100 MB) and python3
 #     (a pure-Python loop, 5 s) at 999 Hz: how bprof's walks ended (-v), the
 #     share of samples whose stack reaches __libc_start_call_main (or a
@@ -41,19 +42,38 @@ prog_cost() { # prints ns/sample of the running do_sample program
 }
 
 if want 1; then
-    gcc -O2 -fomit-frame-pointer -o "$tmp/fx_recurse" fixtures/recurse.c
-    echo "| frames | call graph | ns per sample (BPF) |"
-    echo "|---|---|---|"
+    # Per sample OF THE TARGET: the workload is pinned to CPU 1 and only
+    # CPU 1 is sampled (-C 1), and the run's -v counts say how many program
+    # runs were the target's (the rest, another task's or idle, return
+    # early and would dilute the mean). fp and dwarf alternate, 5 runs
+    # each: this VM's timings move by +-30% with the other vCPU's load, so
+    # medians are compared.
+    gcc -O2 -fomit-frame-pointer -Ifixtures -o "$tmp/fx_recurse" fixtures/recurse.c
     sysctl -q kernel.bpf_stats_enabled=1
-    for depth in 8 28 98; do
-        for cg in fp dwarf; do
-            "$BPROF" --call-graph "$cg" -F 999 -o "$tmp/out.folded" -- "$tmp/fx_recurse" 4 "$depth" 2>/dev/null &
-            pid=$!
-            sleep 3
-            cost=$(prog_cost)
-            wait "$pid" || true
-            echo "| $((depth + 2)) | $cg | $cost |"
+    one_cost() { # CALL_GRAPH DEPTH -> ns per target sample
+        "$BPROF" -v -C 1 --call-graph "$1" -F 999 -o "$tmp/out.folded" -- \
+            taskset -c 1 "$tmp/fx_recurse" 4 "$2" 2>"$tmp/cost.err" &
+        local pid=$! st
+        sleep 3.5
+        st=$(bpftool prog show name do_sample 2>/dev/null |
+            awk '/run_time_ns/ { for (i = 1; i <= NF; i++) { if ($i == "run_time_ns") t = $(i+1); if ($i == "run_cnt") c = $(i+1) } } END { print t, c }')
+        wait "$pid" || true
+        grep -o "program runs [0-9]*, idle skipped [0-9]*, other processes [0-9]*" "$tmp/cost.err" |
+            tr -d , | awk -v st="$st" '{ split(st, a, " "); f = ($3 - $6 - $9) / $3; printf "%.0f\n", a[1] / a[2] / f }'
+    }
+    median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+    echo "| user frames | fp (ns per target sample) | dwarf | dwarf - fp |"
+    echo "|---|---:|---:|---:|"
+    for depth in 4 24 94; do
+        : >"$tmp/fp"
+        : >"$tmp/dwarf"
+        for _ in 1 2 3 4 5; do
+            one_cost fp "$depth" >>"$tmp/fp"
+            one_cost dwarf "$depth" >>"$tmp/dwarf"
         done
+        f=$(median <"$tmp/fp")
+        d=$(median <"$tmp/dwarf")
+        echo "| $((depth + 6)) | $f | $d | $((d - f)) |"
     done
     sysctl -q kernel.bpf_stats_enabled=0
     echo
