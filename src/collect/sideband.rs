@@ -58,7 +58,7 @@ pub struct MmapIndex {
 }
 
 struct Ring {
-    _fd: OwnedFd,
+    fd: OwnedFd,
     base: *mut u8,
     len: usize,
 }
@@ -72,6 +72,11 @@ pub(crate) struct Sideband {
 }
 
 impl Sideband {
+    /// The rings' fds: readable once a record is waiting.
+    pub fn wake_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.rings.iter().map(|r| r.fd.as_raw_fd()).collect()
+    }
+
     /// Opens a dummy event with a ring buffer on each CPU.
     pub fn open(cpus: &[u32]) -> Result<Sideband> {
         // SAFETY: sysconf has no preconditions.
@@ -87,6 +92,10 @@ impl Sideband {
             // PERF_RECORD_EXIT (and FORK): a JIT's files are opened at its exit.
             attr.set_task(1);
             attr.set_exclude_kernel(1);
+            // Readable (poll) as soon as a record is in: the session sleeps
+            // until then instead of polling the rings every 10 ms.
+            attr.set_watermark(1);
+            attr.__bindgen_anon_2.wakeup_watermark = 1;
             let fd = sampling::open(&mut attr, -1, cpu as i32)
                 .with_context(|| format!("opening the mmap side-band event on CPU {cpu}"))?;
             // SAFETY: mapping a perf event fd as documented in perf_event_open(2).
@@ -105,7 +114,7 @@ impl Sideband {
                     .context("mapping the side-band ring buffer");
             }
             rings.push(Ring {
-                _fd: fd,
+                fd,
                 base: base.cast(),
                 len,
             });

@@ -266,21 +266,21 @@ fn record(
         .map(|every| Periodic::new(every, Instant::now(), started_at, settings.pprof.is_some()));
 
     // Record until the duration, a signal, or the target's end. The side
-    // band is read every 10 ms, so a new process's unwind tables and
-    // mappings are in place soon after it maps them; the maps per TICK.
+    // band is read as soon as records come in (at most every 10 ms), so a
+    // new process's unwind tables and mappings are in place soon after it
+    // maps them, and an idle profile sleeps; the maps are drained per TICK.
     let progress = progress_bar(settings.duration);
-    let mut ticks = 0u64;
-    let end = runner.run(TICK / 10, |last| {
+    let wake = sideband.wake_fds();
+    let end = runner.run_woken(TICK, TICK / 10, &wake, |full, last| {
         sideband.drain();
         if let Some(u) = unwinder.as_mut() {
             crate::unwind::session::take_new(u, prog, settings, sideband);
         }
-        ticks += 1;
         if let Some(p) = periodic.as_mut().filter(|p| !last && p.due(Instant::now())) {
             let raw = prog.interval()?;
             p.write(settings, event, &mut sideband.index, raw, Instant::now())?;
         }
-        if !last && ticks % 10 == 0 {
+        if !last && full {
             // Drains the kernel maps before they fill; also the progress count.
             let samples = prog.tick().map(|s| s.counted).unwrap_or(0);
             if !progress.is_hidden() {

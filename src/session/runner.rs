@@ -90,6 +90,56 @@ impl<'t> Runner<'t> {
         self.started.map_or(Duration::ZERO, |s| s.elapsed())
     }
 
+    /// Calls `on_tick` at least every `tick`, and sooner (but not within
+    /// `min` of the last call) when one of `wake` is readable, until
+    /// recording ends; its arguments say whether a whole `tick` has passed
+    /// since the last such call and whether this is the last call (the
+    /// session then collects). Returns why it ended.
+    pub(crate) fn run_woken(
+        &self,
+        tick: Duration,
+        min: Duration,
+        wake: &[std::os::fd::RawFd],
+        mut on_tick: impl FnMut(bool, bool) -> Result<()>,
+    ) -> Result<End> {
+        let mut fds: Vec<libc::pollfd> = wake
+            .iter()
+            .map(|&fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let mut next = Instant::now() + tick;
+        let mut last = Instant::now();
+        loop {
+            let wait = next.saturating_duration_since(Instant::now());
+            // SAFETY: fds is a valid array of fds.len() pollfd; a signal
+            // (EINTR) or a timeout just ends the wait.
+            unsafe {
+                libc::poll(
+                    fds.as_mut_ptr(),
+                    fds.len() as libc::nfds_t,
+                    wait.as_millis() as i32,
+                )
+            };
+            let since = last.elapsed();
+            if since < min {
+                std::thread::sleep(min - since);
+            }
+            last = Instant::now();
+            let full = last >= next;
+            if full {
+                next = last + tick;
+            }
+            let end = self.end();
+            on_tick(full, end.is_some())?;
+            if let Some(end) = end {
+                return Ok(end);
+            }
+        }
+    }
+
     /// Calls `on_tick` every `tick` until recording ends; its argument says
     /// whether this is the last call (the session then collects). Returns
     /// why it ended.
