@@ -53,6 +53,8 @@ pub struct MmapIndex {
     /// Anonymous executable mappings (JIT code), queued with
     /// `queue_mappings`: (pid, start, end).
     pub new_anon: Vec<(u32, u64, u64)>,
+    /// vDSO mappings, queued with `queue_mappings`: (pid, start, end).
+    pub new_vdso: Vec<(u32, u64, u64)>,
     /// Processes that exited, queued with `queue_mappings`.
     pub exits: Vec<u32>,
 }
@@ -252,10 +254,10 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex) {
         }
         return;
     }
-    // The vDSO has no file: as anonymous code for the unwinder.
+    // The vDSO has no file: the unwinder gives it bprof's own vDSO's table.
     if name == b"[vdso]" {
         if index.queue_mappings {
-            index.new_anon.push((pid, addr, addr.saturating_add(len)));
+            index.new_vdso.push((pid, addr, addr.saturating_add(len)));
         }
         return;
     }

@@ -91,6 +91,8 @@ pub struct Unwinder {
     rule_ids: HashMap<(i32, i16, u8, u8), u32>,
     /// (dev, ino) as the kernel names files → whether it has a table.
     files: HashMap<(u64, u64), bool>,
+    /// The length of bprof's vDSO, once its table is loaded.
+    vdso_len: Option<u64>,
     /// /proc/PID/maps's dev:inode → the file's key (the same on most file
     /// systems; by the opened file's fstat where they differ).
     key_of: HashMap<(u64, u64), (u64, u64)>,
@@ -139,6 +141,7 @@ impl Unwinder {
             rules: store(rules_map, abi::UNWIND_MAX_RULES).context("the unwind rule map")?,
             rule_ids: HashMap::new(),
             files: HashMap::new(),
+            vdso_len: None,
             key_of: HashMap::new(),
             procmaps: procmaps::ProcMaps::default(),
             failed: HashMap::new(),
@@ -174,12 +177,17 @@ impl Unwinder {
             if !perms.contains('x') {
                 continue;
             }
-            // Anonymous executable memory (JIT code), and the vDSO, which
-            // has no file either: frame pointers there, without asking
-            // the kernel at every sample.
+            // Anonymous executable memory (JIT code): frame pointers there,
+            // without asking the kernel at every sample. The vDSO has no
+            // file either, but bprof's own vDSO's table.
             if (path.is_empty() || path.starts_with("[anon") || path == "[vdso]") && !tables_only {
                 if let Some((start, end)) = parse_range(range) {
-                    self.procmaps.insert(maps, pid, anon_slot(start, end));
+                    let slot = if path == "[vdso]" {
+                        self.vdso_slot(start, end)
+                    } else {
+                        anon_slot(start, end)
+                    };
+                    self.procmaps.insert(maps, pid, slot);
                 }
                 continue;
             }
@@ -314,29 +322,41 @@ impl Unwinder {
         if rows.is_empty() {
             self.no_table += 1;
         }
+        if let Err(e) = self.load(files, key, &rows, build_id.as_deref()) {
+            self.failed.insert(path.to_path_buf(), e);
+            return None;
+        }
+        self.files.insert(key, !rows.is_empty());
+        self.build_time += t0.elapsed();
+        Some(key)
+    }
+
+    /// Writes a file's rows, page index and `unwind_files` entry (with its
+    /// build ID, when it has one, frames there are (build ID, offset)).
+    fn load(
+        &mut self,
+        files: &dyn MapCore,
+        key: (u64, u64),
+        rows: &[table::Row],
+        build_id: Option<&[u8]>,
+    ) -> Result<(), String> {
         let mut value = abi::unwind_file {
             first_row: self.rows.used,
             nr_rows: rows.len() as u32,
             ..Default::default()
         };
-        let Some(abi_rows) = self.name_rules(&rows) else {
-            self.failed.insert(
-                path.to_path_buf(),
-                format!(
-                    "unwind_rules: more than {} distinct rules",
-                    abi::UNWIND_MAX_RULES
-                ),
-            );
-            return None;
+        let Some(abi_rows) = self.name_rules(rows) else {
+            return Err(format!(
+                "unwind_rules: more than {} distinct rules",
+                abi::UNWIND_MAX_RULES
+            ));
         };
-        if let Err(e) = self.rows.append(&abi_rows) {
-            self.failed
-                .insert(path.to_path_buf(), format!("unwind_rows: {e}"));
-            return None;
-        }
+        self.rows
+            .append(&abi_rows)
+            .map_err(|e| format!("unwind_rows: {e}"))?;
         // Without room for its page index the file is still walked, by a
         // search over all its rows.
-        let (base, pages) = table::page_index(&rows);
+        let (base, pages) = table::page_index(rows);
         if (self.pages.capacity - self.pages.used) as usize >= pages.len() {
             value.first_page = self.pages.used;
             if self.pages.append(&pages).is_ok() {
@@ -344,7 +364,7 @@ impl Unwinder {
                 value.page_base = base;
             }
         }
-        if let Some(id) = &build_id {
+        if let Some(id) = build_id {
             let n = id.len().min(value.build_id.len());
             value.flags = abi::UNWIND_FILE_BUILD_ID;
             value.build_id[..n].copy_from_slice(&id[..n]);
@@ -353,14 +373,41 @@ impl Unwinder {
             dev: key.0,
             ino: key.1,
         };
-        if let Err(e) = files.update(plain_bytes(&k), plain_bytes(&value), MapFlags::ANY) {
-            self.failed
-                .insert(path.to_path_buf(), format!("unwind_files: {e}"));
-            return None;
-        }
+        files
+            .update(plain_bytes(&k), plain_bytes(&value), MapFlags::ANY)
+            .map_err(|e| format!("unwind_files: {e}"))?;
         self.files.insert(key, !rows.is_empty());
-        self.build_time += t0.elapsed();
-        Some(key)
+        Ok(())
+    }
+
+    /// Loads the table of bprof's own vDSO, the one every 64-bit process
+    /// of this kernel maps, under [`VDSO_KEY`] (without a build ID: its
+    /// frames stay addresses, named as before).
+    pub fn load_vdso(&mut self, files: &dyn MapCore) {
+        let Some(image) = own_vdso() else {
+            return;
+        };
+        let Ok(t) = table::build(&image, (self.rows.capacity - self.rows.used) as usize) else {
+            return;
+        };
+        if self.load(files, VDSO_KEY, &t.rows, None).is_ok() {
+            self.vdso_len = Some(image.len() as u64);
+        }
+    }
+
+    /// The slot of a process's vDSO: bprof's table when it is the same
+    /// image (same length; a 32-bit process's is another), else frame
+    /// pointers.
+    fn vdso_slot(&self, start: u64, end: u64) -> procmaps::Slot {
+        match self.vdso_len {
+            Some(len) if end - start == len => procmaps::Slot {
+                start,
+                end,
+                off: 0,
+                file: VDSO_KEY,
+            },
+            _ => anon_slot(start, end),
+        }
     }
 
     /// The rows as the BPF side reads them, each naming its rule in
@@ -507,6 +554,23 @@ fn parse_range(s: &str) -> Option<(u64, u64)> {
 /// An anonymous executable mapping (JIT code) as the walker sees one: no
 /// file (inode 0), so no table: it follows frame pointers there without
 /// asking the kernel which mapping the PC is in.
+/// The `unwind_files` key of the vDSO's table: no file has inode
+/// u64::MAX on device 0.
+const VDSO_KEY: (u64, u64) = (0, u64::MAX);
+
+/// bprof's own vDSO image, read from /proc/self/mem.
+fn own_vdso() -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let (start, end) = parse_range(line.split_whitespace().next()?)?;
+    let mut mem = std::fs::File::open("/proc/self/mem").ok()?;
+    mem.seek(SeekFrom::Start(start)).ok()?;
+    let mut image = vec![0u8; usize::try_from(end.checked_sub(start)?).ok()?];
+    mem.read_exact(&mut image).ok()?;
+    Some(image)
+}
+
 fn anon_slot(start: u64, end: u64) -> procmaps::Slot {
     procmaps::Slot {
         start,
@@ -607,6 +671,12 @@ impl Unwinder {
         for (pid, start, end) in std::mem::take(&mut index.new_anon) {
             if wanted(pid) {
                 self.procmaps.insert(maps, pid, anon_slot(start, end));
+            }
+        }
+        for (pid, start, end) in std::mem::take(&mut index.new_vdso) {
+            if wanted(pid) {
+                let slot = self.vdso_slot(start, end);
+                self.procmaps.insert(maps, pid, slot);
             }
         }
         for pid in std::mem::take(&mut index.exits) {

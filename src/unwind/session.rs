@@ -46,6 +46,7 @@ pub fn start(
             &all
         }
     };
+    u.load_vdso(files);
     for &pid in pids {
         u.add_process(files, &maps.unwind_maps, pid, false);
     }

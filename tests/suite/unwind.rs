@@ -238,6 +238,51 @@ fn off_cpu_stacks_without_frame_pointers_match_perf_dwarf() {
     );
 }
 
+/// The vDSO has no file; bprof loads its own vDSO's table for it, so a
+/// walk through the kernel's clock code is a table walk like any other.
+#[test]
+fn unwind_through_the_vdso_by_its_table() {
+    root_or_skip!();
+    let _g = exclusive();
+    let (exe, _) = fixtures();
+    let argv = [exe.display().to_string(), "vdso".into(), "2".into()];
+    let (ours, stderr) = bprof_stacks("fx_unwind", &["-F", "999"], &argv);
+    let total: u64 = ours.values().sum();
+    let in_clock: u64 = ours
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f.contains("clock_gettime")))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        in_clock * 100 >= total * 50,
+        "{in_clock} of {total} in the clock\n{stderr}"
+    );
+    let rooted: u64 = ours
+        .iter()
+        .filter(|(s, _)| {
+            s.first().is_some_and(|f| f == "_start") && s.iter().any(|f| f == "chain8")
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        rooted * 100 >= total * 97,
+        "{rooted} of {total} rooted\n{stderr}"
+    );
+    // Walked by the vDSO's table: (almost) nothing left by frame pointer.
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("dwarf unwinding:"))
+        .expect("-v");
+    let fp: u64 = line
+        .split(" by frame pointer")
+        .next()
+        .and_then(|s| s.rsplit('(').next())
+        .and_then(|n| n.trim().parse().ok())
+        .expect("frame-pointer count");
+    assert!(fp * 100 <= total, "{fp} frames by frame pointer\n{stderr}");
+    assert!(stderr.contains("unwind tables:"), "{stderr}");
+}
+
 #[test]
 fn unwind_through_the_plt_into_a_library_matches_perf_dwarf() {
     same_as_perf("plt", &["chain8", "lib_entry", "lib_spin"]);
