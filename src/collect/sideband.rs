@@ -137,11 +137,7 @@ impl Sideband {
         let pids = match pids {
             Some(p) => p,
             None => {
-                all = std::fs::read_dir("/proc")
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                    .collect();
+                all = crate::target::running_pids();
                 &all
             }
         };

@@ -361,6 +361,15 @@ impl ExitStatus {
     }
 }
 
+/// Every process running now (the numeric entries of /proc).
+pub fn running_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 /// Whether process or thread `pid` still exists and has not exited (a
 /// zombie waiting for its parent counts as gone).
 pub fn alive(pid: u32) -> bool {

@@ -37,10 +37,8 @@ pub fn start(
     let pids = match scope {
         Some(p) => p,
         None => {
-            all = std::fs::read_dir("/proc")
+            all = crate::target::running_pids()
                 .into_iter()
-                .flatten()
-                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
                 .filter(|&p| p != std::process::id())
                 .collect();
             &all
