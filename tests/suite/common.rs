@@ -259,9 +259,16 @@ pub fn any_program_loaded(ids: &[u32]) -> bool {
 
 /// `perf record -g -F HZ -o DATA -- ARGV...`, asserting it worked.
 pub fn perf_record<S: AsRef<std::ffi::OsStr>>(data: &Path, hz: &str, argv: &[S]) {
+    perf_record_with(data, &["-F", hz, "-g"], argv);
+}
+
+/// `perf record OPTIONS -o DATA -- ARGV...`, asserting it worked.
+pub fn perf_record_with<S: AsRef<std::ffi::OsStr>>(data: &Path, options: &[&str], argv: &[S]) {
     let rec = Command::new("perf")
         // No BPF events: perf aborts reading some loaded BPF programs' info.
-        .args(["record", "-q", "--no-bpf-event", "-F", hz, "-g", "-o"])
+        .args(["record", "-q", "--no-bpf-event"])
+        .args(options)
+        .arg("-o")
         .arg(data)
         .arg("--")
         .args(argv)

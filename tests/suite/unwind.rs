@@ -8,7 +8,8 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use crate::common::{
-    bprof, dwarf_line, exclusive, number_before, parse_folded, run, scratch, scratch_root,
+    bprof, dwarf_line, exclusive, number_before, parse_folded, perf_record_with, run, scratch,
+    scratch_root,
 };
 
 /// fixtures/unwind.c and its library, built -O2 -fomit-frame-pointer:
@@ -78,21 +79,12 @@ pub fn perf_stacks_of(
     event: &[&str],
 ) -> BTreeMap<Vec<String>, u64> {
     let data = dir.join("perf.data");
-    let rec = Command::new("perf")
-        // No BPF events: perf aborts on some loaded BPF programs' info.
-        .args(["record", "-q", "--no-bpf-event", "--call-graph", "dwarf"])
-        .args(event)
-        .arg("-o")
-        .arg(&data)
-        .arg("--")
-        .args(argv)
-        .output()
-        .expect("run perf record");
-    assert!(
-        rec.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rec.stderr)
-    );
+    let options: Vec<&str> = ["--call-graph", "dwarf"]
+        .iter()
+        .chain(event)
+        .copied()
+        .collect();
+    perf_record_with(&data, &options, argv);
     let out = Command::new("perf")
         .args(["script", "-F", "comm,ip,sym", "-i"])
         .arg(&data)
