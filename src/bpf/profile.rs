@@ -306,12 +306,7 @@ impl<'obj> ProfileProgram<'obj> {
             return Ok(());
         };
         self.links.extend(links);
-        let bss = self
-            .skel
-            .maps
-            .bss_data
-            .as_deref_mut()
-            .context("BPF object has no .bss")?;
+        let bss = self.bss_mut()?;
         // SAFETY: a plain store into the mmapped .bss; the program reads it.
         unsafe { std::ptr::write_volatile(&mut bss.layout_gens_on, 1) };
         Ok(())
@@ -339,16 +334,20 @@ impl<'obj> ProfileProgram<'obj> {
             Some(n) => n,
             None => self.measure_skip(symbolizer, verbose)?,
         };
-        let bss = self
-            .skel
-            .maps
-            .bss_data
-            .as_deref_mut()
-            .context("BPF object has no .bss")?;
+        let bss = self.bss_mut()?;
         bss.kernel_skip = skip;
         // SAFETY: a plain store into the mmapped .bss; the program reads it.
         unsafe { std::ptr::write_volatile(&mut bss.offcpu_armed, 1) };
         Ok(skip)
+    }
+
+    /// The program's mmapped .bss, where user space sets what it reads.
+    fn bss_mut(&mut self) -> Result<&mut super::skel::profile::types::bss> {
+        self.skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .context("BPF object has no .bss")
     }
 
     fn measure_skip(&mut self, symbolizer: &Symbolizer, verbose: bool) -> Result<u32> {
