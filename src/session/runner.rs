@@ -113,14 +113,18 @@ impl<'t> Runner<'t> {
         let mut next = Instant::now() + tick;
         let mut last = Instant::now();
         loop {
-            let wait = next.saturating_duration_since(Instant::now());
+            // Rounded up: a timeout never ends the wait before `next`.
+            let wait_ms = next
+                .saturating_duration_since(Instant::now())
+                .as_micros()
+                .div_ceil(1000);
             // SAFETY: fds is a valid array of fds.len() pollfd; a signal
             // (EINTR) or a timeout just ends the wait.
             unsafe {
                 libc::poll(
                     fds.as_mut_ptr(),
                     fds.len() as libc::nfds_t,
-                    wait.as_millis() as i32,
+                    wait_ms.min(i32::MAX as u128) as i32,
                 )
             };
             let since = last.elapsed();
