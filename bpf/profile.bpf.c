@@ -599,6 +599,12 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 
 		if (!layout_gens_on)
 			return store_user_stack(ctx, st, slot);
+		/* A 32-bit task's (ia32, x32) syscalls do not fire the syscalls
+		 * tracepoints (trace_get_syscall_nr skips compat ones): its
+		 * mmaps would leave the generation alone. Its address space
+		 * ends at 4 GiB. */
+		if (mm->task_size <= (1ULL << 32))
+			return store_user_stack(ctx, st, slot);
 		g = layout_gen_of((__u64)mm);
 		if (!g || g->busy)
 			return store_user_stack(ctx, st, slot);

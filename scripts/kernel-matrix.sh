@@ -152,6 +152,10 @@ if [ -f fixtures/unwind.c ]; then
     gcc -O2 -g -fomit-frame-pointer -o "$root/bprof/fx/fx_unwind" fixtures/unwind.c \
         -L"$root/bprof/fx" -lfx_unwind -Wl,-rpath,/bprof/fx
 fi
+# A 32-bit task without libc (no i386 libc needed), where gcc can build it.
+gcc -m32 -nostdlib -static -no-pie -fno-pic -O1 -g -fno-omit-frame-pointer \
+    -o "$root/bprof/fx/fx_spin32" fixtures/spin32.c 2>/dev/null ||
+    echo "kernel-matrix: gcc -m32 failed: no compat check" >&2
 cp scripts/kmatrix-guest.sh "$root/bprof/smoke.sh"
 # Debugging: BPROF_KMATRIX_EXTRA=FILE runs that shell script in each guest
 # after the suite (its output lands in the log).
@@ -160,7 +164,8 @@ if [ -n "${BPROF_KMATRIX_EXTRA:-}" ]; then
 fi
 # Shared libraries at the paths the dynamic loader looks for them.
 for bin in "$root"/bprof/bprof "$root"/bprof/fx/fx_*; do
-    LD_LIBRARY_PATH=$root/bprof/fx ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'
+    # (ldd fails on a static fixture: it has no libraries)
+    LD_LIBRARY_PATH=$root/bprof/fx ldd "$bin" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' || true
 done | sort -u | while read -r lib; do
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
@@ -194,6 +199,7 @@ chmod 0755 "$root/init"
 
 # --- Boot each kernel. --------------------------------------------------------
 checks=(shares aggregation cache command pid filter offcpu stat)
+[ -x "$root/bprof/fx/fx_spin32" ] && checks+=(compat)
 [ -f fixtures/unwind.c ] && checks+=(unwind)
 declare -A res detail
 names=()

@@ -146,6 +146,35 @@ else
     refused cache $T/swap.e
 fi
 
+# 2c. A 32-bit task: its syscalls (compat) never reach the syscalls
+#     tracepoints, so on kernels without mm_lock_seq (6.1 to 6.3) bprof's
+#     generation cannot see its mmaps and its raw stacks must not be cached;
+#     the kernel's own generation (6.4 on) covers it like any task.
+if [ -x $FX/fx_spin32 ]; then
+    if $B -F 999 -f -v --call-graph fp -- $FX/fx_spin32 >$T/s32.f 2>$T/s32.e; then
+        tot=$(fsum $T/s32.f fx_spin32)
+        s=$(fsum $T/s32.f fx_spin32 spin32)
+        cached=$(awk '/user stacks from the cache/ { print $NF }' $T/s32.e)
+        kv=$(uname -r | awk -F. '{ print $1 * 1000 + $2 }')
+        if [ "$kv" -lt 6004 ]; then
+            want="none from the cache"
+            cache_ok=$([ "$cached" = 0 ] && echo y)
+        else
+            want="at least half from the cache"
+            cache_ok=$([ -n "$cached" ] && [ $((cached * 2)) -ge "$tot" ] && echo y)
+        fi
+        if [ "$tot" -ge 300 ] && [ $((s * 10)) -ge $((tot * 9)) ] && [ "$cache_ok" = y ] &&
+            totals_ok $T/s32.f $T/s32.e; then
+            result compat PASS "$tot samples, $(pct "$s" "$tot")% in spin32, $cached from the cache ($want)"
+        else
+            result compat FAIL "$tot samples, $s in spin32 (want >= 90%), '$cached' from the cache (want $want)"
+            show $T/s32.e
+        fi
+    else
+        refused compat $T/s32.e
+    fi
+fi
+
 # 3. -- CMD: bprof exits with the command's status.
 $B -F 99 -f -- sh -c 'exit 3' >$T/cmd.f 2>$T/cmd.e
 rc=$?
