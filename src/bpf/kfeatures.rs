@@ -16,6 +16,9 @@ use crate::bpf::skel::probe::ProbeSkelBuilder;
 /// A kernel feature one of bprof's programs needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Feature {
+    /// The kernel's own BTF (`/sys/kernel/btf/vmlinux`): CO-RE relocations,
+    /// tp_btf and the BTF helpers all need it.
+    KernelBtf,
     /// BPF programs attached to perf events (samples).
     PerfEventProgs,
     /// BTF-typed tracepoints (`tp_btf/`), for the scheduler and fork hooks.
@@ -33,6 +36,7 @@ pub(crate) enum Feature {
 
 /// What the profile program needs.
 pub(crate) const PROFILE: &[Feature] = &[
+    Feature::KernelBtf,
     Feature::PerfEventProgs,
     Feature::TpBtf,
     Feature::AtomicFetch,
@@ -42,7 +46,7 @@ pub(crate) const PROFILE: &[Feature] = &[
 ];
 
 /// What `bprof stat` needs.
-pub(crate) const STAT: &[Feature] = &[Feature::TpBtf];
+pub(crate) const STAT: &[Feature] = &[Feature::KernelBtf, Feature::TpBtf];
 
 /// The oldest kernel the qemu matrix (scripts/kernel-matrix.sh) passed.
 pub(crate) const TESTED_SINCE: &str = "6.1";
@@ -51,6 +55,9 @@ impl Feature {
     /// How a user would look the feature up, and the release that added it.
     pub(crate) fn describe(self) -> &'static str {
         match self {
+            Feature::KernelBtf => {
+                "kernel BTF (/sys/kernel/btf/vmlinux: CONFIG_DEBUG_INFO_BTF, Linux 5.4)"
+            }
             Feature::PerfEventProgs => "perf_event BPF programs (Linux 4.9)",
             Feature::TpBtf => "BTF tracepoints (tp_btf, Linux 5.5)",
             Feature::AtomicFetch => "BPF atomic fetch operations (Linux 5.12)",
@@ -65,6 +72,7 @@ impl Feature {
     pub(crate) fn present(self) -> Option<bool> {
         let helper = |id| ProgramType::PerfEvent.is_helper_supported(id).ok();
         match self {
+            Feature::KernelBtf => Some(std::path::Path::new("/sys/kernel/btf/vmlinux").exists()),
             Feature::PerfEventProgs => ProgramType::PerfEvent.is_supported().ok(),
             Feature::TpBtf => Some(probe_program(Probe::TpBtf)),
             Feature::AtomicFetch => Some(probe_program(Probe::AtomicFetch)),
@@ -100,10 +108,21 @@ fn probe_program(which: Probe) -> bool {
 
 /// The features of `needs` this kernel lacks.
 pub(crate) fn missing(needs: &[Feature]) -> Vec<Feature> {
+    missing_of(needs, Feature::present)
+}
+
+/// The features of `needs` that `present` says are missing. Without kernel
+/// BTF only that is named: the other probes need it to load at all, so
+/// their failures would name features (tp_btf on a 6.x kernel built
+/// without BTF) the kernel does have.
+fn missing_of(needs: &[Feature], present: impl Fn(Feature) -> Option<bool>) -> Vec<Feature> {
+    if needs.contains(&Feature::KernelBtf) && present(Feature::KernelBtf) == Some(false) {
+        return vec![Feature::KernelBtf];
+    }
     needs
         .iter()
         .copied()
-        .filter(|f| f.present() == Some(false))
+        .filter(|&f| present(f) == Some(false))
         .collect()
 }
 
@@ -174,5 +193,22 @@ mod tests {
         }
         // 6.18 has per-VMA locks: the kernel's generation is used.
         assert!(kernel_has_layout_seq());
+    }
+
+    /// A kernel without BTF is told that, not a list of BTF-based features
+    /// whose probes failed only for want of it; with BTF, every missing
+    /// feature is named (what the 5.10 guest of the kernel matrix prints).
+    #[test]
+    fn missing_btf_is_named_alone() {
+        let no_btf = |f| Some(f != Feature::KernelBtf && f != Feature::TpBtf);
+        assert_eq!(missing_of(PROFILE, no_btf), [Feature::KernelBtf]);
+        assert_eq!(missing_of(STAT, no_btf), [Feature::KernelBtf]);
+        let old = |f| Some(!matches!(f, Feature::AtomicFetch | Feature::BpfLoop));
+        assert_eq!(
+            missing_of(PROFILE, old),
+            [Feature::AtomicFetch, Feature::BpfLoop]
+        );
+        // A probe that cannot tell (None) names nothing.
+        assert!(missing_of(PROFILE, |_| None).is_empty());
     }
 }
