@@ -155,6 +155,9 @@ if [ -x $FX/fx_spin32 ]; then
         tot=$(fsum $T/s32.f fx_spin32)
         s=$(fsum $T/s32.f fx_spin32 spin32)
         cached=$(awk '/user stacks from the cache/ { print $NF }' $T/s32.e)
+        # Uncached on 6.1, its frame-pointer stacks still share ids by
+        # content: the aggregation the issue found missing on 6.1.
+        u=$(summary $T/s32.e " unique stacks")
         kv=$(uname -r | awk -F. '{ print $1 * 1000 + $2 }')
         if [ "$kv" -lt 6004 ]; then
             want="none from the cache"
@@ -164,10 +167,11 @@ if [ -x $FX/fx_spin32 ]; then
             cache_ok=$([ -n "$cached" ] && [ $((cached * 2)) -ge "$tot" ] && echo y)
         fi
         if [ "$tot" -ge 300 ] && [ $((s * 10)) -ge $((tot * 9)) ] && [ "$cache_ok" = y ] &&
+            [ -n "$u" ] && [ $((u * 10)) -le "$tot" ] &&
             totals_ok $T/s32.f $T/s32.e; then
-            result compat PASS "$tot samples, $(pct "$s" "$tot")% in spin32, $cached from the cache ($want)"
+            result compat PASS "$tot samples, $u unique stacks, $(pct "$s" "$tot")% in spin32, $cached from the cache ($want)"
         else
-            result compat FAIL "$tot samples, $s in spin32 (want >= 90%), '$cached' from the cache (want $want)"
+            result compat FAIL "$tot samples, '$u' unique stacks (want <= 10%), $s in spin32 (want >= 90%), '$cached' from the cache (want $want)"
             show $T/s32.e
         fi
     else
