@@ -204,6 +204,7 @@ chmod 0755 "$root/init"
 checks=(shares aggregation cache command pid filter offcpu stat)
 [ -x "$root/bprof/fx/fx_spin32" ] && checks+=(compat)
 [ -f fixtures/unwind.c ] && checks+=(unwind)
+checks+=(notrace)
 declare -A res detail
 names=()
 fail=0

@@ -131,6 +131,9 @@ pub struct ProfileProgram<'obj> {
     pub collector: Collector,
     /// The kernel keeps no layout generation: bprof's own is attached.
     layout_gens: bool,
+    /// bprof's own generation was wanted but its tracepoints would not
+    /// attach (no tracefs): the raw-stack cache is off.
+    layout_gens_missing: bool,
 }
 
 /// Routes libbpf's messages: silent unless `-v`, since a failure is
@@ -196,8 +199,10 @@ impl<'obj> ProfileProgram<'obj> {
         if !opts.mode.off_cpu() {
             open.progs.offcpu_switch.set_autoload(false);
         }
-        // No kernel layout generation (6.1 to 6.3): bprof keeps its own.
-        let layout_gens = opts.user_stacks && !kfeatures::kernel_has_layout_seq();
+        // No kernel layout generation (6.1 to 6.3): bprof keeps its own,
+        // for the raw-stack cache of frame-pointer walks (dwarf stacks are
+        // not cached: the tracepoints would only slow every syscall down).
+        let layout_gens = opts.user_stacks && !dwarf && !kfeatures::kernel_has_layout_seq();
         if !layout_gens {
             open.progs.layout_enter.set_autoload(false);
             open.progs.layout_exit.set_autoload(false);
@@ -222,6 +227,7 @@ impl<'obj> ProfileProgram<'obj> {
             links: Vec::new(),
             collector,
             layout_gens,
+            layout_gens_missing: false,
         };
         for &tgid in &opts.tgids {
             prog.add_tgid(tgid, TargetFrom::Now)?;
@@ -311,6 +317,7 @@ impl<'obj> ProfileProgram<'obj> {
             })
             .collect();
         let Ok(links) = links else {
+            self.layout_gens_missing = true;
             return Ok(());
         };
         self.links.extend(links);
@@ -318,6 +325,13 @@ impl<'obj> ProfileProgram<'obj> {
         // SAFETY: a plain store into the mmapped .bss; the program reads it.
         unsafe { std::ptr::write_volatile(&mut bss.layout_gens_on, 1) };
         Ok(())
+    }
+
+    /// Whether bprof's own layout generation was needed (6.1 to 6.3,
+    /// `--call-graph fp`) but could not attach: then every user stack takes
+    /// the build-ID walk. Known once [`Self::attach`] has run.
+    pub fn layout_gens_missing(&self) -> bool {
+        self.layout_gens_missing
     }
 
     /// Attaches the off-CPU program and measures how many BPF and tracepoint

@@ -371,6 +371,11 @@ fn attach(
         eprintln!("bprof: no hardware PMU here: {}", no_pmu.join("; "));
     }
     prog.attach(fds, settings.program.follow_children)?;
+    if prog.layout_gens_missing() {
+        eprintln!(
+            "bprof: no syscall tracepoints (is tracefs mounted?): on this kernel every user stack takes the build-ID walk, uncached"
+        );
+    }
     if mode.off_cpu() {
         let skip = prog.attach_offcpu(settings.stack_skip, symbolizer, settings.verbose)?;
         if settings.verbose {
