@@ -636,6 +636,13 @@ fn pprof_with_f_and_svg_of_one_run_holds_the_same_stacks_and_labels_each_task() 
             "sample {i}"
         );
     }
+    // Functions carry their source file (and the line, from DWARF).
+    let text = go_pprof(&["-raw"], &pb);
+    assert!(
+        text.lines()
+            .any(|l| l.contains(" heavy ") && l.contains("fixtures/work631.c:")),
+        "no source file for heavy:\n{text}"
+    );
     let tags = go_pprof(&["-tags"], &pb);
     assert!(
         tags.contains("pid:") && tags.contains(&pid.to_string()),
