@@ -39,10 +39,7 @@ fn core_copy_in(dir: &Path, live: &Path, addrs: &[u64]) -> Option<PathBuf> {
         Some(r) => r,
         None => write_copy(&dir_fd, dir, &name, live)?,
     };
-    addrs
-        .iter()
-        .all(|&a| (lo..hi).contains(&a))
-        .then_some(path)
+    addrs.iter().all(|&a| (lo..hi).contains(&a)).then_some(path)
 }
 
 /// The text range a copy covers: its first line is `_stext`, its last
@@ -76,7 +73,12 @@ fn write_copy(dir_fd: &File, dir: &Path, name: &str, live: &Path) -> Option<(u64
         // Module symbols carry a fourth field ("[ext4]").
         w.next().is_none().then_some((addr, sym, l))
     });
-    let find = |want: &str| parsed.clone().find(|&(_, s, _)| s == want).map(|(a, _, _)| a);
+    let find = |want: &str| {
+        parsed
+            .clone()
+            .find(|&(_, s, _)| s == want)
+            .map(|(a, _, _)| a)
+    };
     let (lo, hi) = (find("_stext")?, find("_etext")?);
     if lo == 0 || lo >= hi {
         // Addresses hidden (kptr_restrict) or nonsense: no copy.
@@ -192,10 +194,54 @@ ffffffffc0000000 t mod_fn\t[ext4]
         // A copy without its closing _etext line is not trusted; it is rewritten.
         std::fs::write(&live, LIVE).unwrap();
         let p = core_copy_in(&state, &live, &[0xffffffff81000150]).unwrap();
-        let cut = std::fs::read_to_string(&p).unwrap().replace("ffffffff81002000 T _etext\n", "");
+        let cut = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("ffffffff81002000 T _etext\n", "");
         std::fs::write(&p, cut).unwrap();
         assert_eq!(read_range(&p), None);
         assert!(core_copy_in(&state, &live, &[0xffffffff81000150]).is_some());
         assert!(read_range(&p).is_some());
+    }
+
+    /// On this machine's kernel: every core text address gets the same name
+    /// from the copy as from the live file (skipped where addresses are hidden).
+    #[test]
+    fn the_copy_names_core_addresses_as_the_live_file_does() {
+        use blazesym::symbolize::source::{Kernel, Source};
+        use blazesym::symbolize::{Input, Symbolizer};
+        use blazesym::MaybeDefault;
+
+        let d = scratch("live");
+        let live = Path::new("/proc/kallsyms");
+        let Some((lo, hi)) = write_copy(
+            &crate::fsafe::private_dir(&d.join("state")).unwrap(),
+            &d.join("state"),
+            "copy",
+            live,
+        ) else {
+            eprintln!("skipped: kernel addresses are hidden here (not root?)");
+            return;
+        };
+        // Spread over the whole text, and each a few bytes into a function.
+        let addrs: Vec<u64> = (0..2000u64)
+            .map(|i| lo + (hi - lo) / 2000 * i + 5)
+            .collect();
+        let names = |kallsyms: MaybeDefault<PathBuf>| -> Vec<Option<String>> {
+            let src = Source::Kernel(Kernel {
+                kallsyms,
+                vmlinux: MaybeDefault::None,
+                ..Default::default()
+            });
+            Symbolizer::new()
+                .symbolize(&src, Input::AbsAddr(&addrs))
+                .unwrap()
+                .into_iter()
+                .map(|s| s.into_sym().map(|s| s.name.into_owned()))
+                .collect()
+        };
+        let from_copy = names(MaybeDefault::Some(d.join("state").join("copy")));
+        let from_live = names(MaybeDefault::Default);
+        assert_eq!(from_copy.iter().flatten().count(), addrs.len());
+        assert_eq!(from_copy, from_live);
     }
 }
