@@ -52,7 +52,7 @@ struct AggKey {
     tgid: u32,
     tid: u32,
     cgroup: u64,
-    comm: [i8; 16],
+    comm: [i8; crate::bpf::abi::COMM_LEN],
     off_cpu: bool,
     kernel: StackRef,
     user: StackRef,
