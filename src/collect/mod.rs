@@ -633,7 +633,9 @@ mod tests {
         // as the suite skips its BPF tests, instead of failing.
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("collect: not root, batch_read_returns_every_entry_of_a_large_hash_map skipped");
+            eprintln!(
+                "collect: not root, batch_read_returns_every_entry_of_a_large_hash_map skipped"
+            );
             return;
         }
         // 20,000 entries in 256-entry batches: the kernel ends many batches

@@ -469,7 +469,10 @@ mod tests {
         let said = format!("at most {max} (1 GiB)");
         assert!(help.contains(&said), "--help does not say '{said}'");
         let readme = include_str!("../../README.md");
-        assert!(readme.contains(&format!("at most {max} ")), "README's bound");
+        assert!(
+            readme.contains(&format!("at most {max} ")),
+            "README's bound"
+        );
         refused(&["nan"], "invalid duration 'nan'");
         refused(&["1e30"], "invalid duration '1e30'");
         refused(&["-p", "0"], "PID");
