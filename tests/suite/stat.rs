@@ -205,6 +205,7 @@ fn instructions_of_a_known_loop() {
 }
 
 #[test]
+// Long on purpose: ten sessions started, checked while sharing, then each one's counts checked.
 fn ten_sessions_share_one_set_of_counters_and_stay_exact() {
     root_or_skip!();
     let _g = exclusive();
@@ -314,6 +315,7 @@ fn counts_with_and_without_sharing_agree() {
 }
 
 #[test]
+// Long on purpose: the three scopes (-p, --, -C) one after another, each a few lines of setup and checks.
 fn pid_children_and_cpu_scopes() {
     root_or_skip!();
     let _g = exclusive();
