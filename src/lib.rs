@@ -1,7 +1,7 @@
 //! bprof: a Linux sampling profiler that counts stacks inside the kernel
 //! with BPF.
 //!
-//! The folders follow the pipeline (README, "Architecture"): [`target`],
+//! The folders follow the pipeline (README, "Architecture"): `target`,
 //! `events` and `filter` say what to watch → `bpf` loads the programs and
 //! creates the maps → [`collect`] drains the maps into stacks and counts →
 //! `unwind` feeds unwind tables to the BPF walker (`--call-graph dwarf`) →
