@@ -149,8 +149,7 @@ fn hostile_a_killed_profile_leaves_the_old_output_whole() {
         .arg(&bin)
         .arg("5")
         .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     wait_ready(&ready, &mut b);
     let _ = (b.kill(), b.wait());
     assert_eq!(std::fs::read_to_string(&out_file).unwrap(), "old 1\n");
@@ -229,8 +228,7 @@ fn hostile_sighup_writes_the_outputs_and_stops_the_command() {
             fixture("work631").display()
         ))
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     let pid = wait_for_pid(&pidf);
     wait_ready(&ready, &mut b);
     // Recording time, not a barrier: the outputs must hold samples.
@@ -283,8 +281,7 @@ fn hostile_a_command_ignoring_sigterm_gets_sigkill_and_dies_with_bprof() {
             pidf.display()
         ))
         .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     let pid = wait_for_pid(&pidf);
     let _ = (b.kill(), b.wait());
     assert!(gone(pid), "the command outlived a killed bprof");

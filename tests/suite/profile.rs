@@ -206,8 +206,7 @@ fn short_lived_process_is_named_after_it_exited() {
         .arg("5")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     wait_ready(&ready, &mut prof);
     for _ in 0..40 {
         assert!(Command::new(&bin).status().unwrap().success());
@@ -427,8 +426,7 @@ fn sigint_still_writes_every_output_and_leaves_nothing() {
         .arg("--ready-file")
         .arg(&ready)
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     wait_ready(&ready, &mut child);
     // Recording time, not a barrier: the outputs must hold samples.
     std::thread::sleep(Duration::from_millis(1000));
@@ -627,8 +625,7 @@ fn more_than_20000_distinct_stacks_all_counted() {
         ])
         .arg(&data)
         .args(["--", "sleep", "6"])
-        .spawn()
-        .expect("start perf record");
+        .spawn_guarded();
     let out = run(bprof()
         .args(["-v", "-F", "4999", "-d", "6", "-p", &pid, "-o"])
         .arg(&out_file));
@@ -677,7 +674,7 @@ fn more_than_20000_distinct_stacks_all_counted() {
 }
 
 /// The self share of leaf() once `perf` (recording into `data`) ends.
-fn perf_leaf_share(mut perf: std::process::Child, data: &std::path::Path) -> f64 {
+fn perf_leaf_share(mut perf: Spawned, data: &std::path::Path) -> f64 {
     let st = perf.wait().expect("wait for perf record");
     assert!(st.success(), "perf record failed: {st}");
     let rep = Command::new("perf")

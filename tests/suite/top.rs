@@ -216,8 +216,7 @@ fn top_shows_631_like_a_folded_profile_and_its_keys_work() {
         .arg("8")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     wait_ready(&ready, &mut folded);
     // 3-second refreshes: enough samples for shares within a few points
     // even when other work on the machine takes half the workload's CPU.
