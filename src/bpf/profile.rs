@@ -202,7 +202,15 @@ impl<'obj> ProfileProgram<'obj> {
             open.progs.layout_enter.set_autoload(false);
             open.progs.layout_exit.set_autoload(false);
         }
-        let skel = open.load().map_err(load_error)?;
+        // The features are probed only when the load fails: the probes cost
+        // ~15 ms of loading and BTF parsing that a working kernel never needs.
+        let skel = match open.load() {
+            Ok(skel) => skel,
+            Err(e) => {
+                kfeatures::check(kfeatures::PROFILE)?;
+                return Err(load_error(e));
+            }
+        };
         let collector = Collector::new(
             &skel.maps.count_slot,
             n,

@@ -88,7 +88,6 @@ struct Recorded {
 // Long on purpose: the profile's stages in order (load, record, drain, symbolize, write, report); each is a call, the rest hands values between them.
 pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     crate::bpf::preflight::check()?;
-    crate::bpf::kfeatures::check(crate::bpf::kfeatures::PROFILE)?;
     let files = Files::create(&settings)?;
     let cpus = if settings.target.cpus.is_empty() {
         sampling::online_cpus()?
@@ -590,6 +589,16 @@ fn try_start_counts<'obj>(
 ) -> Result<Option<StatProgram<'obj>>> {
     let specs = EventSpec::parse_list("cycles,instructions")?;
     let online = sampling::online_cpus()?;
+    // No PMU (most VMs): say so without loading and verifying the counting
+    // program, ~10 ms of CPU that would count nothing.
+    let first = online.first().copied().unwrap_or(0);
+    let unsupported = |s: &EventSpec| {
+        s.open_on_cpu(first)
+            .is_err_and(|e| crate::events::not_supported(&e))
+    };
+    if specs.iter().all(unsupported) {
+        return Ok(None);
+    }
     let scope = Scope {
         cpus: settings.target.cpus.clone(),
         pids: settings.target.pids.clone(),

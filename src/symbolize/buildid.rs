@@ -139,15 +139,42 @@ impl<'a> FileFinder<'a> {
             .collect();
         let (own, others): (Vec<Mapping>, Vec<Mapping>) =
             mappings.into_iter().partition(|m| m.pid == tgid);
-        for p in own.iter().flat_map(|m| candidates(m, true)) {
+        // The process's own files first, with or without an ID from the side
+        // band (a process running before the profile is known from /proc).
+        let own_unknown = self
+            .index
+            .without_build_id
+            .iter()
+            .filter(|m| m.pid == tgid)
+            .cloned();
+        let own: Vec<PathBuf> = own
+            .into_iter()
+            .chain(own_unknown)
+            .flat_map(|m| candidates(&m, true))
+            .collect();
+        for p in own {
             if self.build_id_of(&p).as_ref() == Some(id) {
                 return Some(p);
             }
         }
         let uid = uid_of(tgid);
-        let trusted =
-            |p: &Path| fs::metadata(p).is_ok_and(|m| m.uid() == 0 || Some(m.uid()) == uid);
+        let owner = |p: &Path| fs::metadata(p).map_or(u32::MAX, |m| m.uid());
+        let trusted = |p: &Path| {
+            let o = owner(p);
+            o == 0 || Some(o) == uid
+        };
+        // Root's files first, so a user's copy never wins when root has one.
         let mut paths: Vec<PathBuf> = others.iter().flat_map(|m| candidates(m, true)).collect();
+        paths.sort_by_key(|p| owner(p));
+        // A root-owned file the kernel saw mapped with this ID is as good as
+        // any: no need to read the build ID of every other known file.
+        if let Some(p) = paths
+            .iter()
+            .take_while(|p| owner(p) == 0)
+            .find(|p| self.build_id_of(p).as_ref() == Some(id))
+        {
+            return Some(p.clone());
+        }
         if self.table.is_none() {
             self.build_table();
         }
@@ -159,8 +186,7 @@ impl<'a> FileFinder<'a> {
                 .flatten()
                 .cloned(),
         );
-        // Root's files first, so a user's copy never wins when root has one.
-        paths.sort_by_key(|p| fs::metadata(p).map_or(u32::MAX, |m| m.uid()));
+        paths.sort_by_key(|p| owner(p));
         paths
             .into_iter()
             .find(|p| trusted(p) && self.build_id_of(p).as_ref() == Some(id))

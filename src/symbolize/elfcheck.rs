@@ -6,10 +6,10 @@
 //! So every size that leads to an allocation is checked here first, with
 //! the `object` crate, and a file that fails costs only its own frames.
 
-use std::io::Read;
 use std::path::Path;
 
 use object::read::elf::{CompressionHeader, FileHeader, SectionHeader};
+use object::read::{ReadCache, ReadRef};
 
 /// The largest section bprof lets blazesym decompress.
 pub const MAX_DECOMPRESSED: u64 = 512 << 20;
@@ -31,7 +31,7 @@ pub type Reason = String;
 pub fn check(path: &Path) -> Result<(), Reason> {
     // Opened as untrusted input: a FIFO renamed over a mapped library must
     // not hang bprof, nor a symlink lead it elsewhere.
-    let mut checked = crate::fsafe::open_untrusted(path, crate::fsafe::Owner::Any, MAX_FILE)
+    let checked = crate::fsafe::open_untrusted(path, crate::fsafe::Owner::Any, MAX_FILE)
         .map_err(|e| e.to_string())?;
     // A file already checked is not read again (a live view symbolizes
     // every refresh; reading a 150 MB library each time cost most of its CPU).
@@ -39,12 +39,10 @@ pub fn check(path: &Path) -> Result<(), Reason> {
     if let Some(r) = id.and_then(|id| CHECKED.with(|c| c.borrow().get(&id).cloned())) {
         return r;
     }
-    let mut data = Vec::new();
-    checked
-        .file
-        .read_to_end(&mut data)
-        .map_err(|e| e.to_string())?;
-    let r = check_bytes(&data);
+    // Only the headers, compression headers and notes are read, not the
+    // whole file: a profile's 200 MB libLLVM costs a few pages, not 200 MB.
+    let data = ReadCache::new(checked.file);
+    let r = check_data(&data);
     if let Some(id) = id {
         CHECKED.with(|c| {
             let mut c = c.borrow_mut();
@@ -91,21 +89,30 @@ thread_local! {
 }
 
 /// Checks an ELF image in memory.
+#[cfg(test)]
 pub fn check_bytes(data: &[u8]) -> Result<(), Reason> {
-    if !data.starts_with(b"\x7fELF") {
-        return Err(NOT_ELF.into());
-    }
-    match data.get(4) {
-        Some(2) => check_elf::<object::elf::FileHeader64<object::Endianness>>(data),
-        Some(1) => check_elf::<object::elf::FileHeader32<object::Endianness>>(data),
+    check_data(data)
+}
+
+fn check_data<'data, R: ReadRef<'data>>(data: R) -> Result<(), Reason> {
+    match data.read_bytes_at(0, 5) {
+        Ok([0x7f, b'E', b'L', b'F', 2]) => {
+            check_elf::<object::elf::FileHeader64<object::Endianness>, R>(data)
+        }
+        Ok([0x7f, b'E', b'L', b'F', 1]) => {
+            check_elf::<object::elf::FileHeader32<object::Endianness>, R>(data)
+        }
         _ => Err(NOT_ELF.into()),
     }
 }
 
-fn check_elf<H: FileHeader<Endian = object::Endianness>>(data: &[u8]) -> Result<(), Reason> {
+fn check_elf<'data, H: FileHeader<Endian = object::Endianness>, R: ReadRef<'data>>(
+    data: R,
+) -> Result<(), Reason> {
     let bad = |what: &str, e: object::Error| format!("{what}: {e}");
     let header = H::parse(data).map_err(|e| bad("ELF header", e))?;
     let endian = header.endian().map_err(|e| bad("ELF header", e))?;
+    let len = data.len().map_err(|()| "unreadable size".to_string())?;
     let sections = header
         .sections(endian, data)
         .map_err(|e| bad("section headers", e))?;
@@ -113,10 +120,12 @@ fn check_elf<H: FileHeader<Endian = object::Endianness>>(data: &[u8]) -> Result<
         .program_headers(endian, data)
         .map_err(|e| bad("program headers", e))?;
     for (i, s) in sections.iter().enumerate() {
-        // Every section that has bytes in the file must lie within it.
-        if s.sh_type(endian) != object::elf::SHT_NOBITS {
-            s.data(endian, data)
-                .map_err(|e| bad(&format!("section {i}"), e))?;
+        // Every section that has bytes in the file must lie within it
+        // (checked by its range: reading it would read the whole file).
+        if let Some((offset, size)) = s.file_range(endian) {
+            if offset.checked_add(size).is_none_or(|end| end > len) {
+                return Err(format!("section {i}: outside the file"));
+            }
         }
         let entsize: u64 = s.sh_entsize(endian).into();
         if matches!(

@@ -11,6 +11,7 @@ pub(crate) mod debuginfod;
 pub(crate) mod elfcheck;
 pub(crate) mod jit;
 pub(crate) mod jitdump;
+pub(crate) mod kallsyms;
 pub(crate) mod perfmap;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -724,8 +725,15 @@ fn symbolize_kernel(
     if addrs.is_empty() {
         return Vec::new();
     }
-    // kallsyms only: reading a vmlinux image would be slow and is rarely present.
+    // kallsyms only: reading a vmlinux image would be slow and is rarely
+    // present. The per-boot copy of the core text's symbols when it covers
+    // every address: the live file costs ~40 ms of the kernel's time to print.
+    let kallsyms = match kallsyms::core_copy_for(addrs) {
+        Some(copy) => MaybeDefault::Some(copy),
+        None => MaybeDefault::Default,
+    };
     let kernel = Kernel {
+        kallsyms,
         vmlinux: MaybeDefault::None,
         ..Default::default()
     };
