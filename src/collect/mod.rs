@@ -633,9 +633,10 @@ mod tests {
         // as the suite skips its BPF tests, instead of failing.
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!(
-                "collect: not root, batch_read_returns_every_entry_of_a_large_hash_map skipped"
-            );
+            // On the real stderr: libtest hides a passing test's eprintln.
+            let msg = b"bprof unit tests: not root, so batch_read_returns_every_entry_of_a_large_hash_map (a real BPF map) is skipped\n";
+            // SAFETY: writing a valid buffer to fd 2.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
             return;
         }
         // 20,000 entries in 256-entry batches: the kernel ends many batches
