@@ -19,6 +19,8 @@ struct Raw {
     period: u64,
     /// Values, location ids (leaf first), comm label.
     samples: Vec<(Vec<u64>, Vec<u64>, String)>,
+    /// Each sample's numeric labels (pid, tid), in `samples`' order.
+    tasks: Vec<(Option<u64>, Option<u64>)>,
     /// Location id → (mapping id, (name, system name) innermost first).
     locations: HashMap<u64, (u64, Vec<(String, String)>)>,
     /// Mapping id → (file, build ID).
@@ -90,8 +92,15 @@ fn pprof_raw(file: &Path) -> Raw {
                 if let Some(comm) = t.split("comm:[").nth(1) {
                     let comm = comm.split(']').next().unwrap_or_default();
                     raw.samples.last_mut().unwrap().2 = comm.to_string();
+                } else if t.starts_with("pid:[") || t.starts_with("tid:[") {
+                    // Numeric labels share their own line: `pid:[1] tid:[2]`.
+                    let num = |key: &str| {
+                        let v = t.split(&format!("{key}:[")).nth(1)?;
+                        v.split(']').next()?.parse::<u64>().ok()
+                    };
+                    *raw.tasks.last_mut().unwrap() = (num("pid"), num("tid"));
                 } else if t.contains(":[") {
-                    // Other labels (pid, tid, cgroup).
+                    // Other string labels (cgroup).
                 } else if let Some((vals, ids)) = t.split_once(':') {
                     if let Ok(v) = vals
                         .split_whitespace()
@@ -100,6 +109,7 @@ fn pprof_raw(file: &Path) -> Raw {
                     {
                         let ids = ids.split_whitespace().map(|i| i.parse().unwrap());
                         raw.samples.push((v, ids.collect(), String::new()));
+                        raw.tasks.push((None, None));
                     }
                 }
             }
@@ -558,5 +568,86 @@ fn pprof_labels_each_sample_with_its_cgroup() {
     assert!(
         rest.contains("heavy") && !rest.contains("spin_rust"),
         "{rest}"
+    );
+}
+
+/// The flame graph's samples per frame name, summed over its frames (from
+/// inferno's `<title>NAME (N samples, P%)</title>`).
+fn svg_counts(svg: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for t in svg.split("<title>").skip(1) {
+        let t = t.split("</title>").next().unwrap();
+        let Some((name, rest)) = t.rsplit_once(" (") else {
+            continue;
+        };
+        let Some(n) = rest.split(' ').next() else {
+            continue;
+        };
+        if let Ok(n) = n.replace(',', "").parse::<u64>() {
+            *out.entry(name.to_string()).or_default() += n;
+        }
+    }
+    out
+}
+
+#[test]
+fn pprof_with_f_and_svg_of_one_run_holds_the_same_stacks_and_labels_each_task() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("pprof-all-outputs");
+    let work = Workload::start(Command::new(fixture("work631")).arg("10"));
+    let pid = work.id();
+    let (pb, svg) = (dir.join("out.pb.gz"), dir.join("out.svg"));
+    // Three outputs of one recording, of one known process (-o instead of
+    // -f: the other tests here).
+    let out = run(bprof()
+        .args(["-F", "199", "-p", &pid.to_string(), "-f", "--pprof"])
+        .arg(&pb)
+        .arg("--svg")
+        .arg(&svg)
+        .arg("1.5"));
+    drop(work);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let file = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let folded = folded_map(&file);
+    let total = assert_totals(&stderr, &file);
+    assert!(total > 100, "{total} samples of 1.5 s at 199 Hz");
+    let raw = pprof_raw(&pb);
+    assert_eq!(refold(&raw, 0), folded, "--pprof and -f differ");
+    // The flame graph: its root holds every sample, each function what the
+    // folded lines holding it do (work631's functions do not recurse).
+    let flame = svg_counts(&std::fs::read_to_string(&svg).unwrap());
+    assert_eq!(flame.get("all"), Some(&total), "{flame:?}");
+    for f in ["main", "heavy", "medium", "light"] {
+        let want: u64 = file
+            .iter()
+            .filter(|l| l.frames.iter().any(|x| x == f))
+            .map(|l| l.count)
+            .sum();
+        assert!(want > 0, "no {f} in {file:?}");
+        assert_eq!(flame.get(f), Some(&want), "{f}: {flame:?}");
+    }
+    // Every pprof sample carries the process's pid and its (only) thread's
+    // tid, as labels pprof reads back.
+    assert_eq!(raw.tasks.len(), raw.samples.len());
+    for (i, t) in raw.tasks.iter().enumerate() {
+        assert_eq!(
+            *t,
+            (Some(u64::from(pid)), Some(u64::from(pid))),
+            "sample {i}"
+        );
+    }
+    // Functions carry their source file (and the line, from DWARF).
+    let text = go_pprof(&["-raw"], &pb);
+    assert!(
+        text.lines()
+            .any(|l| l.contains(" heavy ") && l.contains("fixtures/work631.c:")),
+        "no source file for heavy:\n{text}"
+    );
+    let tags = go_pprof(&["-tags"], &pb);
+    assert!(
+        tags.contains("pid:") && tags.contains(&pid.to_string()),
+        "{tags}"
     );
 }

@@ -327,6 +327,78 @@ fn top_shows_631_like_a_folded_profile_and_its_keys_work() {
     check_final_totals(&err);
 }
 
+/// The pids the processes panel lists (the left half of its rows).
+fn process_panel_pids(screen: &str) -> Vec<u32> {
+    screen
+        .lines()
+        .skip_while(|l| !l.contains(" processes "))
+        .skip(2)
+        .take_while(|l| !l.starts_with('└'))
+        .filter_map(|l| l.split('│').nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn top_off_cpu_takes_targets_and_filters_as_a_profile_does() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("top_offcpu");
+    let bin = fixture("spinsleep");
+    // Two targets; the filter keeps one. Each blocks half its time, all
+    // of it under sleep_phase, and never blocks while spinning.
+    let kept = Workload::start(Command::new(&bin).arg("40"));
+    let dropped = Workload::start(Command::new(&bin).arg("40"));
+    let t = Tmux::new("offcpu");
+    let err = dir.join("top.err");
+    let first = start_top(
+        &t,
+        &format!(
+            "--off-cpu -p {},{} --filter 'tid == {}' -d 2",
+            kept.id(),
+            dropped.id(),
+            kept.id()
+        ),
+        "",
+        &err,
+    );
+    assert!(first.contains("off-CPU time"), "{first}");
+    let before = since_start(&first).unwrap().0;
+    // The next refresh: a whole 2 s interval.
+    let screen = t.wait_for("the next refresh", Duration::from_secs(10), |s| {
+        since_start(s).is_some_and(|c| c.0 > before)
+    });
+    let (counted, shown) = since_start(&screen).unwrap();
+    assert_eq!(counted, shown, "{screen}");
+    assert!(screen.contains("us blocked"), "{screen}");
+    // About half of 2 s blocked (more when the CPUs are busy: waiting to run
+    // again after the sleep counts too).
+    let us = interval_total(&screen).unwrap();
+    assert!(
+        (600_000..=1_900_000).contains(&us),
+        "{us} us blocked of 2 s:\n{screen}"
+    );
+    let rows = function_rows(&screen);
+    assert_eq!(rows.iter().map(|r| r.2).sum::<u64>(), us, "{screen}");
+    let total = |name: &str| rows.iter().find(|r| r.4 == name).map_or(0.0, |r| r.1);
+    assert!(total("sleep_phase") > 95.0, "{screen}");
+    assert!(total("main") > 95.0, "{screen}");
+    assert!(total("spin_phase") < 5.0, "{screen}");
+    // The filter in the kernel: only the kept process is listed.
+    assert_eq!(process_panel_pids(&screen), [kept.id()], "{screen}");
+
+    t.keys(&["q"]);
+    assert_eq!(
+        exit_status(&t),
+        0,
+        "{}",
+        std::fs::read_to_string(&err).unwrap()
+    );
+    check_final_totals(&err);
+    let text = std::fs::read_to_string(&err).unwrap();
+    assert!(text.contains("us blocked counted"), "{text}");
+    drop((kept, dropped));
+}
+
 #[test]
 fn top_restores_the_terminal_on_ctrl_c_sigterm_and_panic() {
     root_or_skip!();
