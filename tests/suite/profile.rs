@@ -608,7 +608,7 @@ fn more_than_20000_distinct_stacks_all_counted() {
     // 2^17 paths, two threads at 4999 Hz: nearly every sample is a new
     // stack, more than the default 16384-entry maps hold at once. perf
     // records the same run, so both see the same machine load.
-    let w = Workload::start(Command::new(&bin).args(["9", "2", "17"]));
+    let w = Workload::start(Command::new(&bin).args(["11", "2", "17"]));
     let pid = w.id().to_string();
     let data = dir.join("perf.data");
     let perf = Command::new("perf")
@@ -624,10 +624,12 @@ fn more_than_20000_distinct_stacks_all_counted() {
             "-o",
         ])
         .arg(&data)
-        .args(["--", "sleep", "6"])
+        .args(["--", "sleep", "8"])
         .spawn_guarded();
+    // 8 s: on a loaded machine the two threads get about half their time,
+    // and 6 s then gave 19 000 distinct stacks, not the > 20 000 wanted.
     let out = run(bprof()
-        .args(["-v", "-F", "4999", "-d", "6", "-p", &pid, "-o"])
+        .args(["-v", "-F", "4999", "-d", "8", "-p", &pid, "-o"])
         .arg(&out_file));
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{stderr}");
