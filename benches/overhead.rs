@@ -85,6 +85,7 @@ fn fixture(name: &str) -> PathBuf {
     out
 }
 
+// Long on purpose: the baseline, bprof, its floor and perf alternate inside one loop (so drift hits them alike), then tables 1 and 4 from the same runs.
 fn bench_cost(work: &Path) {
     let tmp = std::env::temp_dir().join("bprof-bench-perf.data");
     let (mut base, mut ours, mut perf, mut perf_nog) = (vec![], vec![], vec![], vec![]);
@@ -351,7 +352,8 @@ fn bpf_cost(args: &[&str], work: &Path) -> f64 {
     num("run_time_ns") / num("run_cnt") / 1000.0
 }
 
-fn bench_filter_and_stat(work: &Path, pingpong: &Path) {
+/// 5a: the sampling program's cost per sample, kept or dropped by filters.
+fn bench_filter_cost(work: &Path) {
     let old = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
     let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
     println!("## 5a. Sampling program cost per sample (kernel BPF statistics, -F 4999)\n");
@@ -375,7 +377,14 @@ fn bench_filter_and_stat(work: &Path, pingpong: &Path) {
         println!("| {label} | {:.2} |", bpf_cost(&a, work));
     }
     let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", old.trim());
-    println!("\n## 5b. Counting overhead on a context-switch-heavy workload (pingpong on one CPU, median of {RUNS})\n");
+    println!();
+}
+
+/// 5b: what counting costs a context-switch-heavy workload, bprof stat
+/// against perf stat.
+// Long on purpose: one table, system-wide rows then per-target rows, all against the same baseline runs.
+fn bench_stat(pingpong: &Path) {
+    println!("## 5b. Counting overhead on a context-switch-heavy workload (pingpong on one CPU, median of {RUNS})\n");
     // Both processes on one CPU: every round is two local context switches,
     // not cross-CPU wake-ups whose cost depends on what the other CPU does.
     let rounds = "300000";
@@ -489,6 +498,7 @@ fn main() {
         bench_rss(&work);
     }
     if run("filter") {
-        bench_filter_and_stat(&work, &pingpong);
+        bench_filter_cost(&work);
+        bench_stat(&pingpong);
     }
 }

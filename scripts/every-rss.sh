@@ -50,7 +50,7 @@ else
 	set -- "$secs" -- sh "$out/workload.sh"
 fi
 target/release/bprof -v -F 999 --every "$every" --pprof "$out/files/%n.pb.gz" \
-	-o "$out/files/%n.folded" "$@" 2>"$out/stderr.txt" &
+	-o "$out/files/%n.folded" --stats-json "$out/stats.json" "$@" 2>"$out/stderr.txt" &
 bprof=$!
 clk=$(getconf CLK_TCK)
 : >"$out/rss.tsv"
@@ -72,16 +72,16 @@ if [ -n "$work" ]; then
 	wait 2>/dev/null || true
 fi
 # A command stopped at the end of DURATION exits with its signal's status.
-if ! grep -q ' unique stacks' "$out/stderr.txt"; then
+# The numbers come from --stats-json, not from the human summary line.
+if [ ! -s "$out/stats.json" ]; then
 	echo "bprof failed ($status):"; tail -5 "$out/stderr.txt"; exit 1
 fi
 
-summary=$(grep ' unique stacks' "$out/stderr.txt")
-samples=$(echo "$summary" | sed 's/^bprof: \([0-9]*\) samples.*/\1/')
-lost=$(echo "$summary" | sed 's/.*, \([0-9]*\) lost,.*/\1/')
+samples=$(jq '.samples.counted_weight' "$out/stats.json")
+lost=$(jq '.samples.lost' "$out/stats.json")
 folded=$(cat "$out"/files/*.folded | awk '{s += $NF} END {print s + 0}')
 files=$(ls "$out"/files/*.pb.gz | wc -l)
-echo "$summary"
+grep ' unique stacks' "$out/stderr.txt" || true
 grep -E ' files written| drains read ' "$out/stderr.txt" || true
 echo "intervals: $files pprof files; folded total $folded, samples $samples, lost $lost"
 echo "bprof CPU: $(cat "$out/cpu.txt") s over $secs s"

@@ -5,13 +5,14 @@
 # for the symbolization tests, golang-go for go tool pprof reading --pprof
 # output, qemu and a static busybox for the kernel matrix
 # (scripts/kernel-matrix.sh), tmux for the `bprof top` terminal tests,
-# python3 for the unwinder benchmark (scripts/bench-unwind.sh).
+# python3 for the unwinder benchmark (scripts/bench-unwind.sh), jq for
+# the benchmarks reading bprof's --stats-json (scripts/longrun.sh, every-rss.sh).
 # xz-utils (Debian's xz and liblzma, stripped, without frame pointers) for
 # the --call-graph dwarf test of a packaged binary and its library.
 # Idempotent and quiet.
 set -euo pipefail
 pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc binutils bpftool linux-perf util-linux debuginfod golang-go
-    qemu-system-x86 busybox-static tmux xz-utils python3)
+    qemu-system-x86 busybox-static tmux xz-utils python3 jq)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

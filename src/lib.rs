@@ -1,12 +1,13 @@
 //! bprof: a Linux sampling profiler that counts stacks inside the kernel
 //! with BPF.
 //!
-//! The folders follow the pipeline (see ARCHITECTURE.md): [`target`] and
-//! `events` say what to watch → `bpf` loads the programs and owns the maps →
-//! [`collect`] drains the maps into stacks and counts → [`symbolize`] names
-//! the frames → `output` writes folded stacks, SVG, report and stat text.
-//! `session` drives one profile or `bprof stat` run; the binary is a thin
-//! wrapper around [`run`].
+//! The folders follow the pipeline (README, "Architecture"): `target`,
+//! `events` and `filter` say what to watch → `bpf` loads the programs and
+//! creates the maps → [`collect`] drains the maps into stacks and counts →
+//! `unwind` feeds unwind tables to the BPF walker (`--call-graph dwarf`) →
+//! [`symbolize`] names the frames → `output` writes folded stacks, SVG,
+//! pprof, report and stat text. `session` drives one profile, `bprof stat`
+//! or `bprof top`; the binary is a thin wrapper around [`run`].
 //!
 //! The public surface is what the benches and tests reach: the raw stacks,
 //! the side band's mappings and the symbolizer. Everything else is crate

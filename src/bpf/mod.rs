@@ -1,4 +1,5 @@
-//! The BPF side: the only code that loads programs or touches maps.
+//! The BPF side: the only code that loads or attaches programs; collect/
+//! and unwind/ read and write maps through handles borrowed from here.
 //!
 //! [`profile`] is the sampling program (on-CPU, off-CPU, fork following),
 //! [`abi`] the constants and layouts shared with the programs,

@@ -215,20 +215,26 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex) {
         return;
     }
     if kind == pb::PERF_RECORD_EXIT {
-        // {pid, ppid, tid, ptid, time}: the process is gone when its main
-        // thread is.
-        let (pid, tid) = (u32_at(rec, 8), u32_at(rec, 16));
-        if pid == tid && rec.len() >= 24 {
-            index.jit.on_exit(pid);
-            if index.queue_mappings {
-                index.exits.push(pid);
-            }
+        on_exit(rec, index);
+    } else if kind == pb::PERF_RECORD_MMAP2 && rec.len() >= 73 {
+        on_mmap2(rec, misc, index);
+    }
+}
+
+/// {pid, ppid, tid, ptid, time}: the process is gone when its main thread is.
+fn on_exit(rec: &[u8], index: &mut MmapIndex) {
+    let (pid, tid) = (u32_at(rec, 8), u32_at(rec, 16));
+    if pid == tid && rec.len() >= 24 {
+        index.jit.on_exit(pid);
+        if index.queue_mappings {
+            index.exits.push(pid);
         }
-        return;
     }
-    if kind != pb::PERF_RECORD_MMAP2 || rec.len() < 73 {
-        return;
-    }
+}
+
+/// A new mapping: indexed by build ID (or path), queued for the unwinder,
+/// or noted as JIT code. `rec` is at least 73 bytes.
+fn on_mmap2(rec: &[u8], misc: u16, index: &mut MmapIndex) {
     let pid = u32_at(rec, 8);
     let name = &rec[72..];
     let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];

@@ -155,7 +155,7 @@ pub enum Value {
     /// A cgroup path below the cgroup v2 root, starting with '/'.
     Path(String),
     /// A thread name, NUL-padded as the kernel stores it.
-    Comm([u8; 16]),
+    Comm([u8; crate::bpf::abi::COMM_LEN]),
     /// A mode.
     Mode(CpuMode),
 }

@@ -216,7 +216,7 @@ impl Parser<'_> {
                 if name.contains('\0') {
                     return self.err("comm name contains a NUL byte", col);
                 }
-                let mut comm = [0u8; 16];
+                let mut comm = [0u8; crate::bpf::abi::COMM_LEN];
                 comm[..name.len()].copy_from_slice(name.as_bytes());
                 Value::Comm(comm)
             }

@@ -685,6 +685,7 @@ mod tests {
     }
 
     #[test]
+    // Long on purpose: one decoded profile checked table by table (mappings, locations, samples, references).
     fn a_profile_round_trips_through_prost_with_every_reference_resolvable() {
         let (stacks, frames) = sample_frames();
         let meta = Meta {

@@ -409,6 +409,9 @@ struct Unwritten {
     folded: Option<std::path::PathBuf>,
     pprof: Option<std::path::PathBuf>,
     svg: Option<std::path::PathBuf>,
+    /// stdout's reader went away (`| head`): said by the exit, after the
+    /// summary, which stderr still takes.
+    stdout_closed: Option<anyhow::Error>,
 }
 
 impl Unwritten {
@@ -425,7 +428,7 @@ impl Unwritten {
                 path.display()
             );
         }
-        Ok(())
+        self.stdout_closed.map_or(Ok(()), Err)
     }
 }
 
@@ -444,6 +447,7 @@ fn write_outputs(
         folded: None,
         pprof: None,
         svg: None,
+        stdout_closed: None,
     };
     if let Some(f) = files.folded {
         if lines.is_empty() {
@@ -482,16 +486,16 @@ fn write_outputs(
             writeln!(w)
         })?;
     }
-    if settings.folded_stdout {
-        folded::write(&mut io::stdout().lock(), lines)
-            .context("writing folded stacks to stdout")?;
-    }
-    if !settings.folded_stdout
-        && settings.folded_file.is_none()
-        && settings.svg.is_none()
-        && settings.pprof.is_none()
-    {
-        report::write(&mut io::stdout().lock(), stacks, None).context("writing the report")?;
+    let written = if settings.folded_stdout {
+        folded::write(&mut io::stdout().lock(), lines).context("writing folded stacks to stdout")
+    } else if settings.folded_file.is_none() && settings.svg.is_none() && settings.pprof.is_none() {
+        report::write(&mut io::stdout().lock(), stacks, None).context("writing the report")
+    } else {
+        Ok(())
+    };
+    match written {
+        Err(e) if crate::output::file::is_broken_pipe(&e) => unwritten.stdout_closed = Some(e),
+        other => other?,
     }
     Ok(unwritten)
 }

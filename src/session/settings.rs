@@ -462,6 +462,17 @@ mod tests {
             &["--stack-storage-size", &(max + 1).to_string()],
             "invalid --stack-storage-size",
         );
+        // --help and the README state the bound as a number: it must be this one.
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        let said = format!("at most {max} (1 GiB)");
+        assert!(help.contains(&said), "--help does not say '{said}'");
+        let readme = include_str!("../../README.md");
+        assert!(
+            readme.contains(&format!("at most {max} ")),
+            "README's bound"
+        );
         refused(&["nan"], "invalid duration 'nan'");
         refused(&["1e30"], "invalid duration '1e30'");
         refused(&["-p", "0"], "PID");

@@ -131,19 +131,15 @@ impl StatSettings {
         if !t.command.is_empty() && self.scope.follow_children {
             format!("'{}'", t.command.join(" "))
         } else if !t.pids.is_empty() {
-            format!("process id '{}'", join(&t.pids))
+            format!("process id '{}'", crate::target::id_list(&t.pids))
         } else if !t.tids.is_empty() {
-            format!("thread id '{}'", join(&t.tids))
+            format!("thread id '{}'", crate::target::id_list(&t.tids))
         } else if !t.cpus.is_empty() {
-            format!("'CPU(s) {}'", join(&t.cpus))
+            format!("'CPU(s) {}'", crate::target::id_list(&t.cpus))
         } else {
             "'system wide'".into()
         }
     }
-}
-
-fn join(v: &[u32]) -> String {
-    v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
 /// Runs the count; returns the exit code (the command's, if any).

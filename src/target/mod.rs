@@ -32,16 +32,16 @@ impl Target {
             parts.push(format!("command '{}'", self.command.join(" ")));
         }
         if !self.pids.is_empty() {
-            parts.push(format!("PID {}", join(&self.pids)));
+            parts.push(format!("PID {}", id_list(&self.pids)));
         }
         if !self.tids.is_empty() {
-            parts.push(format!("TID {}", join(&self.tids)));
+            parts.push(format!("TID {}", id_list(&self.tids)));
         }
         if parts.is_empty() {
             parts.push("all processes".into());
         }
         if !self.cpus.is_empty() {
-            parts.push(format!("on CPU {}", join(&self.cpus)));
+            parts.push(format!("on CPU {}", id_list(&self.cpus)));
         }
         parts.join(", ")
     }
@@ -68,7 +68,7 @@ impl Target {
         }
         for &cpu in &self.cpus {
             if !online.contains(&cpu) {
-                bail!("CPU {cpu} is not online (online: {})", join(online));
+                bail!("CPU {cpu} is not online (online: {})", id_list(online));
             }
         }
         if let Some(cmd) = self.command.first() {
@@ -90,7 +90,8 @@ fn is_thread_not_process(pid: u32) -> bool {
         .is_some_and(|tgid| tgid != pid)
 }
 
-fn join(v: &[u32]) -> String {
+/// Ids comma-separated, as `-p`, `-L` and `-C` take them.
+pub(crate) fn id_list(v: &[u32]) -> String {
     v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 

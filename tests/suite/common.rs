@@ -371,6 +371,65 @@ impl Drop for Workload {
     }
 }
 
+/// A spawned process (bprof, perf, a fixture) that is stopped and reaped
+/// when the test ends however it ends: a failed assert must not leave a
+/// profiler sampling the machine under the next test. bprof gets SIGTERM
+/// first, so it stops its own command as it does on Ctrl-C.
+pub struct Spawned(Option<std::process::Child>);
+
+/// `Command::spawn` returning a [`Spawned`] guard.
+pub trait SpawnGuarded {
+    /// Spawns, panicking with the program's name if that fails.
+    fn spawn_guarded(&mut self) -> Spawned;
+}
+
+impl SpawnGuarded for Command {
+    fn spawn_guarded(&mut self) -> Spawned {
+        let child = self
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {:?}: {e}", self.get_program()));
+        Spawned(Some(child))
+    }
+}
+
+impl Spawned {
+    /// `Child::wait_with_output`, which takes the child by value.
+    pub fn wait_with_output(mut self) -> std::io::Result<Output> {
+        self.0.take().expect("not yet waited").wait_with_output()
+    }
+}
+
+impl std::ops::Deref for Spawned {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        self.0.as_ref().expect("not yet waited")
+    }
+}
+
+impl std::ops::DerefMut for Spawned {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        self.0.as_mut().expect("not yet waited")
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let Some(c) = self.0.as_mut() else {
+            return;
+        };
+        if matches!(c.try_wait(), Ok(None)) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while matches!(c.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let _ = c.kill();
+        }
+        let _ = c.wait();
+    }
+}
+
 /// A cgroup v2 directory for one test: its processes are killed and the
 /// directory removed when the test ends.
 pub struct TestCgroup {

@@ -149,8 +149,7 @@ fn hostile_a_killed_profile_leaves_the_old_output_whole() {
         .arg(&bin)
         .arg("5")
         .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     wait_ready(&ready, &mut b);
     let _ = (b.kill(), b.wait());
     assert_eq!(std::fs::read_to_string(&out_file).unwrap(), "old 1\n");
@@ -163,20 +162,35 @@ fn hostile_a_closed_pipe_is_success_and_stops_the_command() {
     let dir = scratch("hostile_pipe");
     let pidf = dir.join("pid");
     let svg = dir.join("f.svg");
+    let json = dir.join("stats.json");
+    // The reader is gone before bprof writes (`true` reads nothing), so the
+    // write to stdout fails for certain; `head -1` would take a first line
+    // that may well fit in the pipe buffer along with the rest.
     let cmd = format!(
-        "{} --no-counts -F 499 -f --svg {} -- sh -c 'echo $$ > {}; exec {} 1' | head -1 > /dev/null; exit ${{PIPESTATUS[0]}}",
+        "{} --no-counts -F 499 -f --svg {} --stats-json {} -- sh -c 'echo $$ > {}; exec {} 1' | true; exit ${{PIPESTATUS[0]}}",
         env!("CARGO_BIN_EXE_bprof"),
         svg.display(),
+        json.display(),
         pidf.display(),
         fixture("work631").display()
     );
     let out = run(Command::new("timeout").args(["-s", "KILL", "60", "bash", "-c", &cmd]));
-    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
     assert!(gone(wait_for_pid(&pidf)));
-    assert!(
-        std::fs::metadata(&svg).unwrap().len() > 1000,
-        "the file still written"
-    );
+    // Files are written before stdout: the closed pipe costs none of them,
+    // and the summary still goes to stderr; the graph holds every sample.
+    let (samples, lost, _) = summary_numbers(&err);
+    assert_eq!(lost, 0, "{err}");
+    let graph = std::fs::read_to_string(&svg).unwrap();
+    let in_graph: u64 = graph
+        .split_once("total_samples=\"")
+        .and_then(|(_, r)| r.split('"').next()?.parse().ok())
+        .expect("the flame graph still written, with its total");
+    assert_eq!(in_graph, samples, "{err}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(summary["samples"]["counted"], samples);
 
     // bprof stat printing intervals into a closed pipe: stops, exit 0, the
     // command is not left running.
@@ -214,8 +228,7 @@ fn hostile_sighup_writes_the_outputs_and_stops_the_command() {
             fixture("work631").display()
         ))
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     let pid = wait_for_pid(&pidf);
     wait_ready(&ready, &mut b);
     // Recording time, not a barrier: the outputs must hold samples.
@@ -268,8 +281,7 @@ fn hostile_a_command_ignoring_sigterm_gets_sigkill_and_dies_with_bprof() {
             pidf.display()
         ))
         .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     let pid = wait_for_pid(&pidf);
     let _ = (b.kill(), b.wait());
     assert!(gone(pid), "the command outlived a killed bprof");

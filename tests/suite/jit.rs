@@ -84,8 +84,7 @@ fn held_env(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("run bprof");
+        .spawn_guarded();
     let mut stderr_pipe = child.stderr.take().unwrap();
     let stderr_thread = std::thread::spawn(move || {
         let mut s = String::new();
@@ -546,8 +545,7 @@ fn hostile_a_fifo_does_not_hang_a_profile_of_a_live_pid() {
         .args(["3", "nh"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     let mut first = String::new();
     BufReader::new(jit.stdout.take().unwrap())
         .read_line(&mut first)

@@ -225,6 +225,7 @@ fn free_port() -> u16 {
 }
 
 #[test]
+// Long on purpose: one server set-up, then fetch, cached, dead server: each step needs the one before.
 fn debuginfod_fetches_and_caches_missing_debug_info_and_a_dead_server_costs_a_bounded_wait() {
     root_or_skip!();
     if Command::new("debuginfod")

@@ -62,6 +62,7 @@ fn parse_line(text: &str) -> (String, String) {
     (name.to_string(), sys.to_string())
 }
 
+// Long on purpose: one pass over `go tool pprof -raw`, a case per section of its text.
 fn pprof_raw(file: &Path) -> Raw {
     let text = go_pprof(&["-raw"], file);
     let mut raw = Raw::default();
@@ -430,6 +431,7 @@ fn pprof_keeps_mangled_names_and_inlined_functions() {
 }
 
 #[test]
+// Long on purpose: one run's files checked in turn (each interval, how they tile, their sum).
 fn every_interval_gets_its_own_files_and_together_they_hold_every_sample() {
     root_or_skip!();
     let _g = exclusive();

@@ -206,8 +206,7 @@ fn short_lived_process_is_named_after_it_exited() {
         .arg("5")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     wait_ready(&ready, &mut prof);
     for _ in 0..40 {
         assert!(Command::new(&bin).status().unwrap().success());
@@ -427,8 +426,7 @@ fn sigint_still_writes_every_output_and_leaves_nothing() {
         .arg("--ready-file")
         .arg(&ready)
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     wait_ready(&ready, &mut child);
     // Recording time, not a barrier: the outputs must hold samples.
     std::thread::sleep(Duration::from_millis(1000));
@@ -610,7 +608,7 @@ fn more_than_20000_distinct_stacks_all_counted() {
     // 2^17 paths, two threads at 4999 Hz: nearly every sample is a new
     // stack, more than the default 16384-entry maps hold at once. perf
     // records the same run, so both see the same machine load.
-    let w = Workload::start(Command::new(&bin).args(["9", "2", "17"]));
+    let w = Workload::start(Command::new(&bin).args(["11", "2", "17"]));
     let pid = w.id().to_string();
     let data = dir.join("perf.data");
     let perf = Command::new("perf")
@@ -626,11 +624,12 @@ fn more_than_20000_distinct_stacks_all_counted() {
             "-o",
         ])
         .arg(&data)
-        .args(["--", "sleep", "6"])
-        .spawn()
-        .expect("start perf record");
+        .args(["--", "sleep", "8"])
+        .spawn_guarded();
+    // 8 s: on a loaded machine the two threads get about half their time,
+    // and 6 s then gave 19 000 distinct stacks, not the > 20 000 wanted.
     let out = run(bprof()
-        .args(["-v", "-F", "4999", "-d", "6", "-p", &pid, "-o"])
+        .args(["-v", "-F", "4999", "-d", "8", "-p", &pid, "-o"])
         .arg(&out_file));
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{stderr}");
@@ -677,7 +676,7 @@ fn more_than_20000_distinct_stacks_all_counted() {
 }
 
 /// The self share of leaf() once `perf` (recording into `data`) ends.
-fn perf_leaf_share(mut perf: std::process::Child, data: &std::path::Path) -> f64 {
+fn perf_leaf_share(mut perf: Spawned, data: &std::path::Path) -> f64 {
     let st = perf.wait().expect("wait for perf record");
     assert!(st.success(), "perf record failed: {st}");
     let rep = Command::new("perf")

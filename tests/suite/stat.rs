@@ -205,6 +205,7 @@ fn instructions_of_a_known_loop() {
 }
 
 #[test]
+// Long on purpose: ten sessions started, checked while sharing, then each one's counts checked.
 fn ten_sessions_share_one_set_of_counters_and_stay_exact() {
     root_or_skip!();
     let _g = exclusive();
@@ -224,8 +225,7 @@ fn ten_sessions_share_one_set_of_counters_and_stay_exact() {
                 ])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
+                .spawn_guarded()
         })
         .collect();
     // Ready when every session holds the shared array: read from the
@@ -300,8 +300,7 @@ fn counts_with_and_without_sharing_agree() {
         .args(["stat", "-e", "task-clock", "-a", "5", "--ready-file"])
         .arg(&ready)
         .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     wait_ready(&ready, &mut other);
     let shared = task_clock_of(&bin, &["1"]);
     interrupt(other.id());
@@ -314,6 +313,7 @@ fn counts_with_and_without_sharing_agree() {
 }
 
 #[test]
+// Long on purpose: the three scopes (-p, --, -C) one after another, each a few lines of setup and checks.
 fn pid_children_and_cpu_scopes() {
     root_or_skip!();
     let _g = exclusive();
@@ -548,8 +548,7 @@ fn stale_pins_of_a_crashed_session_are_replaced() {
         .args(["stat", "-e", "task-clock", "-a", "30", "--ready-file"])
         .arg(&ready)
         .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     wait_ready(&ready, &mut crashed);
     // SIGKILL: a crash, which cannot clean up.
     let _ = (crashed.kill(), crashed.wait());
@@ -728,8 +727,7 @@ fn hostile_a_session_in_a_pid_namespace_keeps_the_host_sessions_pins() {
         .arg(&ready)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     wait_ready(&ready, &mut host);
     // Inside a new PID namespace the host session's pid means nothing.
     let inner = run(Command::new("timeout")
@@ -772,8 +770,7 @@ fn hostile_modes_do_not_depend_on_the_umask() {
         ))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     wait_ready(&ready, &mut s);
     let mode = |p: &str| std::fs::symlink_metadata(p).unwrap().mode() & 0o777;
     let (dir, state, pin) = (

@@ -195,6 +195,7 @@ fn check_final_totals(err: &Path) {
 }
 
 #[test]
+// Long on purpose: one live view driven through its keys in order; each step reads the screen the last one left.
 fn top_shows_631_like_a_folded_profile_and_its_keys_work() {
     root_or_skip!();
     let _g = exclusive();
@@ -215,8 +216,7 @@ fn top_shows_631_like_a_folded_profile_and_its_keys_work() {
         .arg("8")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn_guarded();
     wait_ready(&ready, &mut folded);
     // 3-second refreshes: enough samples for shares within a few points
     // even when other work on the machine takes half the workload's CPU.
