@@ -1,12 +1,14 @@
 //! A per-boot copy of the core kernel's symbols.
 //!
 //! Reading /proc/kallsyms makes the kernel print ~120 000 lines, about 40 ms
-//! of system CPU here and most of a short profile's symbolization. The core
-//! kernel's text (`[_stext, _etext)`) does not change while the machine is up,
-//! so its symbols are copied once per boot into root's private state
-//! directory, and a profile whose kernel frames all lie there hands blazesym
-//! that copy: a read from the page cache. Any other kernel address (modules,
-//! BPF programs, trampolines: these come and go) means the live file.
+//! of system CPU here, and blazesym then parses them all: most of a short
+//! profile's symbolization. The core kernel's text (`[_stext, _etext)`) does
+//! not change while the machine is up, so its symbols are copied once per
+//! boot into root's private state directory. A profile whose kernel frames
+//! all lie there hands blazesym a kallsyms of just the symbols those frames
+//! resolve to: the same names, for a few hundred lines. Any other kernel
+//! address (modules, BPF programs, trampolines: these come and go) means
+//! the live file.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -20,13 +22,35 @@ fn copy_name(boot_id: &str) -> String {
     format!("kallsyms-core-{boot_id}")
 }
 
-/// The copy to symbolize `addrs` with, or `None` for the live
+/// The copy's first line, before the symbols: `HEADER lo hi`.
+const HEADER: &str = "bprof-core-text";
+
+/// A kallsyms file of the symbols some addresses resolve to, removed when
+/// dropped (blazesym reads it whole when it first symbolizes with it).
+pub(crate) struct Selected {
+    path: PathBuf,
+}
+
+impl Selected {
+    /// The file to hand blazesym.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Selected {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The symbols `addrs` resolve to, from the copy, or `None` for the live
 /// /proc/kallsyms: an address outside the core text, or no copy possible.
-pub(crate) fn core_copy_for(addrs: &[u64]) -> Option<PathBuf> {
+pub(crate) fn core_copy_for(addrs: &[u64]) -> Option<Selected> {
     core_copy_in(Path::new(STATE_DIR), Path::new("/proc/kallsyms"), addrs)
 }
 
-fn core_copy_in(dir: &Path, live: &Path, addrs: &[u64]) -> Option<PathBuf> {
+fn core_copy_in(dir: &Path, live: &Path, addrs: &[u64]) -> Option<Selected> {
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let boot_id = boot_id.trim();
     if boot_id.is_empty() || !boot_id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
@@ -34,35 +58,103 @@ fn core_copy_in(dir: &Path, live: &Path, addrs: &[u64]) -> Option<PathBuf> {
     }
     let dir_fd = crate::fsafe::private_dir(dir).ok()?;
     let name = copy_name(boot_id);
-    let path = dir.join(&name);
-    let (lo, hi) = match read_range(&path) {
-        Some(r) => r,
-        None => write_copy(&dir_fd, dir, &name, live)?,
+    let copy = match read_copy(&dir.join(&name)) {
+        Some(c) => c,
+        None => {
+            write_copy(&dir_fd, dir, &name, live)?;
+            read_copy(&dir.join(&name))?
+        }
     };
-    addrs.iter().all(|&a| (lo..hi).contains(&a)).then_some(path)
+    let (lo, hi) = parse_header(&copy)?;
+    if !addrs.iter().all(|&a| (lo..hi).contains(&a)) {
+        return None;
+    }
+    let text = select(&copy, addrs)?;
+    let tmp = format!(".kallsyms-selected.{}.{}", std::process::id(), unique());
+    let selected = Selected {
+        path: dir.join(&tmp),
+    };
+    crate::fsafe::private_file(&dir_fd, &tmp)
+        .and_then(|mut f| {
+            f.set_len(0)?;
+            f.write_all(text.as_bytes())
+        })
+        .ok()?;
+    Some(selected)
 }
 
-/// The text range a copy covers: its first line is `_stext`, its last
-/// `_etext` (as [`write_copy`] writes them); `None` for anything else.
-fn read_range(path: &Path) -> Option<(u64, u64)> {
+/// A number no other selection of this process has used.
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn read_copy(path: &Path) -> Option<String> {
     let mut text = String::new();
-    // Only root can write in the private directory; the checks are for a
-    // copy cut short (a crash while writing cannot leave one: it is renamed
-    // into place whole).
+    // Only root can write in the private directory; a copy is renamed into
+    // place whole, so a bad header means another program's file.
     File::open(path).ok()?.read_to_string(&mut text).ok()?;
-    let sym = |line: &str, want: &str| {
-        let mut w = line.split_ascii_whitespace();
-        let addr = u64::from_str_radix(w.next()?, 16).ok()?;
-        (w.next().is_some() && w.next()? == want).then_some(addr)
-    };
-    let lo = sym(text.lines().next()?, "_stext")?;
-    let hi = sym(text.lines().next_back()?, "_etext")?;
+    parse_header(&text)?;
+    Some(text)
+}
+
+/// The text range of a copy, from its first line.
+fn parse_header(copy: &str) -> Option<(u64, u64)> {
+    let mut w = copy.lines().next()?.split_ascii_whitespace();
+    (w.next()? == HEADER).then_some(())?;
+    let lo = u64::from_str_radix(w.next()?, 16).ok()?;
+    let hi = u64::from_str_radix(w.next()?, 16).ok()?;
     (lo != 0 && lo < hi).then_some((lo, hi))
 }
 
+/// The lines of the symbols blazesym would resolve `addrs` to: for each,
+/// every symbol at the address of the last symbol at or below it (blazesym
+/// names the first of equal ones, so the whole group keeps its order). No
+/// other symbol lies between such a group and its address, so the selection
+/// resolves each address exactly as the full table does.
+fn select(copy: &str, addrs: &[u64]) -> Option<String> {
+    let syms: Vec<(u64, &str)> = copy
+        .lines()
+        .skip(1)
+        .map(|l| {
+            Some((
+                u64::from_str_radix(l.split_ascii_whitespace().next()?, 16).ok()?,
+                l,
+            ))
+        })
+        .collect::<Option<_>>()?;
+    let mut groups: Vec<usize> = addrs
+        .iter()
+        .filter_map(|&a| {
+            let at = syms.partition_point(|&(s, _)| s <= a).checked_sub(1)?;
+            let g = syms[at].0;
+            Some(
+                syms[..at]
+                    .iter()
+                    .rposition(|&(s, _)| s != g)
+                    .map_or(0, |i| i + 1),
+            )
+        })
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let mut out = String::new();
+    for start in groups {
+        let g = syms[start].0;
+        for &(_, l) in syms[start..].iter().take_while(|&&(s, _)| s == g) {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    Some(out)
+}
+
 /// Copies the core text's symbols of `live` into `dir/name` (through a
-/// temporary file renamed into place) and returns their range.
-fn write_copy(dir_fd: &File, dir: &Path, name: &str, live: &Path) -> Option<(u64, u64)> {
+/// temporary file renamed into place): a header with their range, then
+/// their lines ordered by address as blazesym orders them (a stable sort,
+/// so symbols at one address keep the kernel's order).
+fn write_copy(dir_fd: &File, dir: &Path, name: &str, live: &Path) -> Option<()> {
     let mut text = String::new();
     File::open(live).ok()?.read_to_string(&mut text).ok()?;
     let parsed = text.lines().filter_map(|l| {
@@ -85,17 +177,16 @@ fn write_copy(dir_fd: &File, dir: &Path, name: &str, live: &Path) -> Option<(u64
         return None;
     }
     let mut lines: Vec<(u64, &str)> = parsed
-        .filter(|&(a, s, _)| (lo..hi).contains(&a) && s != "_stext")
+        .filter(|&(a, _, _)| (lo..hi).contains(&a))
         .map(|(a, _, l)| (a, l))
         .collect();
     lines.sort_by_key(|&(a, _)| a);
     let mut out = String::with_capacity(text.len());
-    out.push_str(&format!("{lo:016x} T _stext\n"));
+    out.push_str(&format!("{HEADER} {lo:016x} {hi:016x}\n"));
     for (_, l) in lines {
         out.push_str(l);
         out.push('\n');
     }
-    out.push_str(&format!("{hi:016x} T _etext\n"));
     let tmp = format!(".{name}.{}.tmp", std::process::id());
     let written = crate::fsafe::private_file(dir_fd, &tmp).and_then(|mut f| {
         f.set_len(0)?;
@@ -107,7 +198,7 @@ fn write_copy(dir_fd: &File, dir: &Path, name: &str, live: &Path) -> Option<(u64
         return None;
     }
     remove_other_boots(dir, name);
-    Some((lo, hi))
+    Some(())
 }
 
 fn rename_in(dir_fd: &File, from: &str, to: &str) -> io::Result<()> {
@@ -148,40 +239,46 @@ mod tests {
         d
     }
 
-    /// A small kallsyms with core text, a data symbol past it and a module.
+    /// A small kallsyms: core text (two symbols at _stext's address, in
+    /// the kernel's order), a data symbol past it and a module's.
     const LIVE: &str = "\
-ffffffff81000000 T startup_64
+ffffffff81000000 T srso_alias
 ffffffff81000000 T _stext
 ffffffff81000100 t helper
 ffffffff81000200 T schedule
+ffffffff81000180 t out_of_order
 ffffffff81002000 T _etext
 ffffffff81002000 D data_after
 ffffffffc0000000 t mod_fn\t[ext4]
 ";
 
     #[test]
-    fn the_copy_holds_the_core_text_and_says_its_range() {
+    fn the_selection_holds_what_each_address_resolves_to() {
         let d = scratch("copy");
         let state = d.join("state");
         let live = d.join("kallsyms");
         std::fs::write(&live, LIVE).unwrap();
-        let inside = [0xffffffff81000150, 0xffffffff81000000];
-        let p = core_copy_in(&state, &live, &inside).expect("inside the core text");
-        let copy = std::fs::read_to_string(&p).unwrap();
+        let s = core_copy_in(&state, &live, &[0xffffffff81000005, 0xffffffff81000190])
+            .expect("inside the core text");
+        // The group at _stext's address whole and in order; out_of_order,
+        // which lies below 0x...190, not helper.
         assert_eq!(
-            copy,
-            "ffffffff81000000 T _stext\nffffffff81000000 T startup_64\nffffffff81000100 t helper\nffffffff81000200 T schedule\nffffffff81002000 T _etext\n"
+            std::fs::read_to_string(s.path()).unwrap(),
+            "ffffffff81000000 T srso_alias\nffffffff81000000 T _stext\nffffffff81000180 t out_of_order\n"
         );
+        let path = s.path().to_path_buf();
+        drop(s);
+        assert!(!path.exists(), "a selection is removed when dropped");
         // A module address, or one past _etext, needs the live file.
-        assert_eq!(core_copy_in(&state, &live, &[0xffffffffc0000010]), None);
-        assert_eq!(core_copy_in(&state, &live, &[0xffffffff81002000]), None);
-        // The copy is used as it is once written: the live file is not read.
+        assert!(core_copy_in(&state, &live, &[0xffffffffc0000010]).is_none());
+        assert!(core_copy_in(&state, &live, &[0xffffffff81002000]).is_none());
+        // The copy is used once written: the live file is not read again.
         std::fs::remove_file(&live).unwrap();
-        assert_eq!(core_copy_in(&state, &live, &inside), Some(p));
+        assert!(core_copy_in(&state, &live, &[0xffffffff81000200]).is_some());
     }
 
     #[test]
-    fn hidden_addresses_or_a_cut_copy_give_no_copy() {
+    fn hidden_addresses_or_a_bad_copy_give_no_copy() {
         let d = scratch("hidden");
         let state = d.join("state");
         let live = d.join("kallsyms");
@@ -190,42 +287,54 @@ ffffffffc0000000 t mod_fn\t[ext4]
             .map(|l| format!("{:016x}{}\n", 0, &l[16..]))
             .collect();
         std::fs::write(&live, hidden).unwrap();
-        assert_eq!(core_copy_in(&state, &live, &[0x100]), None);
-        // A copy without its closing _etext line is not trusted; it is rewritten.
+        assert!(core_copy_in(&state, &live, &[0x100]).is_none());
+        // A copy without its header is not trusted; it is rewritten.
         std::fs::write(&live, LIVE).unwrap();
-        let p = core_copy_in(&state, &live, &[0xffffffff81000150]).unwrap();
-        let cut = std::fs::read_to_string(&p)
-            .unwrap()
-            .replace("ffffffff81002000 T _etext\n", "");
-        std::fs::write(&p, cut).unwrap();
-        assert_eq!(read_range(&p), None);
         assert!(core_copy_in(&state, &live, &[0xffffffff81000150]).is_some());
-        assert!(read_range(&p).is_some());
+        let p = std::fs::read_dir(&state)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("kallsyms-core-")
+            })
+            .unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(&p, text.lines().skip(1).collect::<Vec<_>>().join("\n")).unwrap();
+        assert!(read_copy(&p).is_none());
+        assert!(core_copy_in(&state, &live, &[0xffffffff81000150]).is_some());
+        assert!(read_copy(&p).is_some());
     }
 
-    /// On this machine's kernel: every core text address gets the same name
-    /// from the copy as from the live file (skipped where addresses are hidden).
+    /// On this machine's kernel: 2000 addresses spread over the core text
+    /// (and its first bytes, where several symbols share one address) get
+    /// the same names from a selection as from the live file.
     #[test]
-    fn the_copy_names_core_addresses_as_the_live_file_does() {
+    fn a_selection_names_core_addresses_as_the_live_file_does() {
         use blazesym::symbolize::source::{Kernel, Source};
         use blazesym::symbolize::{Input, Symbolizer};
         use blazesym::MaybeDefault;
 
         let d = scratch("live");
+        let state = d.join("state");
         let live = Path::new("/proc/kallsyms");
-        let Some((lo, hi)) = write_copy(
-            &crate::fsafe::private_dir(&d.join("state")).unwrap(),
-            &d.join("state"),
-            "copy",
-            live,
-        ) else {
+        let dir_fd = crate::fsafe::private_dir(&state).unwrap();
+        if write_copy(&dir_fd, &state, &copy_name("test"), live).is_none() {
             eprintln!("skipped: kernel addresses are hidden here (not root?)");
             return;
-        };
-        // Spread over the whole text, and each a few bytes into a function.
-        let addrs: Vec<u64> = (0..2000u64)
+        }
+        let copy = read_copy(&state.join(copy_name("test"))).unwrap();
+        let (lo, hi) = parse_header(&copy).unwrap();
+        let mut addrs: Vec<u64> = (0..2000u64)
             .map(|i| lo + (hi - lo) / 2000 * i + 5)
             .collect();
+        addrs.extend([lo, lo + 1, lo + 16]);
+        let text = select(&copy, &addrs).unwrap();
+        let selected = state.join("selected");
+        std::fs::write(&selected, &text).unwrap();
         let names = |kallsyms: MaybeDefault<PathBuf>| -> Vec<Option<String>> {
             let src = Source::Kernel(Kernel {
                 kallsyms,
@@ -239,9 +348,13 @@ ffffffffc0000000 t mod_fn\t[ext4]
                 .map(|s| s.into_sym().map(|s| s.name.into_owned()))
                 .collect()
         };
-        let from_copy = names(MaybeDefault::Some(d.join("state").join("copy")));
+        let from_copy = names(MaybeDefault::Some(selected));
         let from_live = names(MaybeDefault::Default);
         assert_eq!(from_copy.iter().flatten().count(), addrs.len());
         assert_eq!(from_copy, from_live);
+        assert!(
+            text.lines().count() <= addrs.len() * 4,
+            "a selection, not the table"
+        );
     }
 }

@@ -728,8 +728,9 @@ fn symbolize_kernel(
     // kallsyms only: reading a vmlinux image would be slow and is rarely
     // present. The per-boot copy of the core text's symbols when it covers
     // every address: the live file costs ~40 ms of the kernel's time to print.
-    let kallsyms = match kallsyms::core_copy_for(addrs) {
-        Some(copy) => MaybeDefault::Some(copy),
+    let selected = kallsyms::core_copy_for(addrs);
+    let kallsyms = match &selected {
+        Some(s) => MaybeDefault::Some(s.path().to_path_buf()),
         None => MaybeDefault::Default,
     };
     let kernel = Kernel {
