@@ -217,20 +217,11 @@ impl<'obj> StatProgram<'obj> {
     /// Attaches, then takes a baseline reading on every CPU.
     pub fn attach(&mut self, follow_children: bool) -> Result<()> {
         if follow_children {
-            self.links.push(
-                self.skel
-                    .progs
-                    .stat_follow_fork
-                    .attach()
-                    .context("attaching the fork follower")?,
-            );
-            self.links.push(
-                self.skel
-                    .progs
-                    .stat_arm_command
-                    .attach()
-                    .context("attaching tp_btf/task_rename")?,
-            );
+            let progs = &self.skel.progs;
+            self.links.extend(maps::attach_followers(
+                &progs.stat_follow_fork,
+                &progs.stat_arm_command,
+            )?);
         }
         // A system-wide count without cgroups is read at syncs alone.
         if !self.system_wide || self.nr_cgroups > 0 {

@@ -23,6 +23,20 @@ pub enum TargetFrom {
     Exec,
 }
 
+/// Attaches the pair every object with `-- COMMAND` targets carries
+/// (bpf/targets.bpf.h): the fork follower (tp_btf/sched_process_fork) and
+/// the command's arming at its exec (tp_btf/task_rename).
+pub fn attach_followers(
+    fork: &libbpf_rs::ProgramMut<'_>,
+    arm: &libbpf_rs::ProgramMut<'_>,
+) -> Result<[libbpf_rs::Link; 2]> {
+    Ok([
+        fork.attach()
+            .context("attaching tp_btf/sched_process_fork")?,
+        arm.attach().context("attaching tp_btf/task_rename")?,
+    ])
+}
+
 /// Sizes the `target_tgids` and `target_tids` maps (bpf/targets.bpf.h) for
 /// every -p / -t id given: at least their defaults of 65536 and 4096.
 pub fn size_targets(

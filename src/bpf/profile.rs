@@ -262,20 +262,11 @@ impl<'obj> ProfileProgram<'obj> {
             self.attach_layout_gens()?;
         }
         if follow_children {
-            let link = self
-                .skel
-                .progs
-                .follow_fork
-                .attach()
-                .context("attaching tp_btf/sched_process_fork")?;
-            self.links.push(link);
-            let link = self
-                .skel
-                .progs
-                .arm_command
-                .attach()
-                .context("attaching tp_btf/task_rename")?;
-            self.links.push(link);
+            let progs = &self.skel.progs;
+            self.links.extend(maps::attach_followers(
+                &progs.follow_fork,
+                &progs.arm_command,
+            )?);
         }
         for fd in events {
             let link = self

@@ -9,6 +9,7 @@ pub(crate) mod settings;
 pub(crate) mod signals;
 pub(crate) mod stat;
 pub(crate) mod top;
+pub(crate) mod unwinding;
 
 use std::process::ExitCode;
 

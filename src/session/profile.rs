@@ -273,7 +273,7 @@ fn record(
     let end = runner.run_woken(TICK, TICK / 10, &wake, |full, last| {
         sideband.drain();
         if let Some(u) = unwinder.as_mut() {
-            crate::unwind::session::take_new(u, prog, settings, sideband);
+            crate::session::unwinding::take_new(u, prog, settings, sideband);
         }
         if let Some(p) = periodic.as_mut().filter(|p| !last && p.due(Instant::now())) {
             let raw = prog.interval()?;
@@ -333,7 +333,7 @@ pub(crate) fn arm(
         // Its user and perf map, should it be short-lived.
         sideband.index.jit.note_process(pid, true);
     }
-    let unwinder = crate::unwind::session::start(
+    let unwinder = crate::session::unwinding::start(
         prog,
         settings,
         sideband,

@@ -318,7 +318,7 @@ pub fn run(s: TopSettings) -> Result<i32> {
     let end = runner.run(TICK, |ending| {
         sideband.drain();
         if let Some(u) = unwinder.as_mut() {
-            crate::unwind::session::take_new(u, &prog, settings, &mut sideband);
+            crate::session::unwinding::take_new(u, &prog, settings, &mut sideband);
         }
         if ending {
             return Ok(());

@@ -9,7 +9,6 @@
 //! records for new mappings.
 
 pub mod procmaps;
-pub mod session;
 pub mod table;
 
 use std::collections::HashMap;

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 
-use super::{CallGraph, Unwinder};
+use crate::unwind::{CallGraph, Unwinder};
 use crate::bpf::profile::ProfileProgram;
 use crate::collect::sideband::Sideband;
 use crate::session::settings::ProfileSettings;
@@ -30,7 +30,7 @@ pub fn start(
         &maps.unwind_rows,
         opts.unwind_rows,
         &maps.unwind_pages,
-        super::index_pages(opts.unwind_rows),
+        crate::unwind::index_pages(opts.unwind_rows),
         &maps.unwind_rules,
     )?;
     let all: Vec<u32>;
