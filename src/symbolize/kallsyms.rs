@@ -70,7 +70,8 @@ fn core_copy_in(dir: &Path, live: &Path, addrs: &[u64]) -> Option<Selected> {
         return None;
     }
     let text = select(&copy, addrs)?;
-    let tmp = format!(".kallsyms-selected.{}.{}", std::process::id(), unique());
+    remove_dead_selections(dir);
+    let tmp = format!("{SELECTED}{}.{}", std::process::id(), unique());
     let selected = Selected {
         path: dir.join(&tmp),
     };
@@ -81,6 +82,27 @@ fn core_copy_in(dir: &Path, live: &Path, addrs: &[u64]) -> Option<Selected> {
         })
         .ok()?;
     Some(selected)
+}
+
+/// The name of a selection's file, before `PID.N`.
+const SELECTED: &str = ".kallsyms-selected.";
+
+/// Selections left by a bprof that was killed while symbolizing.
+fn remove_dead_selections(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(SELECTED))
+            .and_then(|n| n.split('.').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// A number no other selection of this process has used.
@@ -269,6 +291,13 @@ ffffffffc0000000 t mod_fn\t[ext4]
         let path = s.path().to_path_buf();
         drop(s);
         assert!(!path.exists(), "a selection is removed when dropped");
+        // A killed bprof's selection goes; a live one's stays.
+        let dead = state.join(format!("{SELECTED}{}.0", u32::MAX - 1));
+        let alive = state.join(format!("{SELECTED}1.0"));
+        std::fs::write(&dead, "x").unwrap();
+        std::fs::write(&alive, "x").unwrap();
+        drop(core_copy_in(&state, &live, &[0xffffffff81000005]).unwrap());
+        assert!(!dead.exists() && alive.exists());
         // A module address, or one past _etext, needs the live file.
         assert!(core_copy_in(&state, &live, &[0xffffffffc0000010]).is_none());
         assert!(core_copy_in(&state, &live, &[0xffffffff81002000]).is_none());
