@@ -14,7 +14,7 @@
 #     and rustc run, with the default table map and a 64 MiB one).
 #  4. End-to-end CPU beyond the workload's own, and peak RSS: bprof against
 #     perf record --call-graph dwarf + perf script, each attached (-p) to a
-#     separately started xz -6.
+#     separately started xz -6, then to the Rust fixture built -O -g.
 # Usage: scripts/bench-unwind.sh [BPROF]   (sections: BENCH_UNWIND=1,2,3,4)
 # On a machine shared with others, wrap it in their lock (here:
 # flock /tmp/bprof-tests.lock scripts/bench-unwind.sh).
@@ -181,65 +181,78 @@ if want 3; then
 fi
 
 if want 4; then
-    # The profilers attach (-p) to a separately started xz, so /usr/bin/time
-    # of the profiler counts the profiler's own CPU only. The sampling
-    # itself (timer interrupt, bprof's BPF program, perf's 8 KiB stack copy)
-    # is charged to xz: that is the xz's CPU time beyond its time alone.
-    # bprof's BPF time is also read from bpf_stats, as a check.
-    xz_start() { # $1: the file /usr/bin/time writes xz's "user sys" to; sets xpid, tpid
-        /usr/bin/time -f "%U %S" -o "$1" xz -6 -c "$tmp/data20" >/dev/null &
-        tpid=$!
-        sleep 0.05
-        xpid=$(pgrep -P "$tpid")
-    }
+    # The profilers attach (-p) to a separately started workload, so
+    # /usr/bin/time of the profiler counts the profiler's own CPU only. The
+    # sampling itself (timer interrupt, bprof's BPF program, perf's 8 KiB
+    # stack copy) is charged to the workload: that is its CPU time beyond
+    # its time alone. bprof's BPF time is read from bpf_stats.
+    # Two works: Debian's stripped xz (perf script's cheapest case: no
+    # DWARF to read) and the Rust fixture built -O -g without frame pointers
+    # (perf script resolves inlined frames from its DWARF).
+    rustc -O -g -o "$tmp/fx_rust" fixtures/rust_work.rs
     bpf_ns() { # run_time_ns summed over every loaded program
         bpftool prog show 2>/dev/null | awk '/run_time_ns/ { for (i = 1; i <= NF; i++) if ($i == "run_time_ns") s += $(i+1) } END { print s + 0 }'
     }
-    /usr/bin/time -f "%U %S" -o "$tmp/alone" xz -6 -c "$tmp/data20" >/dev/null
-    alone=$(awk '{ print $1 + $2 }' "$tmp/alone")
+    e2e() { # NAME CMD...: one table for CMD alone, under bprof and under perf
+        local name=$1
+        shift
+        work_start() { # OUT CMD...: OUT gets the work's "user sys"; sets wpid, tpid
+            local out=$1
+            shift
+            /usr/bin/time -f "%U %S" -o "$out" "$@" >/dev/null &
+            tpid=$!
+            sleep 0.05
+            wpid=$(pgrep -P "$tpid")
+        }
+        /usr/bin/time -f "%U %S" -o "$tmp/alone" "$@" >/dev/null
+        alone=$(awk '{ print $1 + $2 }' "$tmp/alone")
 
-    sysctl -q kernel.bpf_stats_enabled=1
-    base_ns=$(bpf_ns)
-    xz_start "$tmp/xz_b"
-    /usr/bin/time -f "%U %S %M" -o "$tmp/tb" "$BPROF" -F 999 -p "$xpid" -o "$tmp/b.folded" 2>/dev/null &
-    bpid=$!
-    bpf_total=0
-    # Polled: bprof's programs go with it (the last 0.2 s is not counted);
-    # the other programs' counters are taken off.
-    while kill -0 "$bpid" 2>/dev/null; do
-        ns=$(($(bpf_ns) - base_ns))
-        [ "$ns" -gt "$bpf_total" ] && bpf_total=$ns
-        sleep 0.2
-    done
-    wait "$bpid" || true
-    wait "$tpid" || true
-    sysctl -q kernel.bpf_stats_enabled=0
+        sysctl -q kernel.bpf_stats_enabled=1
+        base_ns=$(bpf_ns)
+        work_start "$tmp/w_b" "$@"
+        /usr/bin/time -f "%U %S %M" -o "$tmp/tb" "$BPROF" -F 999 -p "$wpid" -o "$tmp/b.folded" 2>/dev/null &
+        bpid=$!
+        bpf_total=0
+        # Polled: bprof's programs go with it (the last 0.2 s is not
+        # counted); the other programs' counters are taken off.
+        while kill -0 "$bpid" 2>/dev/null; do
+            ns=$(($(bpf_ns) - base_ns))
+            [ "$ns" -gt "$bpf_total" ] && bpf_total=$ns
+            sleep 0.2
+        done
+        wait "$bpid" || true
+        wait "$tpid" || true
+        sysctl -q kernel.bpf_stats_enabled=0
 
-    xz_start "$tmp/xz_p"
-    /usr/bin/time -f "%U %S %M" -o "$tmp/tr" perf record -q --no-bpf-event --call-graph dwarf -F 999 -p "$xpid" -o "$tmp/p.data" 2>/dev/null
-    wait "$tpid" || true
-    /usr/bin/time -f "%U %S %M" -o "$tmp/ts" perf script -i "$tmp/p.data" >/dev/null 2>&1
+        work_start "$tmp/w_p" "$@"
+        /usr/bin/time -f "%U %S %M" -o "$tmp/tr" perf record -q --no-bpf-event --call-graph dwarf -F 999 -p "$wpid" -o "$tmp/p.data" 2>/dev/null
+        wait "$tpid" || true
+        /usr/bin/time -f "%U %S %M" -o "$tmp/ts" perf script -i "$tmp/p.data" >/dev/null 2>&1
 
-    echo "xz -6 on 20 MB alone: $alone CPU s"
-    echo
-    echo "| profiler (999 Hz, attached to xz -6) | own CPU s | BPF (bpf_stats) s | counted: own + BPF | xz's CPU beyond alone (noisy) | peak RSS MiB |"
-    echo "|---|---:|---:|---:|---:|---:|"
-    # Each file holds one line: "user sys [peak RSS KiB]".
-    read -r xu xs <"$tmp/xz_b"
-    read -r bu bs brss <"$tmp/tb"
-    awk -v a="$alone" -v bpf="$bpf_total" -v x="$xu $xs" -v own="$bu $bs" -v r="$brss" 'BEGIN {
-        split(x, xv, " "); split(own, ov, " "); x = xv[1] + xv[2] - a; own = ov[1] + ov[2]; bpf /= 1e9
-        printf "| bprof --call-graph dwarf | %.2f | %.3f | %.2f | %.2f | %.0f |\n", own, bpf, own + bpf, x, r / 1024 }' | tee "$tmp/bline"
-    read -r xu xs <"$tmp/xz_p"
-    read -r ru rs r1 <"$tmp/tr"
-    read -r su ss r2 <"$tmp/ts"
-    awk -v a="$alone" -v x="$xu $xs" -v rec="$ru $rs" -v scr="$su $ss" -v r1="$r1" -v r2="$r2" 'BEGIN {
-        split(x, xv, " "); split(rec, rv, " "); split(scr, sv, " ")
-        x = xv[1] + xv[2] - a; rec = rv[1] + rv[2]; scr = sv[1] + sv[2]
-        printf "| perf record (%.2f) + perf script (%.2f) --call-graph dwarf | %.2f | - | %.2f | %.2f | %.0f |\n", rec, scr, rec + scr, rec + scr, x, (r1 > r2 ? r1 : r2) / 1024 }' | tee "$tmp/pline"
-    b=$(awk -F'|' '{ print $5 }' "$tmp/bline")
-    p=$(awk -F'|' '{ print $5 }' "$tmp/pline")
-    echo
-    echo "bprof / perf, counted CPU: $(awk -v b="$b" -v p="$p" 'BEGIN { printf "%.2fx", b / p }')"
-    echo "perf.data: $(du -h "$tmp/p.data" | cut -f1)"
+        echo "$name alone: $alone CPU s"
+        echo
+        echo "| profiler (999 Hz, attached to $name) | own CPU s | BPF (bpf_stats) s | counted: own + BPF | work's CPU beyond alone (noisy) | peak RSS MiB |"
+        echo "|---|---:|---:|---:|---:|---:|"
+        # Each file holds one line: "user sys [peak RSS KiB]".
+        read -r xu xs <"$tmp/w_b"
+        read -r bu bs brss <"$tmp/tb"
+        awk -v a="$alone" -v bpf="$bpf_total" -v x="$xu $xs" -v own="$bu $bs" -v r="$brss" 'BEGIN {
+            split(x, xv, " "); split(own, ov, " "); x = xv[1] + xv[2] - a; own = ov[1] + ov[2]; bpf /= 1e9
+            printf "| bprof --call-graph dwarf | %.2f | %.3f | %.2f | %.2f | %.0f |\n", own, bpf, own + bpf, x, r / 1024 }' | tee "$tmp/bline"
+        read -r xu xs <"$tmp/w_p"
+        read -r ru rs r1 <"$tmp/tr"
+        read -r su ss r2 <"$tmp/ts"
+        awk -v a="$alone" -v x="$xu $xs" -v rec="$ru $rs" -v scr="$su $ss" -v r1="$r1" -v r2="$r2" 'BEGIN {
+            split(x, xv, " "); split(rec, rv, " "); split(scr, sv, " ")
+            x = xv[1] + xv[2] - a; rec = rv[1] + rv[2]; scr = sv[1] + sv[2]
+            printf "| perf record (%.2f) + perf script (%.2f) --call-graph dwarf | %.2f | - | %.2f | %.2f | %.0f |\n", rec, scr, rec + scr, rec + scr, x, (r1 > r2 ? r1 : r2) / 1024 }' | tee "$tmp/pline"
+        b=$(awk -F'|' '{ print $5 }' "$tmp/bline")
+        p=$(awk -F'|' '{ print $5 }' "$tmp/pline")
+        echo
+        echo "bprof / perf, counted CPU ($name): $(awk -v b="$b" -v p="$p" 'BEGIN { printf "%.2fx", b / p }')"
+        echo "perf.data: $(du -h "$tmp/p.data" | cut -f1)"
+        echo
+    }
+    e2e "xz -6 on 20 MB" xz -6 -c "$tmp/data20"
+    e2e "the Rust fixture (-O -g), 12 s" "$tmp/fx_rust" 12
 fi
