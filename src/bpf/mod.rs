@@ -4,7 +4,8 @@
 //! [`profile`] is the sampling program (on-CPU, off-CPU, fork following),
 //! [`abi`] the constants and layouts shared with the programs,
 //! [`counting`] the per-session reader of `bprof stat`, [`shared_counters`]
-//! the per-CPU counters every session shares, [`maps`] the typed map access,
+//! the per-CPU counters every session shares, [`maps`] the typed map access
+//! and batch reads, [`mmap_array`] the unwinder's arrays written through mmap,
 //! [`preflight`] the checks made before loading and [`kfeatures`] the
 //! kernel features the programs need.
 
@@ -12,6 +13,7 @@ pub(crate) mod abi;
 pub(crate) mod counting;
 pub(crate) mod kfeatures;
 pub(crate) mod maps;
+pub(crate) mod mmap_array;
 pub(crate) mod preflight;
 pub(crate) mod profile;
 pub(crate) mod shared_counters;

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::bpf::abi::{self, plain_bytes, Plain};
+use crate::bpf::abi::{self, plain_bytes};
+use crate::bpf::mmap_array::MmapArray as Store;
 use crate::collect::sideband::Mapping;
 use crate::fsafe::{self, Owner};
 
@@ -72,15 +73,6 @@ pub const END_NAMES: [&str; 9] = [
     "mm lock busy",
 ];
 
-/// An mmapable BPF array filled from the front: the rows or the pages.
-struct Store {
-    fd: std::os::fd::OwnedFd,
-    /// Entries it holds.
-    capacity: u32,
-    /// Entries written.
-    used: u32,
-}
-
 /// The table store and what it holds.
 pub struct Unwinder {
     rows: Store,
@@ -127,13 +119,7 @@ impl Unwinder {
         pages: u32,
         rules_map: &impl AsFd,
     ) -> Result<Unwinder> {
-        let store = |m: &dyn AsFd, capacity| -> Result<Store> {
-            Ok(Store {
-                fd: m.as_fd().try_clone_to_owned()?,
-                capacity,
-                used: 0,
-            })
-        };
+        let store = |m: &dyn AsFd, capacity| -> Result<Store> { Ok(Store::new(m, capacity)?) };
         Ok(Unwinder {
             rows: store(rows_map, rows).context("the unwind table map")?,
             pages: store(pages_map, pages).context("the unwind page index map")?,
@@ -300,7 +286,7 @@ impl Unwinder {
             }
         };
         self.bytes_read += data.len as u64;
-        let room = (self.rows.capacity - self.rows.used) as usize;
+        let room = (self.rows.capacity() - self.rows.used()) as usize;
         let built = table::build(data.bytes(), room.max(1));
         let (rows, build_id) = match built {
             Ok(t) => {
@@ -340,7 +326,7 @@ impl Unwinder {
         build_id: Option<&[u8]>,
     ) -> Result<(), String> {
         let mut value = abi::unwind_file {
-            first_row: self.rows.used,
+            first_row: self.rows.used(),
             nr_rows: rows.len() as u32,
             ..Default::default()
         };
@@ -356,8 +342,8 @@ impl Unwinder {
         // Without room for its page index the file is still walked, by a
         // search over all its rows.
         let (base, pages) = table::page_index(rows);
-        if (self.pages.capacity - self.pages.used) as usize >= pages.len() {
-            value.first_page = self.pages.used;
+        if (self.pages.capacity() - self.pages.used()) as usize >= pages.len() {
+            value.first_page = self.pages.used();
             if self.pages.append(&pages).is_ok() {
                 value.nr_pages = pages.len() as u32;
                 value.page_base = base;
@@ -386,7 +372,7 @@ impl Unwinder {
         let Some(image) = own_vdso() else {
             return;
         };
-        let Ok(t) = table::build(&image, (self.rows.capacity - self.rows.used) as usize) else {
+        let Ok(t) = table::build(&image, (self.rows.capacity() - self.rows.used()) as usize) else {
             return;
         };
         if self.load(files, VDSO_KEY, &t.rows, None).is_ok() {
@@ -414,7 +400,7 @@ impl Unwinder {
     /// `unwind_rules` cannot hold them.
     fn name_rules(&mut self, rows: &[table::Row]) -> Option<Vec<abi::unwind_row>> {
         let mut new = Vec::new();
-        let mut next = self.rules.used;
+        let mut next = self.rules.used();
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             let key = (r.cfa_off, r.rbp_off, r.cfa_type, r.rbp_type);
@@ -427,7 +413,7 @@ impl Unwinder {
         }
         if self.rules.append(&new).is_err() {
             // Forget the ids handed out for rules that were not stored.
-            self.rule_ids.retain(|_, id| *id < self.rules.used);
+            self.rule_ids.retain(|_, id| *id < self.rules.used());
             return None;
         }
         Some(out)
@@ -436,15 +422,16 @@ impl Unwinder {
     /// The `-v` lines: files, rows, time, memory.
     pub fn report(&self) -> String {
         let with = self.files.values().filter(|&&t| t).count();
-        let mib = |st: &Store, each: usize| (st.used as usize * each) as f64 / (1 << 20) as f64;
-        let cap = |st: &Store, each: usize| (st.capacity as usize * each) as f64 / (1 << 20) as f64;
+        let mib = |st: &Store, each: usize| (st.used() as usize * each) as f64 / (1 << 20) as f64;
+        let cap =
+            |st: &Store, each: usize| (st.capacity() as usize * each) as f64 / (1 << 20) as f64;
         let (row, page) = (size_of::<abi::unwind_row>(), size_of::<abi::unwind_page>());
         let rule = size_of::<abi::unwind_rule>();
         let mut s = format!(
             "bprof: unwind tables: {with} files, {} rows, {} distinct rules and {} index pages ({:.1} MiB of {:.1} MiB kernel memory), built in {:.0} ms from {:.1} MiB of ELF",
-            self.rows.used,
-            self.rules.used,
-            self.pages.used,
+            self.rows.used(),
+            self.rules.used(),
+            self.pages.used(),
             mib(&self.rows, row) + mib(&self.pages, page) + mib(&self.rules, rule),
             cap(&self.rows, row) + cap(&self.pages, page) + cap(&self.rules, rule),
             self.build_time.as_secs_f64() * 1000.0,
@@ -485,59 +472,6 @@ impl Unwinder {
             }
         }
         s
-    }
-}
-
-impl Store {
-    /// Writes `items` after the entries written so far, through an mmap of
-    /// just the pages they cover (a mapping of the whole array would count
-    /// all of it in bprof's RSS).
-    fn append<T: Plain>(&mut self, items: &[T]) -> std::io::Result<()> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        // Array map values are laid out at 8-byte strides.
-        let each = size_of::<T>();
-        if each % 8 != 0 {
-            return Err(std::io::Error::other("not an 8-byte multiple"));
-        }
-        if items.len() > (self.capacity - self.used) as usize {
-            return Err(std::io::Error::other("over the map's capacity"));
-        }
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        let start = self.used as usize * each;
-        let bytes = std::mem::size_of_val(items);
-        let from = start / page * page;
-        let len = start + bytes - from;
-        // SAFETY: a shared mapping of pages [from, from + len) of a
-        // BPF_F_MMAPABLE array map's value area, inside its size (checked).
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                self.fd.as_raw_fd(),
-                from as libc::off_t,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: start - from + bytes == len: inside the mapping; T is
-        // Plain, so its bytes are all initialised.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                items.as_ptr().cast::<u8>(),
-                base.cast::<u8>().add(start - from),
-                bytes,
-            );
-        }
-        // SAFETY: exactly what mmap returned.
-        unsafe { libc::munmap(base, len) };
-        self.used += items.len() as u32;
-        Ok(())
     }
 }
 
