@@ -2,7 +2,7 @@
 //! the kernel, the count maps' creation and the batch reads (when to read
 //! and what it means, while recording, is `collect`).
 
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::libbpf_sys;
@@ -21,6 +21,43 @@ pub enum TargetFrom {
     /// Its next exec (`-- COMMAND`, forked and held before exec), as perf's
     /// enable_on_exec: the fork's own pre-exec work is not the command's.
     Exec,
+}
+
+/// Writes `key` → `value` (plain ABI types), replacing what was there.
+pub(crate) fn put<K: abi::Plain, V: abi::Plain>(
+    map: &dyn MapCore,
+    key: &K,
+    value: &V,
+) -> libbpf_rs::Result<()> {
+    map.update(
+        abi::plain_bytes(key),
+        abi::plain_bytes(value),
+        MapFlags::ANY,
+    )
+}
+
+/// Deletes `key` (a plain ABI type); a missing key is not an error worth
+/// reporting to callers that only forget.
+pub(crate) fn remove<K: abi::Plain>(map: &dyn MapCore, key: &K) {
+    let _ = map.delete(abi::plain_bytes(key));
+}
+
+/// The value of the u32-keyed `map` at `key`, as bytes.
+pub(crate) fn get_by_u32(map: &dyn MapCore, key: u32) -> libbpf_rs::Result<Option<Vec<u8>>> {
+    map.lookup(&key.to_ne_bytes(), MapFlags::ANY)
+}
+
+/// Whether the u32-keyed `map` holds `key` (a failed lookup counts as no).
+pub(crate) fn holds_u32(map: &dyn MapCore, key: u32) -> bool {
+    get_by_u32(map, key).ok().flatten().is_some()
+}
+
+/// Puts the map `inner` in slot 0 of the one-slot map-in-map `outer`.
+pub(crate) fn install_inner(outer: &dyn MapCore, inner: &MapHandle) -> Result<()> {
+    let fd = inner.as_fd().as_raw_fd() as u32;
+    outer
+        .update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+        .context("installing a fresh count map")
 }
 
 /// Attaches the pair every object with `-- COMMAND` targets carries

@@ -1,5 +1,6 @@
-//! The BPF side: the only code that loads or attaches programs; collect/
-//! and unwind/ read and write maps through handles borrowed from here.
+//! The BPF side: the only code that loads or attaches programs or calls a
+//! map; collect/ and unwind/ hold handles borrowed from here and read and
+//! write through [`maps`] and [`mmap_array`].
 //!
 //! [`profile`] is the sampling program (on-CPU, off-CPU, fork following),
 //! [`abi`] the constants and layouts shared with the programs,

@@ -21,15 +21,16 @@ pub mod sideband;
 pub mod stacks;
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use libbpf_rs::{MapCore, MapHandle};
 
 use crate::bpf::maps::{
-    comm_string, create_count_map, for_each_entry, parse_kernel_stack, parse_user_stack, SampleKey,
+    comm_string, create_count_map, for_each_entry, get_by_u32, install_inner, parse_kernel_stack,
+    parse_user_stack, SampleKey,
 };
 use crate::collect::stacks::{RawStack, Stats, UserFrame};
 
@@ -181,10 +182,7 @@ impl Collector {
     /// program uses any more once this returns.
     fn swap(&mut self, count_slot: &dyn MapCore) -> Result<Option<MapHandle>> {
         let fresh = create_count_map(self.size)?;
-        let fd = fresh.as_fd().as_raw_fd() as u32;
-        count_slot
-            .update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
-            .context("installing a fresh count map")?;
+        install_inner(count_slot, &fresh)?;
         Ok(self.current.replace(fresh))
     }
 
@@ -309,10 +307,7 @@ impl Collector {
         if let Some(&c) = self.kern_ids.get(&id) {
             return Ok(StackRef::Content(c));
         }
-        match map
-            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
-            .context("reading a kernel stack")?
-        {
+        match get_by_u32(map, id as u32).context("reading a kernel stack")? {
             Some(bytes) => {
                 let c = self.kernel.intern(parse_kernel_stack(&bytes));
                 self.kern_ids.insert(id, c);
@@ -332,10 +327,7 @@ impl Collector {
         if let Some(&c) = self.user_ids.get(&id) {
             return Ok(StackRef::Content(c));
         }
-        match map
-            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
-            .context("reading a user stack")?
-        {
+        match get_by_u32(map, id as u32).context("reading a user stack")? {
             Some(bytes) => {
                 let c = self.user.intern(parse_user_stack(&bytes));
                 self.user_ids.insert(id, c);

@@ -6,7 +6,7 @@
 //! system-wide (what `perf record` does too). Only these small records go
 //! through the ring buffers; samples never do. With `task` set it also
 //! reports process exits, when a JIT process's perf map must be opened
-//! before it is gone (see [`crate::symbolize::jit`]).
+//! before it is gone (see `symbolize::jit`).
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};

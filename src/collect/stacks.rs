@@ -18,7 +18,7 @@ pub enum UserFrame {
     /// code, or the mm lock was busy): a raw virtual address.
     Ip(u64),
     /// The unwinder stopped early here (`--call-graph dwarf`); the value is
-    /// why (`enum unwind_end`, see [`crate::unwind::END_NAMES`]).
+    /// why (`enum unwind_end`, see `unwind::END_NAMES`).
     Truncated(u8),
 }
 

@@ -54,10 +54,10 @@ pub struct Stack {
     pub off_cpu: bool,
     /// Samples, or microseconds for off-CPU and `--wall` profiles.
     pub count: u64,
-    /// The kernel frames as locations in [`Frames`], leaf first; their
+    /// The kernel frames as locations in `Frames`, leaf first; their
     /// lines, in order, are `kernel`.
     pub kernel_locs: Vec<u32>,
-    /// The user frames as locations in [`Frames`], leaf first; their lines,
+    /// The user frames as locations in `Frames`, leaf first; their lines,
     /// in order, are `user`.
     pub user_locs: Vec<u32>,
 }

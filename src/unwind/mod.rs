@@ -19,9 +19,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use libbpf_rs::{MapCore, MapFlags};
+use libbpf_rs::MapCore;
 
-use crate::bpf::abi::{self, plain_bytes};
+use crate::bpf::abi;
+use crate::bpf::maps;
 use crate::bpf::mmap_array::MmapArray as Store;
 use crate::collect::sideband::Mapping;
 use crate::fsafe::{self, Owner};
@@ -358,9 +359,7 @@ impl Unwinder {
             dev: key.0,
             ino: key.1,
         };
-        files
-            .update(plain_bytes(&k), plain_bytes(&value), MapFlags::ANY)
-            .map_err(|e| format!("unwind_files: {e}"))?;
+        maps::put(files, &k, &value).map_err(|e| format!("unwind_files: {e}"))?;
         self.files.insert(key, !rows.is_empty());
         Ok(())
     }
@@ -588,14 +587,7 @@ impl Unwinder {
         targets: Option<&dyn MapCore>,
         index: &mut crate::collect::sideband::MmapIndex,
     ) {
-        let wanted = |pid: u32| {
-            targets.is_none_or(|t| {
-                t.lookup(&pid.to_ne_bytes(), MapFlags::ANY)
-                    .ok()
-                    .flatten()
-                    .is_some()
-            })
-        };
+        let wanted = |pid: u32| targets.is_none_or(|t| maps::holds_u32(t, pid));
         for (m, start, end, off) in std::mem::take(&mut index.new_mappings) {
             if wanted(m.pid) {
                 self.add_mapping(files, maps, &m, start, end, off);

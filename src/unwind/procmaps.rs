@@ -4,10 +4,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use libbpf_rs::{MapCore, MapFlags};
+use libbpf_rs::MapCore;
+
+use crate::bpf::maps;
 
 use crate::bpf::abi::UNWIND_CHUNK_SLOTS as SLOTS;
-use crate::bpf::abi::{self, plain_bytes, UNWIND_CHUNK_SHIFT as CHUNK_SHIFT};
+use crate::bpf::abi::{self, UNWIND_CHUNK_SHIFT as CHUNK_SHIFT};
 
 /// One mapping: `[start, end)` at file offset `off` of file (dev, ino).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,10 +75,7 @@ impl ProcMaps {
                 };
             }
             let k = key(tgid, chunk);
-            if map
-                .update(plain_bytes(&k), plain_bytes(&value), MapFlags::ANY)
-                .is_err()
-            {
+            if maps::put(map, &k, &value).is_err() {
                 self.failed += 1;
             }
             self.by_tgid.entry(tgid).or_default().insert(chunk);
@@ -87,7 +86,7 @@ impl ProcMaps {
     pub fn remove(&mut self, map: &dyn MapCore, tgid: u32) {
         for chunk in self.by_tgid.remove(&tgid).unwrap_or_default() {
             self.chunks.remove(&(tgid, chunk));
-            let _ = map.delete(plain_bytes(&key(tgid, chunk)));
+            maps::remove(map, &key(tgid, chunk));
         }
     }
 
