@@ -19,6 +19,7 @@ pub mod collect;
 pub(crate) mod events;
 pub(crate) mod filter;
 pub(crate) mod fsafe;
+pub(crate) mod mmap;
 pub(crate) mod output;
 pub(crate) mod session;
 pub mod symbolize;

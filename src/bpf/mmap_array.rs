@@ -3,9 +3,10 @@
 //! map update per entry).
 
 use std::mem::size_of;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 
 use crate::bpf::abi::Plain;
+use crate::mmap::Mmap;
 
 /// An mmapable BPF array filled from the front.
 pub(crate) struct MmapArray {
@@ -58,32 +59,19 @@ impl MmapArray {
         let bytes = std::mem::size_of_val(items);
         let from = start / page * page;
         let len = start + bytes - from;
-        // SAFETY: a shared mapping of pages [from, from + len) of a
-        // BPF_F_MMAPABLE array map's value area, inside its size (checked).
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                self.fd.as_raw_fd(),
-                from as libc::off_t,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        // SAFETY: pages [from, from + len) of a BPF_F_MMAPABLE array map's
+        // value area, inside its size (checked); the BPF side reads Plain
+        // values there.
+        let map = unsafe { Mmap::shared(self.fd.as_fd(), len, from) }?;
         // SAFETY: start - from + bytes == len: inside the mapping; T is
         // Plain, so its bytes are all initialised.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 items.as_ptr().cast::<u8>(),
-                base.cast::<u8>().add(start - from),
+                map.as_ptr().add(start - from),
                 bytes,
             );
         }
-        // SAFETY: exactly what mmap returned.
-        unsafe { libc::munmap(base, len) };
         self.used += items.len() as u32;
         Ok(())
     }

@@ -9,7 +9,7 @@
 //! before it is gone (see `symbolize::jit`).
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +19,7 @@ use perf_event_open_sys::bindings as pb;
 
 use crate::collect::stacks::BUILD_ID_SIZE;
 use crate::events::sampling;
+use crate::mmap::Mmap;
 use crate::symbolize::jit::{self, JitFiles};
 
 /// Data pages per CPU (a power of two): 256 KiB holds thousands of records.
@@ -61,8 +62,7 @@ pub struct MmapIndex {
 
 struct Ring {
     fd: OwnedFd,
-    base: *mut u8,
-    len: usize,
+    map: Mmap,
 }
 
 /// The per-CPU dummy events and their ring buffers.
@@ -100,26 +100,11 @@ impl Sideband {
             attr.__bindgen_anon_2.wakeup_watermark = 1;
             let fd = sampling::open(&mut attr, -1, cpu as i32)
                 .with_context(|| format!("opening the mmap side-band event on CPU {cpu}"))?;
-            // SAFETY: mapping a perf event fd as documented in perf_event_open(2).
-            let base = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    fd.as_raw_fd(),
-                    0,
-                )
-            };
-            if base == libc::MAP_FAILED {
-                return Err(std::io::Error::last_os_error())
-                    .context("mapping the side-band ring buffer");
-            }
-            rings.push(Ring {
-                fd,
-                base: base.cast(),
-                len,
-            });
+            // SAFETY: a perf event's ring buffer, mapped whole (1 + 2^n
+            // pages) as perf_event_open(2) documents; only the tail is written.
+            let map = unsafe { Mmap::shared(fd.as_fd(), len, 0) }
+                .context("mapping the side-band ring buffer")?;
+            rings.push(Ring { fd, map });
         }
         Ok(Sideband {
             rings,
@@ -160,26 +145,20 @@ impl Sideband {
     }
 }
 
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: base/len are exactly what mmap returned.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
-    }
-}
-
 fn drain_ring(ring: &Ring, page: usize, index: &mut MmapIndex) {
     // The first page of the mapping is a perf_event_mmap_page; its head and
     // tail are shared with the kernel, hence the atomics.
-    let meta = ring.base.cast::<pb::perf_event_mmap_page>();
+    let meta = ring.map.as_ptr().cast::<pb::perf_event_mmap_page>();
     // SAFETY: meta points to the mapped, aligned control page, alive as long as ring.
     let (head, tail) = unsafe {
         let head = &*(std::ptr::addr_of_mut!((*meta).data_head) as *const AtomicU64);
         let tail = &*(std::ptr::addr_of_mut!((*meta).data_tail) as *const AtomicU64);
         (head, tail)
     };
-    let data_size = (ring.len - page) as u64;
+    let data_size = (ring.map.len() - page) as u64;
     // SAFETY: the data area follows the metadata page within the mapping.
-    let data = unsafe { std::slice::from_raw_parts(ring.base.add(page), data_size as usize) };
+    let data =
+        unsafe { std::slice::from_raw_parts(ring.map.as_ptr().add(page), data_size as usize) };
     let end = head.load(Ordering::Acquire);
     let mut pos = tail.load(Ordering::Relaxed);
     let mut rec = Vec::new();

@@ -13,7 +13,7 @@ pub mod table;
 
 use std::collections::HashMap;
 use std::mem::size_of;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -26,6 +26,7 @@ use crate::bpf::maps;
 use crate::bpf::mmap_array::MmapArray as Store;
 use crate::collect::sideband::Mapping;
 use crate::fsafe::{self, Owner};
+use crate::mmap::Mmap;
 
 /// How user stacks are taken (`--call-graph`, perf's spelling).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,17 +277,17 @@ impl Unwinder {
             return Some(key);
         }
         let t0 = Instant::now();
-        // SAFETY: a read-only private mapping of a regular file; a file
-        // truncated meanwhile could fault, as for any mmap reader (perf,
-        // blazesym do the same).
-        let data = match unsafe { memmap_file(&checked.file, meta.len()) } {
+        // SAFETY: a read-only private mapping of a regular file of at most
+        // MAX_FILE bytes; a file truncated meanwhile could fault, as for any
+        // mmap reader (perf, blazesym do the same).
+        let data = match unsafe { Mmap::read_only(checked.file.as_fd(), meta.len() as usize) } {
             Ok(d) => d,
             Err(e) => {
                 self.failed.insert(path.to_path_buf(), e.to_string());
                 return None;
             }
         };
-        self.bytes_read += data.len as u64;
+        self.bytes_read += data.len() as u64;
         let room = (self.rows.capacity() - self.rows.used()) as usize;
         let built = table::build(data.bytes(), room.max(1));
         let (rows, build_id) = match built {
@@ -520,60 +521,6 @@ fn parse_dev(s: &str) -> Option<u64> {
         u64::from_str_radix(mi, 16).ok()?,
     );
     Some((ma << 20) | mi)
-}
-
-/// A read-only mapping of a whole file.
-struct Mapped {
-    base: *mut libc::c_void,
-    len: usize,
-}
-
-impl Mapped {
-    fn bytes(&self) -> &[u8] {
-        if self.len == 0 {
-            return &[];
-        }
-        // SAFETY: base/len describe a live read-only mapping owned by self.
-        unsafe { std::slice::from_raw_parts(self.base.cast(), self.len) }
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: exactly what mmap returned.
-            unsafe { libc::munmap(self.base, self.len) };
-        }
-    }
-}
-
-/// # Safety
-/// The file must not be truncated while the mapping is read.
-unsafe fn memmap_file(f: &std::fs::File, len: u64) -> std::io::Result<Mapped> {
-    if len == 0 {
-        return Ok(Mapped {
-            base: std::ptr::null_mut(),
-            len: 0,
-        });
-    }
-    // SAFETY: a fresh private read-only mapping of an open file.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len as usize,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(Mapped {
-        base,
-        len: len as usize,
-    })
 }
 
 impl Unwinder {
