@@ -24,8 +24,8 @@ pub fn start(
     }
     // Queued first: a mapping made while the tables below are built is not missed.
     sideband.index.queue_mappings = true;
-    let files = &prog.skel.maps.unwind_files;
     let maps = &prog.skel.maps;
+    let files = &maps.unwind_files;
     let mut u = Unwinder::new(
         &maps.unwind_rows,
         opts.unwind_rows,

@@ -11,8 +11,7 @@
 //! the live file.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::bpf::shared_counters::STATE_DIR;
@@ -214,26 +213,15 @@ fn write_copy(dir_fd: &File, dir: &Path, name: &str, live: &Path) -> Option<()> 
         f.set_len(0)?;
         f.write_all(out.as_bytes())
     });
-    let renamed = written.and_then(|()| rename_in(dir_fd, &tmp, name));
+    // By path: the directory is root's own 0700 one (checked by
+    // private_dir), so no one else can swap a name in it.
+    let renamed = written.and_then(|()| std::fs::rename(dir.join(&tmp), dir.join(name)));
     if renamed.is_err() {
         let _ = std::fs::remove_file(dir.join(&tmp));
         return None;
     }
     remove_other_boots(dir, name);
     Some(())
-}
-
-fn rename_in(dir_fd: &File, from: &str, to: &str) -> io::Result<()> {
-    let from = std::ffi::CString::new(from).map_err(|_| io::ErrorKind::InvalidInput)?;
-    let to = std::ffi::CString::new(to).map_err(|_| io::ErrorKind::InvalidInput)?;
-    let fd = dir_fd.as_raw_fd();
-    // SAFETY: a valid directory fd and two NUL-terminated names.
-    let r = unsafe { libc::renameat(fd, from.as_ptr(), fd, to.as_ptr()) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 /// Earlier boots' copies are of no use (/run is usually a tmpfs anyway).
