@@ -158,38 +158,39 @@ impl<'a> FileFinder<'a> {
             }
         }
         let uid = uid_of(tgid);
-        let owner = |p: &Path| fs::metadata(p).map_or(u32::MAX, |m| m.uid());
-        let trusted = |p: &Path| {
-            let o = owner(p);
-            o == 0 || Some(o) == uid
-        };
+        // Each candidate with its owner, stat'ed once (u32::MAX: gone).
+        let owned = |p: PathBuf| (fs::metadata(&p).map_or(u32::MAX, |m| m.uid()), p);
         // Root's files first, so a user's copy never wins when root has one.
-        let mut paths: Vec<PathBuf> = others.iter().flat_map(|m| candidates(m, true)).collect();
-        paths.sort_by_key(|p| owner(p));
+        let mut paths: Vec<(u32, PathBuf)> = others
+            .iter()
+            .flat_map(|m| candidates(m, true))
+            .map(owned)
+            .collect();
+        paths.sort_by_key(|&(o, _)| o);
         // A root-owned file the kernel saw mapped with this ID is as good as
         // any: no need to read the build ID of every other known file.
-        if let Some(p) = paths
+        if let Some((_, p)) = paths
             .iter()
-            .take_while(|p| owner(p) == 0)
-            .find(|p| self.build_id_of(p).as_ref() == Some(id))
+            .take_while(|&&(o, _)| o == 0)
+            .find(|(_, p)| self.build_id_of(p).as_ref() == Some(id))
         {
             return Some(p.clone());
         }
         if self.table.is_none() {
             self.build_table();
         }
-        paths.extend(
-            self.table
-                .as_ref()
-                .and_then(|t| t.get(id))
-                .into_iter()
-                .flatten()
-                .cloned(),
-        );
-        paths.sort_by_key(|p| owner(p));
+        let known: Vec<PathBuf> = self
+            .table
+            .as_ref()
+            .and_then(|t| t.get(id))
+            .cloned()
+            .unwrap_or_default();
+        paths.extend(known.into_iter().map(owned));
+        paths.sort_by_key(|&(o, _)| o);
         paths
             .into_iter()
-            .find(|p| trusted(p) && self.build_id_of(p).as_ref() == Some(id))
+            .find(|(o, p)| (*o == 0 || Some(*o) == uid) && self.build_id_of(p).as_ref() == Some(id))
+            .map(|(_, p)| p)
     }
 
     /// Reads the build ID of every other known file once.
