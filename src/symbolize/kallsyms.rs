@@ -12,7 +12,9 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::bpf::shared_counters::STATE_DIR;
 
@@ -45,11 +47,32 @@ impl Drop for Selected {
 
 /// The symbols `addrs` resolve to, from the copy, or `None` for the live
 /// /proc/kallsyms: an address outside the core text, or no copy possible.
+/// The copy is read and indexed once per process: `bprof top` and `--every`
+/// symbolize every interval.
 pub(crate) fn core_copy_for(addrs: &[u64]) -> Option<Selected> {
-    core_copy_in(Path::new(STATE_DIR), Path::new("/proc/kallsyms"), addrs)
+    static COPY: OnceLock<Option<Copy>> = OnceLock::new();
+    let dir = Path::new(STATE_DIR);
+    let copy = COPY
+        .get_or_init(|| load(dir, Path::new("/proc/kallsyms")))
+        .as_ref()?;
+    selection(dir, copy, addrs)
 }
 
+#[cfg(test)]
 fn core_copy_in(dir: &Path, live: &Path, addrs: &[u64]) -> Option<Selected> {
+    selection(dir, &load(dir, live)?, addrs)
+}
+
+/// A copy in memory: its text, range and each symbol's address and line.
+struct Copy {
+    text: String,
+    lo: u64,
+    hi: u64,
+    syms: Vec<(u64, Range<usize>)>,
+}
+
+/// This boot's copy, written from `live` first if there is none yet.
+fn load(dir: &Path, live: &Path) -> Option<Copy> {
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let boot_id = boot_id.trim();
     if boot_id.is_empty() || !boot_id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
@@ -57,18 +80,35 @@ fn core_copy_in(dir: &Path, live: &Path, addrs: &[u64]) -> Option<Selected> {
     }
     let dir_fd = crate::fsafe::private_dir(dir).ok()?;
     let name = copy_name(boot_id);
-    let copy = match read_copy(&dir.join(&name)) {
+    let text = match read_copy(&dir.join(&name)) {
         Some(c) => c,
         None => {
             write_copy(&dir_fd, dir, &name, live)?;
             read_copy(&dir.join(&name))?
         }
     };
-    let (lo, hi) = parse_header(&copy)?;
-    if !addrs.iter().all(|&a| (lo..hi).contains(&a)) {
+    let (lo, hi) = parse_header(&text)?;
+    let mut syms = Vec::new();
+    let mut at = 0;
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        let start = at;
+        at += line.len();
+        if i == 0 {
+            continue;
+        }
+        let addr = u64::from_str_radix(line.split_ascii_whitespace().next()?, 16).ok()?;
+        syms.push((addr, start..at));
+    }
+    Some(Copy { text, lo, hi, syms })
+}
+
+/// Writes the selection for `addrs` from `copy` into `dir`.
+fn selection(dir: &Path, copy: &Copy, addrs: &[u64]) -> Option<Selected> {
+    if !addrs.iter().all(|&a| (copy.lo..copy.hi).contains(&a)) {
         return None;
     }
-    let text = select(&copy, addrs)?;
+    let text = select(copy, addrs);
+    let dir_fd = crate::fsafe::private_dir(dir).ok()?;
     remove_dead_selections(dir);
     let tmp = format!("{SELECTED}{}.{}", std::process::id(), unique());
     let selected = Selected {
@@ -134,26 +174,17 @@ fn parse_header(copy: &str) -> Option<(u64, u64)> {
 /// names the first of equal ones, so the whole group keeps its order). No
 /// other symbol lies between such a group and its address, so the selection
 /// resolves each address exactly as the full table does.
-fn select(copy: &str, addrs: &[u64]) -> Option<String> {
-    let syms: Vec<(u64, &str)> = copy
-        .lines()
-        .skip(1)
-        .map(|l| {
-            Some((
-                u64::from_str_radix(l.split_ascii_whitespace().next()?, 16).ok()?,
-                l,
-            ))
-        })
-        .collect::<Option<_>>()?;
+fn select(copy: &Copy, addrs: &[u64]) -> String {
+    let syms = &copy.syms;
     let mut groups: Vec<usize> = addrs
         .iter()
         .filter_map(|&a| {
-            let at = syms.partition_point(|&(s, _)| s <= a).checked_sub(1)?;
+            let at = syms.partition_point(|(s, _)| *s <= a).checked_sub(1)?;
             let g = syms[at].0;
             Some(
                 syms[..at]
                     .iter()
-                    .rposition(|&(s, _)| s != g)
+                    .rposition(|(s, _)| *s != g)
                     .map_or(0, |i| i + 1),
             )
         })
@@ -163,12 +194,11 @@ fn select(copy: &str, addrs: &[u64]) -> Option<String> {
     let mut out = String::new();
     for start in groups {
         let g = syms[start].0;
-        for &(_, l) in syms[start..].iter().take_while(|&&(s, _)| s == g) {
-            out.push_str(l);
-            out.push('\n');
+        for (_, line) in syms[start..].iter().take_while(|(s, _)| *s == g) {
+            out.push_str(&copy.text[line.clone()]);
         }
     }
-    Some(out)
+    out
 }
 
 /// Copies the core text's symbols of `live` into `dir/name` (through a
@@ -338,18 +368,16 @@ ffffffffc0000000 t mod_fn\t[ext4]
         let d = scratch("live");
         let state = d.join("state");
         let live = Path::new("/proc/kallsyms");
-        let dir_fd = crate::fsafe::private_dir(&state).unwrap();
-        if write_copy(&dir_fd, &state, &copy_name("test"), live).is_none() {
+        let Some(copy) = load(&state, live) else {
             eprintln!("skipped: kernel addresses are hidden here (not root?)");
             return;
-        }
-        let copy = read_copy(&state.join(copy_name("test"))).unwrap();
-        let (lo, hi) = parse_header(&copy).unwrap();
+        };
+        let (lo, hi) = (copy.lo, copy.hi);
         let mut addrs: Vec<u64> = (0..2000u64)
             .map(|i| lo + (hi - lo) / 2000 * i + 5)
             .collect();
         addrs.extend([lo, lo + 1, lo + 16]);
-        let text = select(&copy, &addrs).unwrap();
+        let text = select(&copy, &addrs);
         let selected = state.join("selected");
         std::fs::write(&selected, &text).unwrap();
         let names = |kallsyms: MaybeDefault<PathBuf>| -> Vec<Option<String>> {
