@@ -280,73 +280,15 @@ counted:
 		__sync_fetch_and_add(val, n);
 }
 
-/* 64-bit FNV-1a over whole words, each premixed so that its high bits reach
- * the low ones. `bytes` is a multiple of 8, at most `max` words. */
-#define HASH_WORDS(h, words, bytes, max)                                  \
-	for (__u32 i = 0; i < (max); i++) {                               \
-		if (i * sizeof(__u64) >= (bytes))                         \
-			break;                                            \
-		__u64 x = (words)[i] * 0x9e3779b97f4a7c15ULL;             \
-		h = (h ^ x ^ (x >> 32)) * 0x100000001b3ULL;               \
-	}
-
-/* Whether two zero-padded stacks of `max` words are the same. */
-static __always_inline int same_words(const __u64 *a, const __u64 *b, __u32 max)
-{
-	for (__u32 i = 0; i < max; i++) {
-		if (a[i] != b[i])
-			return 0;
-	}
-	return 1;
-}
-
-/* The current kernel stack (skipping `flags & BPF_F_SKIP_FIELD_MASK` frames)
- * as a kern_stacks id: the id of the same content when stored, else a new
- * one. -EFAULT: no kernel stack (a user-mode sample); -E2BIG: map full. */
-static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, __u64 flags, __u32 slot)
-{
-	__u64 h = 0xcbf29ce484222325ULL;
-	struct kern_stack *s, *old;
-	__u32 *idp;
-	__s32 id;
-	long n;
-
-	s = bpf_map_lookup_elem(&kern_stack_scratch, &slot);
-	if (!s)
-		return -ENOMEM;
-	/* bpf_get_stack zeroes the buffer past the frames it copies. */
-	n = bpf_get_stack(ctx, s->ips, sizeof(s->ips), flags);
-	if (n <= 0)
-		return n ? n : -EFAULT;
-	HASH_WORDS(h, s->ips, n, BPROF_MAX_STACK_DEPTH);
-	idp = bpf_map_lookup_elem(&kern_stack_ids, &h);
-	if (idp) {
-		id = *idp;
-		old = bpf_map_lookup_elem(&kern_stacks, &id);
-		if (old && same_words(old->ips, s->ips, BPROF_MAX_STACK_DEPTH))
-			return id;
-		if (old)
-			__sync_fetch_and_add(&st->stack_collisions, 1);
-	}
-	id = __sync_fetch_and_add(&next_kern_stack_id, 1);
-	if (bpf_map_update_elem(&kern_stacks, &id, s, BPF_NOEXIST))
-		return -E2BIG;
-	__sync_fetch_and_add(&st->kern_stacks_stored, 1);
-	/* A collision keeps the first content's mapping; a deleted id is
-	 * replaced. */
-	if (!idp || !bpf_map_lookup_elem(&kern_stacks, idp))
-		bpf_map_update_elem(&kern_stack_ids, &h, &id, BPF_ANY);
-	return id;
-}
-
 #define USER_STACK_WORDS ((BPROF_UNWIND_DEPTH + 1) * sizeof(struct frame_record) / sizeof(__u64))
 
 /* bpf_loop callbacks over a stack's words: a bounded loop of ~1000
  * iterations is verified once per path into it, which no verifier limit
  * allows for the unwound stack sizes; a callback is verified once. */
 struct words_ctx {
-	const __u64 *a, *b; /* the frames of two struct user_stack values */
-	__u64 h;
+	const __u64 *a, *b; /* the frames of two stacks */
+	__u64 h; /* 64-bit FNV-1a over whole words, each premixed so that its
+		  * high bits reach the low ones */
 	__u32 same;
 	__u32 nr; /* records to compare */
 };
@@ -389,6 +331,79 @@ static long compare_records(__u32 i, struct words_ctx *w)
 		}
 	}
 	return 0;
+}
+
+/* bpf_loop callbacks over a kernel stack's words (see words_ctx): the
+ * verifier walks a bounded loop once per iteration, 127 of them here, but
+ * a callback once. */
+static long hash_kern_word(__u32 i, struct words_ctx *w)
+{
+	__u64 x;
+
+	if (i >= BPROF_MAX_STACK_DEPTH)
+		return 1;
+	x = w->a[i] * 0x9e3779b97f4a7c15ULL;
+	w->h = (w->h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
+	return 0;
+}
+
+static long compare_kern_word(__u32 i, struct words_ctx *w)
+{
+	if (i >= BPROF_MAX_STACK_DEPTH)
+		return 1;
+	if (w->a[i] != w->b[i]) {
+		w->same = 0;
+		return 1;
+	}
+	return 0;
+}
+
+/* The current kernel stack (skipping `flags & BPF_F_SKIP_FIELD_MASK` frames)
+ * as a kern_stacks id: the id of the same content when stored, else a new
+ * one. -EFAULT: no kernel stack (a user-mode sample); -E2BIG: map full. */
+static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, __u64 flags, __u32 slot)
+{
+	struct words_ctx w = { .h = 0xcbf29ce484222325ULL };
+	struct kern_stack *s, *old;
+	__u32 *idp, words;
+	__s32 id;
+	long n;
+
+	s = bpf_map_lookup_elem(&kern_stack_scratch, &slot);
+	if (!s)
+		return -ENOMEM;
+	/* bpf_get_stack zeroes the buffer past the frames it copies. */
+	n = bpf_get_stack(ctx, s->ips, sizeof(s->ips), flags);
+	if (n <= 0)
+		return n ? n : -EFAULT;
+	words = n / sizeof(__u64);
+	w.a = s->ips;
+	bpf_loop(words, hash_kern_word, &w, 0);
+	idp = bpf_map_lookup_elem(&kern_stack_ids, &w.h);
+	if (idp) {
+		id = *idp;
+		old = bpf_map_lookup_elem(&kern_stacks, &id);
+		if (old) {
+			/* Both are zero past their frames and no kernel IP is 0:
+			 * the same first `words` and a 0 after them is the same
+			 * stack. The words past it are never touched. */
+			w.b = old->ips;
+			w.same = 1;
+			bpf_loop(words < BPROF_MAX_STACK_DEPTH ? words + 1 : words, compare_kern_word, &w, 0);
+			if (w.same)
+				return id;
+			__sync_fetch_and_add(&st->stack_collisions, 1);
+		}
+	}
+	id = __sync_fetch_and_add(&next_kern_stack_id, 1);
+	if (bpf_map_update_elem(&kern_stacks, &id, s, BPF_NOEXIST))
+		return -E2BIG;
+	__sync_fetch_and_add(&st->kern_stacks_stored, 1);
+	/* A collision keeps the first content's mapping; a deleted id is
+	 * replaced. */
+	if (!idp || !bpf_map_lookup_elem(&kern_stacks, idp))
+		bpf_map_update_elem(&kern_stack_ids, &w.h, &id, BPF_ANY);
+	return id;
 }
 
 /* The unwinder's hash of one record, per frame as it is written: its
@@ -583,7 +598,8 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct mm_struct *mm = task->mm;
 	struct ustack_key k = {};
-	__u64 *ips, h = 0xcbf29ce484222325ULL;
+	struct words_ctx w = { .h = 0xcbf29ce484222325ULL };
+	__u64 *ips;
 	__s32 *cached, id;
 	long n;
 
@@ -616,18 +632,12 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 	n = bpf_get_stack(ctx, ips, BPROF_MAX_STACK_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
 	if (n <= 0)
 		return n ? n : -EFAULT;
-	for (__u32 i = 0; i < BPROF_MAX_STACK_DEPTH; i++) {
-		if (i * sizeof(__u64) >= n)
-			break;
-		/* FNV-1a over whole IPs, each premixed so that its high bits
-		 * reach the low ones: 64 bits make a collision within one
-		 * address space vanishingly unlikely. */
-		__u64 x = ips[i] * 0x9e3779b97f4a7c15ULL;
-
-		h = (h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
-	}
+	/* 64 bits of hash make a collision within one address space
+	 * vanishingly unlikely. */
+	w.a = ips;
+	bpf_loop(n / sizeof(__u64), hash_kern_word, &w, 0);
 	k.mm = (__u64)mm;
-	k.hash = h;
+	k.hash = w.h;
 	k.tgid = task->tgid;
 	k.exec_id = task->self_exec_id;
 	k.depth = n;
@@ -642,13 +652,15 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 	return id;
 }
 
-/* Takes the wanted stacks; -EFAULT just means "no stack in that mode". */
+/* Takes the wanted stacks; -EFAULT just means "no stack in that mode".
+ * in_user: the sample hit user mode, so it has no kernel stack (asking
+ * bpf_get_stack would only zero its 1 KiB buffer, cold lines every sample). */
 static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u32 tgid, __u64 kflags,
-					__u32 slot, const struct uregs *ur, __s32 *kid, __s32 *uid)
+					__u32 slot, const struct uregs *ur, int in_user, __s32 *kid, __s32 *uid)
 {
 	*kid = -1;
 	*uid = -1;
-	if (cfg.kernel_stacks) {
+	if (cfg.kernel_stacks && !in_user) {
 		*kid = kern_stack_id(ctx, st, kflags, slot);
 		if (*kid < 0 && *kid != -EFAULT)
 			st->kern_stack_lost++;
@@ -671,6 +683,7 @@ int do_sample(struct bpf_perf_event_data *ctx)
 	struct sample_key key = {};
 	struct filter_sample fs;
 	struct uregs ur = {};
+	int in_user;
 
 	if (!st)
 		return 0;
@@ -701,15 +714,16 @@ int do_sample(struct bpf_perf_event_data *ctx)
 	key.kind = SAMPLE_ON_CPU;
 	key.cgroup = bpf_get_current_cgroup_id();
 	/* A sample in user mode has the user registers; one in the kernel
-	 * takes them from the task (unwind_user). */
-	/* (User addresses are the lower half: cs's layout varies by kernel.) */
-	if (cfg.dwarf && ctx->regs.ip < (1ULL << 47)) {
+	 * takes them from the task (unwind_user). (User addresses are the
+	 * lower half: cs's layout varies by kernel.) */
+	in_user = PT_REGS_IP(&ctx->regs) < (1ULL << 47);
+	if (cfg.dwarf && in_user) {
 		ur.ip = ctx->regs.ip;
 		ur.sp = ctx->regs.sp;
 		ur.bp = ctx->regs.bp;
 		ur.valid = 1;
 	}
-	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, &ur, &key.kern_stack_id, &key.user_stack_id);
+	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, &ur, in_user, &key.kern_stack_id, &key.user_stack_id);
 	/* --wall counts time: a cpu-clock sample's period is its nanoseconds. */
 	count(st, &key, cfg.period_as_us ? ctx->sample_period / 1000 : 1);
 	/* 0: the sample is not also written to the perf ring buffer. */
@@ -764,7 +778,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 				start->ts = bpf_ktime_get_ns();
 				/* prev is current: its cgroup, for the block's key. */
 				start->cgroup = bpf_get_current_cgroup_id();
-				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK, SCRATCH_OFF_CPU, &ur,
+				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK, SCRATCH_OFF_CPU, &ur, 0,
 					    &start->kern_stack_id, &start->user_stack_id);
 				st->switches_out++;
 			}

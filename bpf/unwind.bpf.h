@@ -204,12 +204,42 @@ static __always_inline void learn(struct unwind_ctx *c, const struct unwind_map_
 	}
 }
 
+/* One halving of find_row's search, as a bpf_loop callback: the verifier
+ * walks a bounded loop once per iteration (24 here, on every path into
+ * it: a third of the program's verification), a callback once. */
+struct row_search {
+	__u64 off;
+	__u32 first_row, lo, hi, fault;
+};
+
+static long search_step(__u32 i, struct row_search *r)
+{
+	struct unwind_row *row;
+	__u32 mid, idx;
+
+	if (r->hi - r->lo <= 1)
+		return 1;
+	mid = r->lo + (r->hi - r->lo) / 2;
+	idx = r->first_row + mid;
+	row = bpf_map_lookup_elem(&unwind_rows, &idx);
+	if (!row) {
+		r->fault = 1;
+		return 1;
+	}
+	if (row->pc <= r->off)
+		r->lo = mid;
+	else
+		r->hi = mid;
+	return 0;
+}
+
 /* The row of file offset `off`: the last one with pc <= off. The page
  * index narrows the search to the rows of off's page. */
 static __always_inline struct unwind_row *find_row(const struct unwind_file *f, __u64 off)
 {
-	__u32 lo = 0, hi = f->nr_rows, mid, idx;
+	struct row_search r = { .off = off, .first_row = f->first_row, .hi = f->nr_rows };
 	struct unwind_row *row;
+	__u32 idx;
 
 	if (f->nr_pages) {
 		__u64 page = off >> UNWIND_PAGE_SHIFT;
@@ -224,33 +254,23 @@ static __always_inline struct unwind_row *find_row(const struct unwind_file *f, 
 			pg = bpf_map_lookup_elem(&unwind_pages, &idx);
 			if (!pg)
 				return 0;
-			lo = pg->lo;
-			hi = pg->hi + 1;
+			r.lo = pg->lo;
+			r.hi = pg->hi + 1;
 		} else {
-			lo = hi - 1; /* past the last row's page: the last row */
+			r.lo = r.hi - 1; /* past the last row's page: the last row */
 		}
 	}
-	if (hi > f->nr_rows || lo >= hi)
+	if (r.hi > f->nr_rows || r.lo >= r.hi)
 		return 0;
-	idx = f->first_row + lo;
+	idx = f->first_row + r.lo;
 	row = bpf_map_lookup_elem(&unwind_rows, &idx);
 	if (!row || row->pc > off)
 		return 0;
 	/* 24 halvings: up to 16M rows per file. */
-	for (int i = 0; i < 24; i++) {
-		if (hi - lo <= 1)
-			break;
-		mid = lo + (hi - lo) / 2;
-		idx = f->first_row + mid;
-		row = bpf_map_lookup_elem(&unwind_rows, &idx);
-		if (!row)
-			return 0;
-		if (row->pc <= off)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	idx = f->first_row + lo;
+	bpf_loop(24, search_step, &r, 0);
+	if (r.fault)
+		return 0;
+	idx = f->first_row + r.lo;
 	return bpf_map_lookup_elem(&unwind_rows, &idx);
 }
 
