@@ -406,17 +406,23 @@ static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, 
 	return id;
 }
 
-/* The unwinder's hash of one record, per frame as it is written: its
- * first word (status and the build ID's first 4 bytes) and its offset.
- * Cheaper than all 4 words, and as good here: a hit is compared whole
- * (intern_user_stack), and frames of one file share the build ID. */
-static __always_inline __u64 hash_record(__u64 h, const __u64 *r)
+/* The unwinder's hashes of one record, per frame as it is written. The
+ * first takes its first word (status and the build ID's first 4 bytes) and
+ * its offset: cheaper than all 4 words, and as good there, since a hit in
+ * user_stack_ids is compared whole (intern_user_stack). The second, with
+ * other constants, takes all 4 words: with the first it keys the per-CPU
+ * stack memo, whose hits are not compared (see stack_memo). */
+static __always_inline void hash_record(__u64 *h, __u64 *h2, const __u64 *r)
 {
 	__u64 x = r[0] * 0x9e3779b97f4a7c15ULL;
 
-	h = (h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
+	*h = (*h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
 	x = r[3] * 0x9e3779b97f4a7c15ULL;
-	return (h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
+	*h = (*h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
+	for (int k = 0; k < 4; k++) {
+		x = r[k] * 0xc2b2ae3d27d4eb4fULL;
+		*h2 = (*h2 ^ x ^ (x >> 29)) * 0xff51afd7ed558ccdULL;
+	}
 }
 
 /* Stores the `n` bytes of records in `us` under the id of the same content
@@ -573,21 +579,68 @@ static __always_inline __s32 store_user_stack(void *ctx, struct profile_stats *s
 
 #include "unwind.bpf.h"
 
+/*
+ * The ids of the user stacks this CPU's context interned lately, by the
+ * walk's two 64-bit hashes and the process. A hit skips user_stack_ids,
+ * user_stacks and the compare of the stored stack: cold lines and TLB
+ * misses that were ~40% of a sample's cost on cache-hostile work. A hit is
+ * not compared: two different stacks of one process would need the same
+ * 128 bits of two independent hashes, and the process in the key means a
+ * process crafting such a stack could only mislabel its own samples. Ids
+ * are never reused (user space keeps a drained stack's copy), so an entry
+ * never goes stale.
+ */
+#define STACK_MEMO_BITS 8
+
+struct stack_memo_entry {
+	__u64 h, h2;
+	__u32 tgid;
+	__s32 id; /* 0 with h == 0: empty */
+};
+
+struct stack_memo {
+	struct stack_memo_entry e[1 << STACK_MEMO_BITS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SCRATCH_SLOTS);
+	__type(key, __u32);
+	__type(value, struct stack_memo);
+} stack_memo SEC(".maps");
+
 /* --call-graph dwarf: the user stack walked with unwind tables. */
 static __always_inline __s32 unwound_stack_id(struct profile_stats *st, const struct uregs *ur, __u32 slot)
 {
+	struct stack_memo_entry *e;
+	struct stack_memo *memo;
 	struct user_stack *us;
+	__u64 hash, hash2;
+	__u32 tgid;
+	__s32 id;
 	long n;
 
 	us = bpf_map_lookup_elem(&user_stack_scratch, &slot);
-	if (!us)
+	memo = bpf_map_lookup_elem(&stack_memo, &slot);
+	if (!us || !memo)
 		return -ENOMEM;
-	__u64 hash;
-
-	n = unwind_user(st, ur, us, slot, &hash);
+	n = unwind_user(st, ur, us, slot, &hash, &hash2);
 	if (n <= 0)
 		return n ? n : -EFAULT;
-	return intern_user_stack(st, us, n, &hash);
+	tgid = bpf_get_current_pid_tgid() >> 32;
+	e = &memo->e[((hash ^ tgid) * 0x9e3779b97f4a7c15ULL) >> (64 - STACK_MEMO_BITS)];
+	if (e->h == hash && e->h2 == hash2 && e->tgid == tgid && e->h) {
+		st->user_stack_cached++;
+		return e->id;
+	}
+	id = intern_user_stack(st, us, n, &hash);
+	if (id >= 0) {
+		e->h = hash;
+		e->h2 = hash2;
+		e->tgid = tgid;
+		e->id = id;
+	}
+	return id;
 }
 
 /* The current task's user stack as a user_stacks id: from the cache when

@@ -66,6 +66,15 @@ struct {
 	__type(value, struct unwind_chunk);
 } unwind_maps SEC(".maps");
 
+/* Moved on by user space after it changed unwind_maps or unwind_files:
+ * entries of the mapping memo from before are stale. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} unwind_gen SEC(".maps");
+
 /* A new unwind_maps chunk starts empty. */
 struct unwind_chunk unwind_zero_chunk = {};
 
@@ -90,7 +99,9 @@ struct walk_state {
 	struct unwind_file file; /* its file's unwind_files entry, when have_file */
 	__u32 have_file;
 	__u32 fp_frames; /* frames left by frame pointer */
-	__u64 hash;      /* of the records written (hash_record) */
+	__u64 hash, hash2; /* of the records written (hash_record) */
+	__u64 gen;         /* unwind_gen at the walk's start */
+	__u64 mm;
 	__u32 bp_valid;
 	__u32 exact; /* ip is where the frame is, not a return address */
 	__u32 end;   /* enum unwind_end + 1 once the walk ended */
@@ -104,6 +115,35 @@ struct {
 	__type(key, __u32);
 	__type(value, struct walk_state);
 } unwind_scratch SEC(".maps");
+
+/* The mappings (and their files' unwind_files entries) walks on this CPU
+ * found lately, by address space and 2 MiB chunk: a hit is two lines of one
+ * per-CPU page where unwind_maps and unwind_files cost two hash lookups,
+ * cold after the workload ran (a third of a walk's cost on xz). Valid while
+ * unwind_gen has not moved: user space moves it after every change, and a
+ * walk reads it before its lookups, so an entry filled from a lookup older
+ * than a change carries an older generation. */
+#define MAP_MEMO_BITS 4
+
+struct map_memo_entry {
+	__u64 mm;
+	__u64 gen;
+	struct vma_info vma;
+	__u32 tgid;
+	__u32 have_file;
+	struct unwind_file file;
+};
+
+struct map_memos {
+	struct map_memo_entry e[1 << MAP_MEMO_BITS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SCRATCH_SLOTS);
+	__type(key, __u32);
+	__type(value, struct map_memos);
+} unwind_map_memo SEC(".maps");
 
 /* A copy of the part of the user stack the walk reads next. Each
  * bpf_probe_read_user costs ~80 ns here, about the same for 8 bytes as
@@ -156,6 +196,7 @@ struct unwind_ctx {
 	struct walk_state *s;
 	struct stack_window *win;
 	struct rule_memos *memo;
+	struct map_memos *maps;
 };
 
 static long vma_cb(struct task_struct *task, struct vm_area_struct *vma, struct vma_info *v)
@@ -325,9 +366,20 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		return stop(c, UNWIND_END_ROOT);
 	if (c->s->ip < c->s->vma.start || c->s->ip >= c->s->vma.end) {
 		struct unwind_map_key mk = { .tgid = c->task->tgid, .chunk = c->s->ip >> UNWIND_CHUNK_SHIFT };
-		struct unwind_chunk *ch = bpf_map_lookup_elem(&unwind_maps, &mk);
+		struct map_memo_entry *me =
+			&c->maps->e[((c->s->mm >> 6 ^ mk.chunk) * 0x9e3779b97f4a7c15ULL) >> (64 - MAP_MEMO_BITS)];
+		struct unwind_chunk *ch;
 		struct vma_info v = {};
 
+		if (me->mm == c->s->mm && me->gen == c->s->gen && me->tgid == mk.tgid && c->s->ip >= me->vma.start &&
+		    c->s->ip < me->vma.end) {
+			c->s->vma = me->vma;
+			c->s->have_file = me->have_file;
+			if (me->have_file)
+				c->s->file = me->file;
+			goto mapped;
+		}
+		ch = bpf_map_lookup_elem(&unwind_maps, &mk);
 		err = -ENOENT;
 		if (ch) {
 			for (int k = 0; k < UNWIND_CHUNK_SLOTS; k++) {
@@ -358,7 +410,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 			__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
 			rec->offset = c->s->ip;
 			us->nr = n + 1;
-			c->s->hash = hash_record(c->s->hash, (const __u64 *)rec);
+			hash_record(&c->s->hash, &c->s->hash2, (const __u64 *)rec);
 			return stop(c, err == -EBUSY ? UNWIND_END_VMA_BUSY : UNWIND_END_NO_MAPPING);
 		}
 		c->s->vma = v;
@@ -372,7 +424,15 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 				c->s->have_file = 1;
 			}
 		}
+		me->mm = c->s->mm;
+		me->gen = c->s->gen;
+		me->tgid = mk.tgid;
+		me->vma = v;
+		me->have_file = c->s->have_file;
+		if (c->s->have_file)
+			me->file = c->s->file;
 	}
+mapped:
 	off = c->s->ip - c->s->vma.start + c->s->vma.off;
 	file = c->s->have_file ? &c->s->file : 0;
 
@@ -388,7 +448,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		rec->offset = c->s->ip;
 	}
 	us->nr = n + 1;
-	c->s->hash = hash_record(c->s->hash, (const __u64 *)rec);
+	hash_record(&c->s->hash, &c->s->hash2, (const __u64 *)rec);
 
 	/* A return address is just past its call: its frame is the call's. */
 	lookup = c->s->exact ? off : off - 1;
@@ -487,12 +547,13 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
  * marks an early end with a FRAME_TRUNCATED record. Returns the bytes
  * of records, or a negative error. */
 static __always_inline long unwind_user(struct profile_stats *st, const struct uregs *ur, struct user_stack *us,
-					__u32 slot, __u64 *hash)
+					__u32 slot, __u64 *hash, __u64 *hash2)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct unwind_ctx c = {};
 	struct walk_state *s;
-	__u32 n, end;
+	__u32 n, end, zero = 0;
+	__u64 *gen;
 
 	if (!task->mm)
 		return -EFAULT; /* a kernel thread has no user stack */
@@ -522,12 +583,19 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	c.s = s;
 	c.win = bpf_map_lookup_elem(&unwind_window, &slot);
 	c.memo = bpf_map_lookup_elem(&unwind_memo, &slot);
-	if (!c.win || !c.memo)
+	c.maps = bpf_map_lookup_elem(&unwind_map_memo, &slot);
+	gen = bpf_map_lookup_elem(&unwind_gen, &zero);
+	if (!c.win || !c.memo || !c.maps || !gen)
 		return -ENOMEM;
+	/* Read before any lookup of unwind_maps or unwind_files (see
+	 * map_memo_entry). */
+	s->gen = *gen;
+	s->mm = (__u64)task->mm;
 	c.win->lo = c.win->hi = 0; /* another task's stack, or this one's before */
 	s->bp_valid = 1;
 	s->exact = 1;
 	s->hash = 0xcbf29ce484222325ULL;
+	s->hash2 = 0x84222325cbf29ce4ULL;
 	s->vma.end = 0;
 	us->nr = 0;
 	bpf_loop(BPROF_UNWIND_DEPTH + 1, unwind_step, &c, 0);
@@ -545,9 +613,10 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 		__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
 		rec->offset = end;
 		us->nr = n + 1;
-		s->hash = hash_record(s->hash, (const __u64 *)rec);
+		hash_record(&s->hash, &s->hash2, (const __u64 *)rec);
 	}
 	*hash = s->hash;
+	*hash2 = s->hash2;
 	n = us->nr;
 	if (n == 0)
 		return -EFAULT;

@@ -66,6 +66,10 @@ unsafe impl Plain for sample_key {}
 unsafe impl Plain for frame_record {}
 // SAFETY: three u64 (stat.h).
 unsafe impl Plain for stat_value {}
+// SAFETY: an integer.
+unsafe impl Plain for u32 {}
+// SAFETY: an integer.
+unsafe impl Plain for u64 {}
 // SAFETY: two u32.
 unsafe impl Plain for unwind_row {}
 // SAFETY: i32, i16, u8, u8: 8 bytes, no gap (size asserted below).

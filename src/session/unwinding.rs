@@ -56,6 +56,7 @@ pub fn start(
             u.add_command(files, argv0);
         }
     }
+    u.publish(&maps.unwind_gen);
     Ok(Some(u))
 }
 
@@ -78,4 +79,5 @@ pub fn take_new(
         targets,
         &mut sideband.index,
     );
+    u.publish(&maps.unwind_gen);
 }

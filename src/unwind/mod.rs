@@ -103,6 +103,10 @@ pub struct Unwinder {
     full: usize,
     build_time: Duration,
     bytes_read: u64,
+    /// `unwind_files` changed since [`Unwinder::publish`].
+    files_changed: bool,
+    /// The last generation written to `unwind_gen`.
+    gen: u64,
 }
 
 /// The kernel's dev_t of a userspace st_dev (MKDEV: major << 20 | minor).
@@ -138,6 +142,8 @@ impl Unwinder {
             full: 0,
             build_time: Duration::ZERO,
             bytes_read: 0,
+            files_changed: false,
+            gen: 0,
         })
     }
 
@@ -361,6 +367,7 @@ impl Unwinder {
             ino: key.1,
         };
         maps::put(files, &k, &value).map_err(|e| format!("unwind_files: {e}"))?;
+        self.files_changed = true;
         self.files.insert(key, !rows.is_empty());
         Ok(())
     }
@@ -524,6 +531,21 @@ fn parse_dev(s: &str) -> Option<u64> {
 }
 
 impl Unwinder {
+    /// Moves `unwind_gen` on when `unwind_maps` or `unwind_files` changed
+    /// since the last call: the BPF side's per-CPU memo of mappings holds
+    /// only entries of the current generation. Call it after the changes.
+    pub fn publish(&mut self, gen: &dyn MapCore) {
+        if !(self.files_changed || self.procmaps.changed) {
+            return;
+        }
+        self.gen += 1;
+        // A failed write leaves the memo as it was: it cannot fail for a
+        // one-entry array at index 0.
+        let _ = maps::put(gen, &0u32, &self.gen);
+        self.files_changed = false;
+        self.procmaps.changed = false;
+    }
+
     /// Loads the files the side band saw mapped since the last call.
     /// `targets`: the BPF target_tgids map when samples are limited to
     /// some processes (the side band reports every process's mappings).

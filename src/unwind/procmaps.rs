@@ -33,6 +33,8 @@ pub struct ProcMaps {
     pub evicted: u64,
     /// Map updates that failed (map full).
     pub failed: u64,
+    /// `unwind_maps` changed since [`Unwinder::publish`](super::Unwinder::publish).
+    pub changed: bool,
 }
 
 fn key(tgid: u32, chunk: u64) -> abi::unwind_map_key {
@@ -75,6 +77,7 @@ impl ProcMaps {
                 };
             }
             let k = key(tgid, chunk);
+            self.changed = true;
             if maps::put(map, &k, &value).is_err() {
                 self.failed += 1;
             }
@@ -87,6 +90,7 @@ impl ProcMaps {
         for chunk in self.by_tgid.remove(&tgid).unwrap_or_default() {
             self.chunks.remove(&(tgid, chunk));
             maps::remove(map, &key(tgid, chunk));
+            self.changed = true;
         }
     }
 
