@@ -180,12 +180,30 @@ impl<'obj> ProfileProgram<'obj> {
                 .unwind_pages
                 .set_max_entries(crate::unwind::index_pages(opts.unwind_rows))?;
         }
+        // No kernel layout generation (6.1 to 6.3): bprof keeps its own,
+        // for the raw-stack cache of frame-pointer walks (dwarf stacks are
+        // not cached: the tracepoints would only slow every syscall down).
+        let layout_gens = opts.user_stacks && !dwarf && !kfeatures::kernel_has_layout_seq();
+        // Maps this profile never uses get one entry: the preallocated ones
+        // (LRU hashes, unwind_files) cost ms of start-up each at full size.
         let n = opts.stack_storage_size;
-        open.maps.kern_stacks.set_max_entries(n)?;
-        open.maps.kern_stack_ids.set_max_entries(n)?;
-        open.maps.user_stacks.set_max_entries(n)?;
-        open.maps.user_stack_ids.set_max_entries(n)?;
-        open.maps.user_stack_cache.set_max_entries(n)?;
+        let used = |yes: bool, n: u32| if yes { n } else { 1 };
+        let (kernel, user) = (opts.kernel_stacks, opts.user_stacks);
+        open.maps.kern_stacks.set_max_entries(used(kernel, n))?;
+        open.maps.kern_stack_ids.set_max_entries(used(kernel, n))?;
+        open.maps.user_stacks.set_max_entries(used(user, n))?;
+        open.maps.user_stack_ids.set_max_entries(used(user, n))?;
+        open.maps
+            .user_stack_cache
+            .set_max_entries(used(user && !dwarf, n))?;
+        open.maps
+            .layout_gens
+            .set_max_entries(used(layout_gens, 16384))?;
+        if !dwarf {
+            open.maps.unwind_files.set_max_entries(1)?;
+            open.maps.unwind_maps.set_max_entries(1)?;
+            open.maps.unwind_rules.set_max_entries(1)?;
+        }
         maps::size_targets(
             &mut open.maps.target_tgids,
             &mut open.maps.target_tids,
@@ -199,10 +217,6 @@ impl<'obj> ProfileProgram<'obj> {
         if !opts.mode.off_cpu() {
             open.progs.offcpu_switch.set_autoload(false);
         }
-        // No kernel layout generation (6.1 to 6.3): bprof keeps its own,
-        // for the raw-stack cache of frame-pointer walks (dwarf stacks are
-        // not cached: the tracepoints would only slow every syscall down).
-        let layout_gens = opts.user_stacks && !dwarf && !kfeatures::kernel_has_layout_seq();
         if !layout_gens {
             open.progs.layout_enter.set_autoload(false);
             open.progs.layout_exit.set_autoload(false);
