@@ -772,8 +772,10 @@ fn user_stacks_stored_by_content_when_the_layout_cache_misses() {
     root_or_skip!();
     let _g = exclusive();
     let bin = fixture("mmapchurn");
+    // The layout cache is the frame-pointer walk's (dwarf walks every
+    // sample and counts its own memo's hits in the same -v number).
     let out = run(bprof()
-        .args(["-v", "-U", "-F", "999", "-f", "--"])
+        .args(["-v", "-U", "--call-graph", "fp", "-F", "999", "-f", "--"])
         .args([bin.to_str().unwrap(), "2"]));
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{stderr}");
