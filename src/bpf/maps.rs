@@ -229,6 +229,22 @@ pub(crate) fn create_count_map(size: u32) -> Result<MapHandle> {
     Ok(map)
 }
 
+/// Makes a drained count map (read with `delete`) ready to be installed
+/// again: empty but for its total, at 0. False when something is left in it
+/// (it must not be used again: its entries would be counted twice).
+pub(crate) fn reset_count_map(map: &MapHandle) -> Result<bool> {
+    if map.keys().next().is_some() {
+        return Ok(false);
+    }
+    map.update(
+        crate::bpf::abi::plain_bytes(&total_key()),
+        &0u64.to_ne_bytes(),
+        MapFlags::NO_EXIST,
+    )
+    .context("resetting a count map's total")?;
+    Ok(true)
+}
+
 /// Calls `f` on every entry of a hash map, with the batch syscalls: from
 /// the start to the kernel's ENOENT, however short a batch is (the kernel
 /// ends a batch at a hash bucket that does not fit), growing the buffers

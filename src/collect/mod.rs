@@ -30,7 +30,7 @@ use libbpf_rs::{MapCore, MapHandle};
 
 use crate::bpf::maps::{
     comm_string, create_count_map, for_each_entry, get_by_u32, install_inner, parse_kernel_stack,
-    parse_user_stack, SampleKey,
+    parse_user_stack, reset_count_map, SampleKey,
 };
 use crate::collect::stacks::{RawStack, Stats, UserFrame};
 
@@ -128,6 +128,10 @@ pub(crate) struct Collector {
     user_deleted: u64,
     /// The count map in the slot now.
     current: Option<MapHandle>,
+    /// The last drained one, emptied: installed at the next swap. Creating
+    /// a preallocated map of --stack-storage-size entries at every drain
+    /// was most of a recording second's CPU.
+    spare: Option<MapHandle>,
     /// Aggregate the threads of a process together.
     merge_threads: bool,
     /// A failed drain was reported.
@@ -166,6 +170,7 @@ impl Collector {
             kern_deleted: 0,
             user_deleted: 0,
             current: None,
+            spare: None,
             merge_threads: false,
             warned: false,
             last_tick: [0; 3],
@@ -181,7 +186,10 @@ impl Collector {
     /// Installs a fresh count map and returns the previous one, which no
     /// program uses any more once this returns.
     fn swap(&mut self, count_slot: &dyn MapCore) -> Result<Option<MapHandle>> {
-        let fresh = create_count_map(self.size)?;
+        let fresh = match self.spare.take() {
+            Some(m) => m,
+            None => create_count_map(self.size)?,
+        };
         install_inner(count_slot, &fresh)?;
         Ok(self.current.replace(fresh))
     }
@@ -249,11 +257,12 @@ impl Collector {
         self.last_drain = Instant::now();
         self.stats.drains += 1;
         let mut entries = Vec::new();
+        // Read and emptied: no program uses it any more (see swap).
         for_each_entry(
             old.as_fd(),
             std::mem::size_of::<SampleKey>(),
             8,
-            false,
+            true,
             |k, v| {
                 entries.push((
                     read_key(k),
@@ -262,7 +271,9 @@ impl Collector {
             },
         )
         .context("reading the count map")?;
-        drop(old);
+        if reset_count_map(&old)? {
+            self.spare = Some(old);
+        }
         self.stats.entries += entries.len() as u64;
         for (key, count) in entries {
             let Some(key) = key else { continue };
