@@ -32,13 +32,15 @@ pub(crate) struct Runner<'t> {
     duration: Option<Duration>,
     child: Option<Child>,
     started: Option<Instant>,
-    /// When `-p`/`-L` targets were last looked up in /proc.
+    /// When `-p`/`-L` targets were last looked up.
     targets_checked: Cell<Option<Instant>>,
+    /// The `-p` processes' pidfds, polled for their exit.
+    pidfds: Option<Vec<std::os::fd::OwnedFd>>,
 }
 
-/// How often `-p`/`-L` targets are looked up: a /proc read per target,
-/// which at the 10 ms tick of a profile was most of bprof's own CPU
-/// while recording.
+/// How often `-p`/`-L` targets are looked up: a poll of their pidfds, or a
+/// /proc read per thread (`-L`), which at the 10 ms tick of a profile was
+/// most of bprof's own CPU while recording.
 const TARGET_CHECK: Duration = Duration::from_millis(100);
 
 impl<'t> Runner<'t> {
@@ -63,6 +65,7 @@ impl<'t> Runner<'t> {
             child,
             started: None,
             targets_checked: Cell::new(None),
+            pidfds: target.pidfds(),
         })
     }
 
@@ -176,7 +179,7 @@ impl<'t> Runner<'t> {
             .is_none_or(|t| t.elapsed() >= TARGET_CHECK);
         if due {
             self.targets_checked.set(Some(Instant::now()));
-            if self.target.exited() {
+            if self.target.exited_by(self.pidfds.as_deref()) {
                 return Some(End::TargetsGone);
             }
         }
