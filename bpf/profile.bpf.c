@@ -293,14 +293,22 @@ struct words_ctx {
 	__u32 nr; /* records to compare */
 };
 
+/* One FNV-1a step over a whole word, premixed so that its high bits reach
+ * the low ones. */
+static __always_inline __u64 fnv_word(__u64 h, __u64 word)
+{
+	__u64 x = word * 0x9e3779b97f4a7c15ULL;
+
+	return (h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
+}
+
+/* Each callback bounds the index by its own array: the verifier needs a
+ * constant there, so the user and kernel stacks have one each. */
 static long hash_word(__u32 i, struct words_ctx *w)
 {
-	__u64 x;
-
 	if (i >= USER_STACK_WORDS)
 		return 1;
-	x = w->a[i] * 0x9e3779b97f4a7c15ULL;
-	w->h = (w->h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
+	w->h = fnv_word(w->h, w->a[i]);
 	return 0;
 }
 
@@ -338,12 +346,9 @@ static long compare_records(__u32 i, struct words_ctx *w)
  * a callback once. */
 static long hash_kern_word(__u32 i, struct words_ctx *w)
 {
-	__u64 x;
-
 	if (i >= BPROF_MAX_STACK_DEPTH)
 		return 1;
-	x = w->a[i] * 0x9e3779b97f4a7c15ULL;
-	w->h = (w->h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
+	w->h = fnv_word(w->h, w->a[i]);
 	return 0;
 }
 
@@ -414,11 +419,9 @@ static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, 
  * stack memo, whose hits are not compared (see stack_memo). */
 static __always_inline void hash_record(__u64 *h, __u64 *h2, const __u64 *r)
 {
-	__u64 x = r[0] * 0x9e3779b97f4a7c15ULL;
+	__u64 x;
 
-	*h = (*h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
-	x = r[3] * 0x9e3779b97f4a7c15ULL;
-	*h = (*h ^ x ^ (x >> 32)) * 0x100000001b3ULL;
+	*h = fnv_word(fnv_word(*h, r[0]), r[3]);
 	for (int k = 0; k < 4; k++) {
 		x = r[k] * 0xc2b2ae3d27d4eb4fULL;
 		*h2 = (*h2 ^ x ^ (x >> 29)) * 0xff51afd7ed558ccdULL;

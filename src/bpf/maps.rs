@@ -220,13 +220,17 @@ pub(crate) fn create_count_map(size: u32) -> Result<MapHandle> {
         &opts,
     )
     .context("creating a count map")?;
+    put_total(&map).context("creating a count map's total")?;
+    Ok(map)
+}
+
+/// Inserts an empty count map's total, at 0.
+fn put_total(map: &MapHandle) -> libbpf_rs::Result<()> {
     map.update(
         crate::bpf::abi::plain_bytes(&total_key()),
         &0u64.to_ne_bytes(),
         MapFlags::NO_EXIST,
     )
-    .context("creating a count map's total")?;
-    Ok(map)
 }
 
 /// Makes a drained count map (read with `delete`) ready to be installed
@@ -236,12 +240,7 @@ pub(crate) fn reset_count_map(map: &MapHandle) -> Result<bool> {
     if map.keys().next().is_some() {
         return Ok(false);
     }
-    map.update(
-        crate::bpf::abi::plain_bytes(&total_key()),
-        &0u64.to_ne_bytes(),
-        MapFlags::NO_EXIST,
-    )
-    .context("resetting a count map's total")?;
+    put_total(map).context("resetting a count map's total")?;
     Ok(true)
 }
 
