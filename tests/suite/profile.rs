@@ -476,10 +476,12 @@ fn default_report_lists_stacks_hottest_last() {
 fn tiny_maps_count_and_report_every_loss() {
     root_or_skip!();
     let _g = exclusive();
-    let bin = fixture("recurse");
     // Two map slots cannot hold the stacks of a whole system: losses must be
-    // counted in the kernel and reported, not silently dropped.
-    let w = Workload::start(Command::new(&bin).arg("3"));
+    // counted in the kernel and reported, not silently dropped. The
+    // manystacks fixture makes nearly every sample a new user stack (a
+    // repeated one is found in the walk's per-CPU memo, never lost).
+    let bin = fixture("manystacks");
+    let w = Workload::start(Command::new(&bin).args(["3", "1", "17"]));
     let out = run(bprof().args(["-F", "999", "-f", "-I", "--stack-storage-size", "2", "1.5"]));
     drop(w);
     let stderr = String::from_utf8_lossy(&out.stderr);
