@@ -777,6 +777,7 @@ int do_sample(struct bpf_perf_event_data *ctx)
 		ur.ip = ctx->regs.ip;
 		ur.sp = ctx->regs.sp;
 		ur.bp = ctx->regs.bp;
+		DWARF_REGS(ur.r, &ctx->regs);
 		ur.valid = 1;
 	}
 	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, &ur, in_user, &key.kern_stack_id, &key.user_stack_id);

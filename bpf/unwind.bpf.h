@@ -81,8 +81,30 @@ struct unwind_chunk unwind_zero_chunk = {};
 /* User registers at the sample. */
 struct uregs {
 	__u64 ip, sp, bp;
+	__u64 r[16]; /* all of them, by DWARF number (UNWIND_CFA_REG rules) */
 	__u32 valid; /* 0: take them from the task's pt_regs */
 };
+
+/* pt_regs p's general registers into d[16], by DWARF number. */
+#define DWARF_REGS(d, p)          \
+	do {                      \
+		(d)[0] = (p)->ax;  \
+		(d)[1] = (p)->dx;  \
+		(d)[2] = (p)->cx;  \
+		(d)[3] = (p)->bx;  \
+		(d)[4] = (p)->si;  \
+		(d)[5] = (p)->di;  \
+		(d)[6] = (p)->bp;  \
+		(d)[7] = (p)->sp;  \
+		(d)[8] = (p)->r8;  \
+		(d)[9] = (p)->r9;  \
+		(d)[10] = (p)->r10; \
+		(d)[11] = (p)->r11; \
+		(d)[12] = (p)->r12; \
+		(d)[13] = (p)->r13; \
+		(d)[14] = (p)->r14; \
+		(d)[15] = (p)->r15; \
+	} while (0)
 
 /* The PC's mapping, as bpf_find_vma's callback reads it. */
 struct vma_info {
@@ -99,6 +121,7 @@ struct walk_state {
 	struct unwind_file file; /* its file's unwind_files entry, when have_file */
 	__u32 have_file;
 	__u32 fp_frames; /* frames left by frame pointer */
+	__u64 r[16];       /* the sample's registers (DWARF numbers): first frame only */
 	__u64 hash, hash2; /* of the records written (hash_record) */
 	__u64 gen;         /* unwind_gen at the walk's start */
 	__u64 mm;
@@ -522,7 +545,12 @@ mapped:
 	case UNWIND_CFA_STOP:
 		return stop(c, UNWIND_END_ROOT);
 	default:
-		return stop(c, UNWIND_END_UNSUPPORTED);
+		/* A register other than rsp/rbp: known in the first frame only
+		 * (n records before this one's). */
+		if (rule->cfa_type < UNWIND_CFA_REG || rule->cfa_type >= UNWIND_CFA_REG + 16 || n != 0)
+			return stop(c, UNWIND_END_UNSUPPORTED);
+		cfa = c->s->r[(rule->cfa_type - UNWIND_CFA_REG) & 15] + rule->cfa_off;
+		break;
 	}
 	/* The caller's rsp is above this frame's. */
 	if (cfa <= c->s->sp)
@@ -565,6 +593,7 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 		s->ip = ur->ip;
 		s->sp = ur->sp;
 		s->bp = ur->bp;
+		__builtin_memcpy(s->r, ur->r, sizeof(s->r));
 	} else {
 		/* The sample hit the kernel (or the task is switching out): the
 		 * user registers saved at kernel entry. */
@@ -575,6 +604,7 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 		s->ip = BPF_CORE_READ(regs, ip);
 		s->sp = BPF_CORE_READ(regs, sp);
 		s->bp = BPF_CORE_READ(regs, bp);
+		DWARF_REGS(s->r, regs);
 		__sync_fetch_and_add(&st->unwind_task_regs, 1);
 	}
 	c.us = us;

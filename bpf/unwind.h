@@ -34,6 +34,11 @@ enum unwind_cfa {
 	UNWIND_CFA_SIGNAL,    /* __restore_rt: registers come from the rt_sigframe at rsp */
 	UNWIND_CFA_STOP,      /* return address undefined: the outermost frame */
 	UNWIND_CFA_UNSUPPORTED, /* a rule this unwinder cannot follow */
+	/* UNWIND_CFA_REG + n: DWARF register n + cfa_off (n < 16, not rsp or
+	 * rbp), as leaf code keeps it (OpenSSL's perlasm realigning the stack,
+	 * Rust's stack probes, glibc's setcontext). Only the sample's own
+	 * registers have such a value: the first frame only. */
+	UNWIND_CFA_REG = 16,
 };
 
 /* Where the caller's rbp is. */

@@ -33,6 +33,9 @@ pub enum Cfa {
     Stop = unwind_cfa::UNWIND_CFA_STOP.0 as u8,
     /// A rule the walker cannot follow.
     Unsupported = unwind_cfa::UNWIND_CFA_UNSUPPORTED.0 as u8,
+    /// The first of 16: DWARF register `cfa_type - Reg` + offset, followed
+    /// in the first frame only (see [`Row::reg`]).
+    Reg = unwind_cfa::UNWIND_CFA_REG.0 as u8,
 }
 
 /// `enum unwind_rbp` (bpf/unwind.h, values from the skeleton).
@@ -71,6 +74,14 @@ impl Row {
             rbp_off,
             cfa_type: cfa as u8,
             rbp_type: rbp as u8,
+        }
+    }
+
+    /// CFA = DWARF register `reg` (not rsp or rbp, below 16) + `cfa_off`.
+    fn reg(reg: u16, cfa_off: i32, rbp: Rbp, rbp_off: i16) -> Row {
+        Row {
+            cfa_type: Cfa::Reg as u8 + reg as u8,
+            ..Row::new(0, Cfa::Reg, cfa_off, rbp, rbp_off)
         }
     }
 
@@ -360,6 +371,7 @@ fn rule_of<'a, S: UnwindSection<gimli::EndianSlice<'a, LittleEndian>>>(
             match *register {
                 X86_64::RSP => Row::new(0, Cfa::Rsp, off, rbp, rbp_off),
                 X86_64::RBP => Row::new(0, Cfa::Rbp, off, rbp, rbp_off),
+                gimli::Register(r) if r < 16 => Row::reg(r, off, rbp, rbp_off),
                 _ => unsupported,
             }
         }

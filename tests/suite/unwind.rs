@@ -285,6 +285,14 @@ fn unwind_into_a_dlopened_library_matches_perf_dwarf() {
     same_as_perf("dlopen", &["chain8", "lib_entry", "lib_spin"]);
 }
 
+/// A leaf whose CFA is rax + 8 (perlasm's stack realignment): the walk
+/// takes rax from the sample's registers, as perf's unwinder does from the
+/// registers it copies; before, every such sample ended "unsupported".
+#[test]
+fn unwind_a_leaf_whose_cfa_is_another_register_matches_perf_dwarf() {
+    same_as_perf("leafreg", &["chain8", "leaf_rax"]);
+}
+
 #[test]
 fn unwind_through_a_signal_frame_matches_perf_dwarf() {
     same_as_perf("signal", &["?", "on_signal", "leaf_spin"]);
