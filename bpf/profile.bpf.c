@@ -738,10 +738,11 @@ int do_sample(struct bpf_perf_event_data *ctx)
 	struct profile_stats *st = stats();
 	struct sample_key key = {};
 	struct filter_sample fs;
-	struct uregs ur = {};
+	__u32 slot = SCRATCH_ON_CPU;
+	struct uregs *ur = bpf_map_lookup_elem(&unwind_uregs, &slot);
 	int in_user;
 
-	if (!st)
+	if (!st || !ur)
 		return 0;
 	st->samples++;
 
@@ -773,14 +774,14 @@ int do_sample(struct bpf_perf_event_data *ctx)
 	 * takes them from the task (unwind_user). (User addresses are the
 	 * lower half: cs's layout varies by kernel.) */
 	in_user = PT_REGS_IP(&ctx->regs) < (1ULL << 47);
-	if (cfg.dwarf && in_user) {
-		ur.ip = ctx->regs.ip;
-		ur.sp = ctx->regs.sp;
-		ur.bp = ctx->regs.bp;
-		DWARF_REGS(ur.r, &ctx->regs);
-		ur.valid = 1;
+	ur->valid = cfg.dwarf && in_user;
+	if (ur->valid) {
+		ur->ip = ctx->regs.ip;
+		ur->sp = ctx->regs.sp;
+		ur->bp = ctx->regs.bp;
+		DWARF_REGS(ur->r, &ctx->regs);
 	}
-	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, &ur, in_user, &key.kern_stack_id, &key.user_stack_id);
+	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, ur, in_user, &key.kern_stack_id, &key.user_stack_id);
 	/* --wall counts time: a cpu-clock sample's period is its nanoseconds. */
 	count(st, &key, cfg.period_as_us ? ctx->sample_period / 1000 : 1);
 	/* 0: the sample is not also written to the perf ring buffer. */
@@ -828,14 +829,16 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		if (cfg.filter_len && !filter_pass(&fs)) {
 			st->filtered++;
 		} else {
-			start = bpf_task_storage_get(&offcpu_start, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-			if (start) {
-				struct uregs ur = {};
+			__u32 slot = SCRATCH_OFF_CPU;
+			struct uregs *ur = bpf_map_lookup_elem(&unwind_uregs, &slot);
 
+			start = bpf_task_storage_get(&offcpu_start, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+			if (start && ur) {
+				ur->valid = 0; /* switching out: the task's saved registers */
 				start->ts = bpf_ktime_get_ns();
 				/* prev is current: its cgroup, for the block's key. */
 				start->cgroup = bpf_get_current_cgroup_id();
-				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK, SCRATCH_OFF_CPU, &ur, 0,
+				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK, SCRATCH_OFF_CPU, ur, 0,
 					    &start->kern_stack_id, &start->user_stack_id);
 				st->switches_out++;
 			}

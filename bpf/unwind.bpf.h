@@ -82,8 +82,18 @@ struct unwind_chunk unwind_zero_chunk = {};
 struct uregs {
 	__u64 ip, sp, bp;
 	__u64 r[16]; /* all of them, by DWARF number (UNWIND_CFA_REG rules) */
-	__u32 valid; /* 0: take them from the task's pt_regs */
+	__u64 valid; /* 0: take them from the task's pt_regs */
 };
+
+/* A sample's user registers, per CPU and context: on the program's stack
+ * they took the combined stack of do_sample and the walk's callbacks past
+ * 512 bytes (refused by 6.1's verifier). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SCRATCH_SLOTS);
+	__type(key, __u32);
+	__type(value, struct uregs);
+} unwind_uregs SEC(".maps");
 
 /* pt_regs p's general registers into d[16], by DWARF number. */
 #define DWARF_REGS(d, p)          \

@@ -111,7 +111,7 @@ if $B -F 999 -f -v -- $FX/fx_work631 4 >$T/shares.f 2>$T/shares.e; then
     hot=$(awk '{ print $NF }' $T/shares.f | sort -n | tail -3 | awk '{ s += $1 } END { print s + 0 }')
     if [ -n "$u" ] && [ -n "$us" ] && [ $((u * 10)) -le "$n" ] && [ $((us * 10)) -le "$n" ] &&
         [ $((hot * 100)) -ge $((n * 90)) ]; then
-        result aggregation PASS "$n samples: $u unique stacks, $us user stacks stored, top 3 hold $(pct "$hot" "$n")%, $cached from the raw-stack cache"
+        result aggregation PASS "$n samples: $u unique stacks, $us user stacks stored, top 3 hold $(pct "$hot" "$n")%, $cached from the per-CPU stack memo"
     else
         result aggregation FAIL "$n samples: $u unique stacks, $us user stacks stored, top 3 hold $(pct "$hot" "$n")% (want <= 10% and >= 90%)"
         show $T/shares.e
