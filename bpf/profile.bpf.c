@@ -341,10 +341,11 @@ static long compare_records(__u32 i, struct words_ctx *w)
 	return 0;
 }
 
-/* bpf_loop callbacks over a kernel stack's words (see words_ctx): the
- * verifier walks a bounded loop once per iteration, 127 of them here, but
- * a callback once. */
-static long hash_kern_word(__u32 i, struct words_ctx *w)
+/* bpf_loop callbacks over the words of a stack of BPROF_MAX_STACK_DEPTH
+ * IPs, a kernel stack or a raw user one (see words_ctx): the verifier walks
+ * a bounded loop once per iteration, 127 of them here, but a callback
+ * once. */
+static long hash_ips_word(__u32 i, struct words_ctx *w)
 {
 	if (i >= BPROF_MAX_STACK_DEPTH)
 		return 1;
@@ -352,7 +353,7 @@ static long hash_kern_word(__u32 i, struct words_ctx *w)
 	return 0;
 }
 
-static long compare_kern_word(__u32 i, struct words_ctx *w)
+static long compare_ips_word(__u32 i, struct words_ctx *w)
 {
 	if (i >= BPROF_MAX_STACK_DEPTH)
 		return 1;
@@ -383,7 +384,7 @@ static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, 
 		return n ? n : -EFAULT;
 	words = n / sizeof(__u64);
 	w.a = s->ips;
-	bpf_loop(words, hash_kern_word, &w, 0);
+	bpf_loop(words, hash_ips_word, &w, 0);
 	idp = bpf_map_lookup_elem(&kern_stack_ids, &w.h);
 	if (idp) {
 		id = *idp;
@@ -394,7 +395,7 @@ static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, 
 			 * stack. The words past it are never touched. */
 			w.b = old->ips;
 			w.same = 1;
-			bpf_loop(words < BPROF_MAX_STACK_DEPTH ? words + 1 : words, compare_kern_word, &w, 0);
+			bpf_loop(words < BPROF_MAX_STACK_DEPTH ? words + 1 : words, compare_ips_word, &w, 0);
 			if (w.same)
 				return id;
 			__sync_fetch_and_add(&st->stack_collisions, 1);
@@ -691,7 +692,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 	/* 64 bits of hash make a collision within one address space
 	 * vanishingly unlikely. */
 	w.a = ips;
-	bpf_loop(n / sizeof(__u64), hash_kern_word, &w, 0);
+	bpf_loop(n / sizeof(__u64), hash_ips_word, &w, 0);
 	k.mm = (__u64)mm;
 	k.hash = w.h;
 	k.tgid = task->tgid;
@@ -777,8 +778,6 @@ int do_sample(struct bpf_perf_event_data *ctx)
 	ur->valid = cfg.dwarf && in_user;
 	if (ur->valid) {
 		ur->ip = ctx->regs.ip;
-		ur->sp = ctx->regs.sp;
-		ur->bp = ctx->regs.bp;
 		DWARF_REGS(ur->r, &ctx->regs);
 	}
 	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, ur, in_user, &key.kern_stack_id, &key.user_stack_id);

@@ -80,8 +80,8 @@ struct unwind_chunk unwind_zero_chunk = {};
 
 /* User registers at the sample. */
 struct uregs {
-	__u64 ip, sp, bp;
-	__u64 r[16]; /* all of them, by DWARF number (UNWIND_CFA_REG rules) */
+	__u64 ip;
+	__u64 r[16]; /* by DWARF number: rsp is r[7], rbp r[6] */
 	__u64 valid; /* 0: take them from the task's pt_regs */
 };
 
@@ -601,8 +601,6 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	__builtin_memset(s, 0, sizeof(*s));
 	if (ur->valid) {
 		s->ip = ur->ip;
-		s->sp = ur->sp;
-		s->bp = ur->bp;
 		__builtin_memcpy(s->r, ur->r, sizeof(s->r));
 	} else {
 		/* The sample hit the kernel (or the task is switching out): the
@@ -611,12 +609,12 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 
 		if (!regs)
 			return -EFAULT;
-		s->ip = BPF_CORE_READ(regs, ip);
-		s->sp = BPF_CORE_READ(regs, sp);
-		s->bp = BPF_CORE_READ(regs, bp);
+		s->ip = regs->ip;
 		DWARF_REGS(s->r, regs);
 		__sync_fetch_and_add(&st->unwind_task_regs, 1);
 	}
+	s->sp = s->r[7];
+	s->bp = s->r[6];
 	c.us = us;
 	c.st = st;
 	c.task = task;

@@ -396,6 +396,17 @@ pub fn running_pids() -> Vec<u32> {
 
 /// Whether process or thread `pid` still exists and has not exited (a
 /// zombie waiting for its parent counts as gone).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised comm, which may contain spaces.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
 /// Whether every fd is readable now: a pidfd is once its process exited.
 fn all_readable(fds: &[OwnedFd]) -> bool {
     let mut polled: Vec<libc::pollfd> = fds
@@ -412,15 +423,4 @@ fn all_readable(fds: &[OwnedFd]) -> bool {
         && polled
             .iter()
             .all(|p| p.revents & (libc::POLLIN | libc::POLLHUP) != 0)
-}
-
-pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised comm, which may contain spaces.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
 }
