@@ -122,15 +122,25 @@ __u32 next_kern_stack_id = 0;
  * 4 KiB the kernel zeroes at start-up) and bucket build-ID stacks by their
  * raw addresses, so a library swapped in where another was collides with
  * it forever. Entries here are allocated as stacks appear, each under its
- * own id; identical stacks are shared through user_stack_cache.
+ * own id; identical stacks are shared through user_stack_ids (and
+ * user_stack_cache). Most stacks fit user_stacks' short values; deeper ones
+ * go to user_stacks_deep (struct user_stack_short).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 16384); /* resized from --stack-storage-size */
 	__type(key, __u32);
-	__type(value, struct user_stack);
+	__type(value, struct user_stack_short);
 } user_stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384); /* resized from --stack-storage-size */
+	__type(key, __u32);
+	__type(value, struct user_stack);
+} user_stacks_deep SEC(".maps");
 
 /* The next user_stacks id. */
 __u32 next_user_stack_id = 0;
@@ -316,7 +326,7 @@ static long hash_word(__u32 i, struct words_ctx *w)
  * callback costs more than the compares it holds. */
 #define COMPARE_BATCH 8
 
-static long compare_records(__u32 i, struct words_ctx *w)
+static __always_inline long compare_batch(__u32 i, struct words_ctx *w, const __u32 bound)
 {
 	const struct frame_record *ra = (const void *)w->a, *rb = (const void *)w->b;
 	__u32 first = i * COMPARE_BATCH;
@@ -325,11 +335,11 @@ static long compare_records(__u32 i, struct words_ctx *w)
 		__u32 idx = first + k;
 		const __u64 *a, *b;
 
-		if (idx >= w->nr || idx >= BPROF_UNWIND_DEPTH + 1)
+		if (idx >= w->nr || idx >= bound)
 			return 1;
 		/* The checked index, not a pointer clang advanced before it. */
 		barrier_var(idx);
-		if (idx >= BPROF_UNWIND_DEPTH + 1)
+		if (idx >= bound)
 			return 1;
 		a = (const __u64 *)&ra[idx];
 		b = (const __u64 *)&rb[idx];
@@ -339,6 +349,17 @@ static long compare_records(__u32 i, struct words_ctx *w)
 		}
 	}
 	return 0;
+}
+
+/* w->b in user_stacks_deep, or in user_stacks (whose values are shorter). */
+static long compare_records(__u32 i, struct words_ctx *w)
+{
+	return compare_batch(i, w, BPROF_UNWIND_DEPTH + 1);
+}
+
+static long compare_short_records(__u32 i, struct words_ctx *w)
+{
+	return compare_batch(i, w, BPROF_SHORT_FRAMES);
 }
 
 /* bpf_loop callbacks over the words of a stack of BPROF_MAX_STACK_DEPTH
@@ -429,14 +450,41 @@ static __always_inline void hash_record(__u64 *h, __u64 *h2, const __u64 *r)
 	}
 }
 
+/* 1 when user stack `id` is stored and holds the same records as `w->a`
+ * (w->nr of them); sets *stored when it is stored at all. */
+static __always_inline int same_user_stack(__s32 id, struct words_ctx *w, int *stored)
+{
+	__u32 batches = (w->nr + COMPARE_BATCH - 1) / COMPARE_BATCH;
+
+	w->same = 1;
+	if (id & BPROF_DEEP_STACK_ID) {
+		struct user_stack *old = bpf_map_lookup_elem(&user_stacks_deep, &id);
+
+		*stored = !!old;
+		if (!old || old->nr != w->nr)
+			return 0;
+		w->b = (__u64 *)old->frames;
+		bpf_loop(batches, compare_records, w, 0);
+	} else {
+		struct user_stack_short *old = bpf_map_lookup_elem(&user_stacks, &id);
+
+		*stored = !!old;
+		if (!old || old->nr != w->nr)
+			return 0;
+		w->b = (__u64 *)old->frames;
+		bpf_loop(batches, compare_short_records, w, 0);
+	}
+	return w->same;
+}
+
 /* Stores the `n` bytes of records in `us` under the id of the same content
  * when stored, else under a new id. Returns the id, or a negative error
- * (-E2BIG: user_stacks is full). */
+ * (-E2BIG: the stack map is full). */
 static __always_inline __s32 intern_user_stack(struct profile_stats *st, struct user_stack *us, long n,
 						 const __u64 *hash)
 {
 	struct words_ctx w = { .a = (__u64 *)us->frames, .h = 0xcbf29ce484222325ULL };
-	struct user_stack *old;
+	int stored = 0;
 	__u32 *idp, words;
 	__s32 id;
 
@@ -449,27 +497,31 @@ static __always_inline __s32 intern_user_stack(struct profile_stats *st, struct 
 		w.h = *hash;
 	else
 		bpf_loop(words, hash_word, &w, 0);
+	w.nr = us->nr;
 	idp = bpf_map_lookup_elem(&user_stack_ids, &w.h);
 	if (idp) {
 		id = *idp;
-		old = bpf_map_lookup_elem(&user_stacks, &id);
-		if (old && old->nr == us->nr) {
-			w.b = (__u64 *)old->frames;
-			w.same = 1;
-			w.nr = us->nr;
-			bpf_loop((us->nr + COMPARE_BATCH - 1) / COMPARE_BATCH, compare_records, &w, 0);
-			if (w.same)
-				return id;
-		}
-		if (old)
+		if (same_user_stack(id, &w, &stored))
+			return id;
+		if (stored)
 			__sync_fetch_and_add(&st->stack_collisions, 1);
 	}
 	id = __sync_fetch_and_add(&next_user_stack_id, 1);
-	n = bpf_map_update_elem(&user_stacks, &id, us, BPF_NOEXIST);
+	if (id < 0 || id >= BPROF_DEEP_STACK_ID)
+		return -E2BIG; /* a billion stacks: ids would run into the flag */
+	if (us->nr > BPROF_SHORT_FRAMES) {
+		id |= BPROF_DEEP_STACK_ID;
+		n = bpf_map_update_elem(&user_stacks_deep, &id, us, BPF_NOEXIST);
+	} else {
+		/* The value is us's first BPROF_SHORT_FRAMES records. */
+		n = bpf_map_update_elem(&user_stacks, &id, us, BPF_NOEXIST);
+	}
 	if (n)
 		return n;
 	__sync_fetch_and_add(&st->user_stacks_stored, 1);
-	if (!idp || !bpf_map_lookup_elem(&user_stacks, idp))
+	/* A colliding hash keeps its stored stack; one whose stack user space
+	 * deleted names the new one. */
+	if (!stored)
 		bpf_map_update_elem(&user_stack_ids, &w.h, &id, BPF_ANY);
 	return id;
 }

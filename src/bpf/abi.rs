@@ -18,6 +18,8 @@ pub(crate) const COMM_LEN: usize = profile::profile_limits::BPROF_COMM_LEN.0 as 
 pub(crate) const BUILD_ID_SIZE: usize = profile::profile_limits::BPROF_BUILD_ID_SIZE.0 as usize;
 /// Entries of a compiled `--filter`.
 pub(crate) const MAX_FILTERS: usize = profile::profile_limits::BPROF_MAX_FILTERS.0 as usize;
+/// A `user_stack_id` with this bit is in `user_stacks_deep`.
+pub(crate) const DEEP_STACK_ID: i32 = profile::profile_limits::BPROF_DEEP_STACK_ID.0 as i32;
 /// `sample_key.kind` of off-CPU time.
 pub(crate) const SAMPLE_OFF_CPU: u32 = profile::sample_kind::SAMPLE_OFF_CPU.0;
 /// `sample_key.kind` of a count map's own total.

@@ -192,6 +192,7 @@ impl<'obj> ProfileProgram<'obj> {
         open.maps.kern_stacks.set_max_entries(used(kernel, n))?;
         open.maps.kern_stack_ids.set_max_entries(used(kernel, n))?;
         open.maps.user_stacks.set_max_entries(used(user, n))?;
+        open.maps.user_stacks_deep.set_max_entries(used(user, n))?;
         open.maps.user_stack_ids.set_max_entries(used(user, n))?;
         open.maps
             .user_stack_cache
@@ -451,6 +452,7 @@ impl<'obj> ProfileProgram<'obj> {
             count_slot: &self.skel.maps.count_slot,
             kern_stacks: &self.skel.maps.kern_stacks,
             user_stacks: &self.skel.maps.user_stacks,
+            user_stacks_deep: &self.skel.maps.user_stacks_deep,
         };
         self.collector.tick(&maps, &stats);
         Ok(stats)
@@ -464,6 +466,7 @@ impl<'obj> ProfileProgram<'obj> {
             count_slot: &self.skel.maps.count_slot,
             kern_stacks: &self.skel.maps.kern_stacks,
             user_stacks: &self.skel.maps.user_stacks,
+            user_stacks_deep: &self.skel.maps.user_stacks_deep,
         };
         self.collector.take_interval(&maps, &stats)
     }
@@ -475,6 +478,7 @@ impl<'obj> ProfileProgram<'obj> {
             count_slot: &self.skel.maps.count_slot,
             kern_stacks: &self.skel.maps.kern_stacks,
             user_stacks: &self.skel.maps.user_stacks,
+            user_stacks_deep: &self.skel.maps.user_stacks_deep,
         };
         self.collector.finish(&maps)?;
         let stats = maps::read_stats(&self.skel.maps.profile_stats)?;

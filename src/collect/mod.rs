@@ -108,8 +108,11 @@ pub(crate) struct Maps<'a> {
     pub count_slot: &'a dyn MapCore,
     /// Kernel stacks by id.
     pub kern_stacks: &'a dyn MapCore,
-    /// User stacks by id.
+    /// User stacks by id: the short ones.
     pub user_stacks: &'a dyn MapCore,
+    /// User stacks of more than `SHORT_FRAMES` records, under ids with
+    /// `DEEP_STACK_ID` set.
+    pub user_stacks_deep: &'a dyn MapCore,
 }
 
 /// The user-space side of the count and stack maps.
@@ -286,7 +289,7 @@ impl Collector {
             let user = if key.tgid == 0 {
                 StackRef::None
             } else {
-                self.resolve_user(maps.user_stacks, key.user_stack_id)?
+                self.resolve_user(maps, key.user_stack_id)?
             };
             let k = AggKey {
                 tgid: key.tgid,
@@ -331,13 +334,18 @@ impl Collector {
         }
     }
 
-    fn resolve_user(&mut self, map: &dyn MapCore, id: i32) -> Result<StackRef> {
+    fn resolve_user(&mut self, maps: &Maps, id: i32) -> Result<StackRef> {
         if let Some(r) = negative(id) {
             return Ok(r);
         }
         if let Some(&c) = self.user_ids.get(&id) {
             return Ok(StackRef::Content(c));
         }
+        let map = if id & crate::bpf::abi::DEEP_STACK_ID != 0 {
+            maps.user_stacks_deep
+        } else {
+            maps.user_stacks
+        };
         match get_by_u32(map, id as u32).context("reading a user stack")? {
             Some(bytes) => {
                 let c = self.user.intern(parse_user_stack(&bytes));
@@ -371,14 +379,16 @@ impl Collector {
             }
         }
         let mut user = Vec::new();
-        let vsize = maps.user_stacks.value_size() as usize;
-        for_each_entry(maps.user_stacks.as_fd(), 4, vsize, true, |k, v| {
-            user.push((
-                i32::from_ne_bytes(k[..4].try_into().unwrap_or_default()),
-                parse_user_stack(v),
-            ));
-        })
-        .context("draining the user stack map")?;
+        for map in [maps.user_stacks, maps.user_stacks_deep] {
+            let vsize = map.value_size() as usize;
+            for_each_entry(map.as_fd(), 4, vsize, true, |k, v| {
+                user.push((
+                    i32::from_ne_bytes(k[..4].try_into().unwrap_or_default()),
+                    parse_user_stack(v),
+                ));
+            })
+            .context("draining the user stack maps")?;
+        }
         self.user_deleted += user.len() as u64;
         self.stats.stacks_deleted += user.len() as u64;
         for (id, frames) in user {

@@ -8,8 +8,8 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use crate::common::{
-    bprof, dwarf_line, exclusive, number_before, parse_folded, perf_record_with, run, scratch,
-    scratch_root,
+    assert_totals, bprof, dwarf_line, exclusive, number_before, parse_folded, perf_record_with,
+    run, scratch, scratch_root,
 };
 
 /// fixtures/unwind.c and its library, built -O2 -fomit-frame-pointer:
@@ -324,6 +324,48 @@ fn recursion_300_deep_is_walked_to_the_depth_limit_and_marked() {
     let recurse = hot.frames.iter().filter(|f| *f == "recurse").count();
     assert!(recurse >= 250, "{recurse} recurse frames");
     assert!(stderr.contains("depth limit"), "{stderr}");
+}
+
+/// User stacks of up to 30 records are stored in values of that size,
+/// deeper ones in a map of their own (bpf/profile.h, BPROF_SHORT_FRAMES):
+/// stacks just under and just over the limit come out whole, each with
+/// every recurse frame the fixture has and its root, and every sample.
+#[test]
+fn stacks_either_side_of_the_short_storage_limit_are_whole() {
+    root_or_skip!();
+    let _g = exclusive();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/recurse.c");
+    let exe = scratch("unwind_short_deep").join("fx_recurse_nofp");
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // recurse(d) has d + 1 recurse frames under main, libc's two and
+    // _start, with bottom as the leaf: d + 6 records (28 and 31 here).
+    for depth in [22usize, 25] {
+        let out = run(bprof()
+            .args(["-v", "-U", "-F", "999", "-f", "--call-graph", "dwarf", "--"])
+            .arg(&exe)
+            .args(["1".to_string(), depth.to_string()]));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+        assert_totals(&stderr, &lines);
+        let hot = lines.iter().max_by_key(|l| l.count).expect("a stack");
+        let recurse = hot.frames.iter().filter(|f| *f == "recurse").count();
+        assert_eq!(recurse, depth + 1, "depth {depth}: {:?}", hot.frames);
+        assert_eq!(hot.frames.last().map(String::as_str), Some("bottom"));
+        assert_eq!(hot.frames[1], "_start", "depth {depth}: {:?}", hot.frames);
+        assert_eq!(
+            hot.frames.len(),
+            depth + 7,
+            "comm and {} records",
+            depth + 6
+        );
+    }
 }
 
 /// How many walks ended at the outermost frame, of all walks (`-v`).
