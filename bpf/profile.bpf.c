@@ -284,7 +284,11 @@ counted:
 	/* The same total kept in the map itself: drained with its keys, it says
 	 * exactly what they hold. The global counters cannot: samples count
 	 * into the next map (and bump them) while a swap waits out its grace
-	 * period, so no moment of reading them is the swap's. */
+	 * period, so no moment of reading them is the swap's. Only bprof top
+	 * needs it (at each refresh); a profile's totals are checked after the
+	 * programs are detached, when the global counters are exact. */
+	if (!cfg.map_totals)
+		return;
 	val = bpf_map_lookup_elem(counts, &total_key);
 	if (val)
 		__sync_fetch_and_add(val, n);
@@ -822,7 +826,8 @@ int do_sample(struct bpf_perf_event_data *ctx)
 	key.tgid = tgid;
 	key.tid = pid;
 	key.kind = SAMPLE_ON_CPU;
-	key.cgroup = bpf_get_current_cgroup_id();
+	if (cfg.cgroups)
+		key.cgroup = bpf_get_current_cgroup_id();
 	/* A sample in user mode has the user registers; one in the kernel
 	 * takes them from the task (unwind_user). (User addresses are the
 	 * lower half: cs's layout varies by kernel.) */
@@ -888,7 +893,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 				ur->valid = 0; /* switching out: the task's saved registers */
 				start->ts = bpf_ktime_get_ns();
 				/* prev is current: its cgroup, for the block's key. */
-				start->cgroup = bpf_get_current_cgroup_id();
+				if (cfg.cgroups)
+					start->cgroup = bpf_get_current_cgroup_id();
 				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK, SCRATCH_OFF_CPU, ur, 0,
 					    &start->kern_stack_id, &start->user_stack_id);
 				st->switches_out++;

@@ -131,6 +131,8 @@ struct profile_config {
 	__u8 kernel_threads;  /* off-CPU time of kernel threads too */
 	__u8 period_as_us;    /* --wall: an on-CPU sample counts its period in us */
 	__u8 dwarf;           /* --call-graph dwarf: walk user stacks with unwind tables */
+	__u8 cgroups;         /* keys name the cgroup (pprof labels it): ~150 ns a sample */
+	__u8 map_totals;      /* keep each count map's own total (bprof top): a lookup a sample */
 	__u32 filter_len;     /* entries used in filters[] */
 	__u64 min_block_ns;   /* off-CPU blocks shorter than this are ignored */
 	__u64 max_block_ns;   /* ... and longer than this */

@@ -49,6 +49,11 @@ pub struct ProfileOptions {
     pub min_block_ns: u64,
     /// Off-CPU: ignore blocks longer than this (ns; 0: no limit).
     pub max_block_ns: u64,
+    /// Keys name the sampled task's cgroup (only pprof shows it).
+    pub cgroups: bool,
+    /// Each count map keeps its own total (`Collector::counted_in_drained`),
+    /// for a live view's exact count at every refresh.
+    pub map_totals: bool,
 }
 
 pub(crate) use crate::events::Mode;
@@ -174,6 +179,8 @@ impl<'obj> ProfileProgram<'obj> {
         rodata.cfg.max_block_ns = opts.max_block_ns;
         let dwarf = opts.call_graph == crate::unwind::CallGraph::Dwarf && opts.user_stacks;
         rodata.cfg.dwarf = dwarf.into();
+        rodata.cfg.cgroups = opts.cgroups.into();
+        rodata.cfg.map_totals = opts.map_totals.into();
         if dwarf {
             open.maps.unwind_rows.set_max_entries(opts.unwind_rows)?;
             open.maps

@@ -443,7 +443,8 @@ impl Collector {
     }
 
     /// What the kernel counted into the maps drained so far, by each map's
-    /// own total: exactly [`Collector::total`] unless a drain missed
+    /// own total (kept only with `ProfileOptions::map_totals`; else 0):
+    /// exactly [`Collector::total`] unless a drain missed
     /// entries. The global counters (`Stats`) only match at the end: while
     /// a swap waits for its grace period, samples already count into the
     /// fresh map and bump them.

@@ -106,6 +106,8 @@ impl ProfileSettings {
                 unwind_rows: unwind_rows as u32,
                 min_block_ns: blocks.min_ns,
                 max_block_ns: blocks.max_ns,
+                cgroups: cli.pprof.is_some(),
+                map_totals: false,
             },
             stack_skip: blocks.stack_skip,
             target,

@@ -22,7 +22,7 @@ use ratatui::crossterm::{cursor, execute, terminal};
 use ratatui::Terminal;
 
 use crate::bpf::maps::TargetFrom;
-use crate::bpf::profile::ProfileProgram;
+use crate::bpf::profile::{ProfileOptions, ProfileProgram};
 use crate::cli::TopArgs;
 use crate::collect::sideband::{MmapIndex, Sideband};
 use crate::collect::stacks::{RawStack, UserFrame};
@@ -278,7 +278,12 @@ pub fn run(s: TopSettings) -> Result<i32> {
         settings.target.cpus.clone()
     };
     let mut obj = MaybeUninit::uninit();
-    let mut prog = ProfileProgram::load(&mut obj, &settings.program)?;
+    // Each refresh shows exactly what the drained count maps held.
+    let program = ProfileOptions {
+        map_totals: true,
+        ..settings.program.clone()
+    };
+    let mut prog = ProfileProgram::load(&mut obj, &program)?;
     // The view breaks counts down by thread.
     prog.collector.merge_threads(false);
     let runner = &mut Runner::new(
