@@ -34,8 +34,10 @@ use crate::bpf::maps::{
 };
 use crate::collect::stacks::{RawStack, Stats, UserFrame};
 
-/// A drain runs at least this often, so the kernel maps stay small.
-pub(crate) const DRAIN_EVERY: Duration = Duration::from_secs(1);
+/// A drain runs at least this often. A drain reads each key and each new
+/// stack (a syscall per stack), so a short interval repeats the work of keys
+/// that recur; filling maps are drained sooner (Collector::due).
+pub(crate) const DRAIN_EVERY: Duration = Duration::from_secs(10);
 
 /// Where a key's stack points, after resolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

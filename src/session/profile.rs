@@ -28,6 +28,31 @@ use crate::symbolize;
 use crate::unwind::Unwinder;
 
 const TICK: Duration = Duration::from_millis(100);
+/// The longest wait between two checks of the kernel maps (see drain_tick).
+const MAX_TICK: Duration = Duration::from_secs(1);
+
+/// How often the kernel maps are checked for filling while recording:
+/// every TICK, or up to MAX_TICK apart when on-CPU samples at a known rate
+/// cannot fill a quarter of a map between two checks (a sample adds at most
+/// one key and one stack of each kind). A wakeup costs ~0.1 ms on a VM:
+/// ten a second were most of bprof's CPU while recording. Off-CPU counts
+/// come at the scheduler's rate, and `--every` and `-L` (threads, looked up
+/// in /proc at the checks) keep the short tick.
+fn drain_tick(settings: &ProfileSettings, ncpus: usize) -> Duration {
+    let hz = match settings.rate {
+        sampling::Rate::Frequency(hz) => hz,
+        sampling::Rate::Period(_) => return TICK,
+    };
+    if settings.program.mode != crate::events::Mode::OnCpu
+        || settings.every.is_some()
+        || !settings.target.tids.is_empty()
+    {
+        return TICK;
+    }
+    let per_sec = (hz * ncpus as u64).max(1) as f64;
+    let fill = f64::from(settings.program.stack_storage_size) / (4.0 * per_sec);
+    Duration::from_secs_f64(fill.min(MAX_TICK.as_secs_f64())).max(TICK)
+}
 
 /// What a finished session reports.
 #[derive(Debug)]
@@ -267,10 +292,12 @@ fn record(
     // Record until the duration, a signal, or the target's end. The side
     // band is read as soon as records come in (at most every 10 ms), so a
     // new process's unwind tables and mappings are in place soon after it
-    // maps them, and an idle profile sleeps; the maps are drained per TICK.
+    // maps them, and an idle profile sleeps; the maps are checked for
+    // filling per drain_tick.
     let progress = progress_bar(settings.duration);
     let wake = sideband.wake_fds();
-    let end = runner.run_woken(TICK, TICK / 10, &wake, |full, last| {
+    let tick = drain_tick(settings, cpus.len());
+    let end = runner.run_woken(tick, TICK / 10, &wake, |full, last| {
         sideband.drain();
         if let Some(u) = unwinder.as_mut() {
             crate::session::unwinding::take_new(u, prog, settings, sideband);

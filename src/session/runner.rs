@@ -36,6 +36,8 @@ pub(crate) struct Runner<'t> {
     targets_checked: Cell<Option<Instant>>,
     /// The `-p` processes' pidfds, polled for their exit.
     pidfds: Option<Vec<std::os::fd::OwnedFd>>,
+    /// The command's pidfd: readable when it exits, so a wait wakes then.
+    child_pidfd: Option<std::os::fd::OwnedFd>,
 }
 
 /// How often `-p`/`-L` targets are looked up: a poll of their pidfds, or a
@@ -62,10 +64,11 @@ impl<'t> Runner<'t> {
             target,
             ready,
             duration,
-            child,
             started: None,
             targets_checked: Cell::new(None),
             pidfds: target.pidfds(),
+            child_pidfd: child.as_ref().and_then(|c| crate::target::pidfd(c.pid)),
+            child,
         })
     }
 
@@ -97,7 +100,10 @@ impl<'t> Runner<'t> {
     /// `min` of the last call) when one of `wake` is readable, until
     /// recording ends; its arguments say whether a whole `tick` has passed
     /// since the last such call and whether this is the last call (the
-    /// session then collects). Returns why it ended.
+    /// session then collects). The end itself wakes the wait: the
+    /// duration's deadline, and the command's or a `-p` process's exit
+    /// (their pidfds), so a long `tick` never delays it. Returns why it
+    /// ended.
     pub(crate) fn run_woken(
         &self,
         tick: Duration,
@@ -105,19 +111,30 @@ impl<'t> Runner<'t> {
         wake: &[std::os::fd::RawFd],
         mut on_tick: impl FnMut(bool, bool) -> Result<()>,
     ) -> Result<End> {
+        use std::os::fd::AsRawFd;
+        let exits: Vec<std::os::fd::RawFd> = self
+            .pidfds
+            .iter()
+            .flatten()
+            .chain(self.child_pidfd.as_ref())
+            .map(|fd| fd.as_raw_fd())
+            .collect();
         let mut fds: Vec<libc::pollfd> = wake
             .iter()
+            .chain(&exits)
             .map(|&fd| libc::pollfd {
                 fd,
                 events: libc::POLLIN,
                 revents: 0,
             })
             .collect();
+        let deadline = self.duration.zip(self.started).map(|(d, s)| s + d);
         let mut next = Instant::now() + tick;
         let mut last = Instant::now();
         loop {
-            // Rounded up: a timeout never ends the wait before `next`.
-            let wait_ms = next
+            let until = deadline.map_or(next, |d| d.min(next));
+            // Rounded up: a timeout never ends the wait before `until`.
+            let wait_ms = until
                 .saturating_duration_since(Instant::now())
                 .as_micros()
                 .div_ceil(1000);
@@ -130,6 +147,16 @@ impl<'t> Runner<'t> {
                     wait_ms.min(i32::MAX as u128) as i32,
                 )
             };
+            // An exited process's pidfd stays readable: polled once, then
+            // left out (a negative fd is skipped), or every wait would end
+            // at once while other targets run on.
+            let mut exited = false;
+            for p in fds.iter_mut().skip(wake.len()) {
+                if p.revents != 0 {
+                    p.fd = -1;
+                    exited = true;
+                }
+            }
             let since = last.elapsed();
             if since < min {
                 std::thread::sleep(min - since);
@@ -139,7 +166,7 @@ impl<'t> Runner<'t> {
             if full {
                 next = last + tick;
             }
-            let end = self.end();
+            let end = self.end_checked(exited);
             on_tick(full, end.is_some())?;
             if let Some(end) = end {
                 return Ok(end);
@@ -167,6 +194,12 @@ impl<'t> Runner<'t> {
     }
 
     fn end(&self) -> Option<End> {
+        self.end_checked(false)
+    }
+
+    /// As `end`; `exited`: a target's pidfd said it exited, so the targets
+    /// are looked up now, however recently they were.
+    fn end_checked(&self, exited: bool) -> Option<End> {
         if signals::stop_requested() {
             return Some(End::Signal);
         }
@@ -176,7 +209,7 @@ impl<'t> Runner<'t> {
         let due = self
             .targets_checked
             .get()
-            .is_none_or(|t| t.elapsed() >= TARGET_CHECK);
+            .is_none_or(|t| exited || t.elapsed() >= TARGET_CHECK);
         if due {
             self.targets_checked.set(Some(Instant::now()));
             if self.target.exited_by(self.pidfds.as_deref()) {

@@ -51,16 +51,7 @@ impl Target {
     /// line: ~100 us here, ten times a second). `None` when one could not
     /// be opened (the process gone already, or a kernel before 5.3).
     pub fn pidfds(&self) -> Option<Vec<OwnedFd>> {
-        self.pids
-            .iter()
-            .map(|&pid| {
-                // SAFETY: pidfd_open takes a pid and flags and returns a new
-                // fd, owned here, or -1.
-                let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
-                // SAFETY: a fresh fd nothing else owns.
-                (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-            })
-            .collect()
+        self.pids.iter().map(|&pid| pidfd(pid)).collect()
     }
 
     /// Whether every process (`-p`) or every thread (`-L`/`-t`) named has
@@ -423,4 +414,14 @@ fn all_readable(fds: &[OwnedFd]) -> bool {
         && polled
             .iter()
             .all(|p| p.revents & (libc::POLLIN | libc::POLLHUP) != 0)
+}
+
+/// A pidfd of process `pid` (readable once it exits), or None where the
+/// kernel has none (before 5.3) or the process is gone.
+pub fn pidfd(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd, owned
+    // here, or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+    // SAFETY: a fresh fd nothing else owns.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
