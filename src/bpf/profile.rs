@@ -192,7 +192,7 @@ impl<'obj> ProfileProgram<'obj> {
         // not cached: the tracepoints would only slow every syscall down).
         let layout_gens = opts.user_stacks && !dwarf && !kfeatures::kernel_has_layout_seq();
         // Maps this profile never uses get one entry: the preallocated ones
-        // (LRU hashes, unwind_files) cost ms of start-up each at full size.
+        // (LRU hashes) and the arrays cost ms of start-up each at full size.
         let n = opts.stack_storage_size;
         let used = |yes: bool, n: u32| if yes { n } else { 1 };
         let (kernel, user) = (opts.kernel_stacks, opts.user_stacks);
