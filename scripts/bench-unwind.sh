@@ -14,7 +14,8 @@
 #     and rustc run, with the default table map and a 64 MiB one).
 #  4. End-to-end CPU beyond the workload's own, and peak RSS: bprof against
 #     perf record --call-graph dwarf + perf script, each attached (-p) to a
-#     separately started xz -6, then to the Rust fixture built -O -g.
+#     separately started xz -6, then to the Rust fixture built -O -g: ~12 s
+#     each, then ~60 s each (BENCH_E2E_LONG=0 skips the long ones).
 # Usage: scripts/bench-unwind.sh [BPROF]   (sections: BENCH_UNWIND=1,2,3,4)
 # On a machine shared with others, wrap it in their lock (here:
 # flock /tmp/bprof-tests.lock scripts/bench-unwind.sh).
@@ -255,4 +256,10 @@ if want 4; then
     }
     e2e "xz -6 on 20 MB" xz -6 -c "$tmp/data20"
     e2e "the Rust fixture (-O -g), 12 s" "$tmp/fx_rust" 12
+    # Longer profiles, where bprof's fixed start-up and symbolization weigh
+    # less and the per-sample costs decide (BENCH_E2E_LONG=0 skips them).
+    if [ "${BENCH_E2E_LONG:-1}" != 0 ]; then
+        e2e "xz -6 on 100 MB" xz -6 -c "$tmp/data100"
+        e2e "the Rust fixture (-O -g), 60 s" "$tmp/fx_rust" 60
+    fi
 fi
