@@ -298,12 +298,10 @@ fn unwind_through_a_signal_frame_matches_perf_dwarf() {
     same_as_perf("signal", &["?", "on_signal", "leaf_spin"]);
 }
 
-#[test]
-fn recursion_300_deep_is_walked_to_the_depth_limit_and_marked() {
-    root_or_skip!();
-    let _g = exclusive();
+/// fixtures/recurse.c built -O2 without frame pointers, in scratch `dir`.
+fn recurse_without_frame_pointers(dir: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/recurse.c");
-    let exe = scratch("unwind_recurse").join("fx_recurse_nofp");
+    let exe = scratch(dir).join("fx_recurse_nofp");
     let st = Command::new("gcc")
         .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
         .arg(&exe)
@@ -311,6 +309,14 @@ fn recursion_300_deep_is_walked_to_the_depth_limit_and_marked() {
         .status()
         .unwrap();
     assert!(st.success());
+    exe
+}
+
+#[test]
+fn recursion_300_deep_is_walked_to_the_depth_limit_and_marked() {
+    root_or_skip!();
+    let _g = exclusive();
+    let exe = recurse_without_frame_pointers("unwind_recurse");
     let out = run(bprof()
         .args(["-v", "-U", "-F", "999", "-f", "--call-graph", "dwarf", "--"])
         .arg(&exe)
@@ -334,15 +340,7 @@ fn recursion_300_deep_is_walked_to_the_depth_limit_and_marked() {
 fn stacks_either_side_of_the_short_storage_limit_are_whole() {
     root_or_skip!();
     let _g = exclusive();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/recurse.c");
-    let exe = scratch("unwind_short_deep").join("fx_recurse_nofp");
-    let st = Command::new("gcc")
-        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let exe = recurse_without_frame_pointers("unwind_short_deep");
     // recurse(d) has d + 1 recurse frames under main, libc's two and
     // _start, with bottom as the leaf: d + 6 records (28 and 31 here).
     for depth in [22usize, 25] {
