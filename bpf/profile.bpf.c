@@ -258,7 +258,8 @@ struct {
 } stack_memo SEC(".maps");
 
 /* --call-graph dwarf: the user stack walked with unwind tables. */
-static __always_inline __s32 unwound_stack_id(struct profile_stats *st, const struct uregs *ur, __u32 slot)
+static __always_inline __s32 unwound_stack_id(struct profile_stats *st, const struct uregs *ur, __u32 slot,
+					       struct frame_record *leaf)
 {
 	struct stack_memo_entry *e;
 	struct stack_memo *memo;
@@ -275,6 +276,13 @@ static __always_inline __s32 unwound_stack_id(struct profile_stats *st, const st
 	n = unwind_user(st, ur, us, slot, &hash, &hash2);
 	if (n <= 0)
 		return n ? n : -EFAULT;
+	/* The leaf goes into the count key and the stack is stored without it
+	 * (the walk's hashes leave it out): a loop's samples differ mostly in
+	 * their leaf PC, and each new stack stored and read back costs far
+	 * more than a new key. */
+	__builtin_memcpy(leaf, &us->frames[0], sizeof(*leaf));
+	__builtin_memset(&us->frames[0], 0, sizeof(us->frames[0]));
+	us->frames[0].status = FRAME_IN_KEY;
 	tgid = bpf_get_current_pid_tgid() >> 32;
 	e = &memo->e[((hash ^ tgid) * 0x9e3779b97f4a7c15ULL) >> (64 - STACK_MEMO_BITS)];
 	if (e->h == hash && e->h2 == hash2 && e->tgid == tgid && e->h) {
@@ -294,7 +302,8 @@ static __always_inline __s32 unwound_stack_id(struct profile_stats *st, const st
 /* The current task's user stack as a user_stacks id: from the cache when
  * this raw stack was seen in this address-space layout, else stored anew
  * (and cached). */
-static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, __u32 slot, const struct uregs *ur)
+static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, __u32 slot, const struct uregs *ur,
+					    struct frame_record *leaf)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct mm_struct *mm = task->mm;
@@ -307,7 +316,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 	if (!mm)
 		return -EFAULT; /* a kernel thread has no user stack */
 	if (cfg.dwarf)
-		return unwound_stack_id(st, ur, slot);
+		return unwound_stack_id(st, ur, slot, leaf);
 	/* Without the kernel's layout generation (no per-VMA locks), bprof's
 	 * own (layout_gens); without either, nothing says when a cached stack
 	 * went stale: take the build-ID walk. */
@@ -357,17 +366,19 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
  * in_user: the sample hit user mode, so it has no kernel stack (asking
  * bpf_get_stack would only zero its 1 KiB buffer, cold lines every sample). */
 static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u32 tgid, __u64 kflags,
-					__u32 slot, const struct uregs *ur, int in_user, __s32 *kid, __s32 *uid)
+					__u32 slot, const struct uregs *ur, int in_user, __s32 *kid, __s32 *uid,
+					struct frame_record *leaf)
 {
 	*kid = -1;
 	*uid = -1;
+	__builtin_memset(leaf, 0, sizeof(*leaf)); /* FRAME_EMPTY: the leaf is in the stack */
 	if (cfg.kernel_stacks && !in_user) {
 		*kid = kern_stack_id(ctx, st, kflags, slot);
 		if (*kid < 0 && *kid != -EFAULT)
 			st->kern_stack_lost++;
 	}
 	if (cfg.user_stacks && tgid != 0) {
-		*uid = user_stack_id(ctx, st, slot, ur);
+		*uid = user_stack_id(ctx, st, slot, ur, leaf);
 		if (*uid < 0 && *uid != -EFAULT)
 			st->user_stack_lost++;
 	}
@@ -425,7 +436,8 @@ int do_sample(struct bpf_perf_event_data *ctx)
 		ur->ip = ctx->regs.ip;
 		DWARF_REGS(ur->r, &ctx->regs);
 	}
-	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, ur, in_user, &key.kern_stack_id, &key.user_stack_id);
+	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, ur, in_user, &key.kern_stack_id, &key.user_stack_id,
+		    &key.user_leaf);
 	/* --wall counts time: a cpu-clock sample's period is its nanoseconds. */
 	count(st, &key, cfg.period_as_us ? ctx->sample_period / 1000 : 1);
 	/* 0: the sample is not also written to the perf ring buffer. */
@@ -484,7 +496,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 				if (cfg.cgroups)
 					start->cgroup = bpf_get_current_cgroup_id();
 				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK, SCRATCH_OFF_CPU, ur, 0,
-					    &start->kern_stack_id, &start->user_stack_id);
+					    &start->kern_stack_id, &start->user_stack_id, &start->user_leaf);
 				st->switches_out++;
 			}
 		}
@@ -505,6 +517,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		bpf_probe_read_kernel_str(key.comm, sizeof(key.comm), next->comm);
 		key.kern_stack_id = start->kern_stack_id;
 		key.user_stack_id = start->user_stack_id;
+		key.user_leaf = start->user_leaf;
 		key.kind = SAMPLE_OFF_CPU;
 		key.cgroup = start->cgroup;
 		st->blocks_counted++;

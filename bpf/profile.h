@@ -25,6 +25,23 @@ enum profile_limits {
 
 #include "unwind.h"
 
+/* frame_record.status: the kernel's enum bpf_stack_build_id_status. */
+enum frame_status {
+	FRAME_EMPTY = 0, /* no frame */
+	FRAME_FILE = 1,  /* build_id and a file offset */
+	FRAME_IP = 2,    /* no file known: offset holds the raw address */
+	FRAME_TRUNCATED = 3, /* the unwinder stopped early: offset holds enum unwind_end */
+	FRAME_IN_KEY = 4,    /* a stored unwound stack's record 0: its leaf is the count key's user_leaf */
+};
+
+/* One user frame: the layout of the kernel's struct bpf_stack_build_id
+ * (profile.bpf.c asserts they match), with the offset/ip union as one field. */
+struct frame_record {
+	__s32 status; /* enum frame_status */
+	__u8 build_id[BPROF_BUILD_ID_SIZE];
+	__u64 offset; /* file offset, or the IP for FRAME_IP */
+};
+
 /* One key of the in-kernel count map: a thread and the two stacks it was in. */
 struct sample_key {
 	__u32 tgid;
@@ -36,6 +53,10 @@ struct sample_key {
 	__u32 kind; /* enum sample_kind */
 	__u32 pad;
 	__u64 cgroup; /* cgroup v2 id of the task when sampled (or blocked) */
+	/* --call-graph dwarf: the user stack's leaf, apart from its callers
+	 * (user_stack_id): most new stacks of a busy loop differ in the leaf
+	 * alone, and a new key costs far less than a new stored stack. */
+	struct frame_record user_leaf;
 };
 
 enum sample_kind {
@@ -143,21 +164,6 @@ struct kern_stack {
 	__u64 ips[BPROF_MAX_STACK_DEPTH];
 };
 
-/* frame_record.status: the kernel's enum bpf_stack_build_id_status. */
-enum frame_status {
-	FRAME_EMPTY = 0, /* no frame */
-	FRAME_FILE = 1,  /* build_id and a file offset */
-	FRAME_IP = 2,    /* no file known: offset holds the raw address */
-	FRAME_TRUNCATED = 3, /* the unwinder stopped early: offset holds enum unwind_end */
-};
-
-/* One user frame: the layout of the kernel's struct bpf_stack_build_id
- * (profile.bpf.c asserts they match), with the offset/ip union as one field. */
-struct frame_record {
-	__s32 status; /* enum frame_status */
-	__u8 build_id[BPROF_BUILD_ID_SIZE];
-	__u64 offset; /* file offset, or the IP for FRAME_IP */
-};
 
 /*
  * One user stack as (build ID, file offset) records, so that a process that
@@ -202,6 +208,7 @@ struct offcpu_start {
 	__u64 cgroup; /* the blocked task's cgroup v2 id at switch-out */
 	__s32 kern_stack_id;
 	__s32 user_stack_id;
+	struct frame_record user_leaf;
 };
 
 #endif /* BPROF_PROFILE_H */

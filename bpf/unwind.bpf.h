@@ -357,6 +357,15 @@ static __always_inline long stop(struct unwind_ctx *c, enum unwind_end why)
 	return 1;
 }
 
+/* Record n's part in the walk's hashes: none for the leaf (record 0), which
+ * goes into the count key while the stored stack holds FRAME_IN_KEY there
+ * (unwound_stack_id), so the hashes name the callers alone. */
+static __always_inline void hash_frame(struct walk_state *s, __u32 n, const struct frame_record *rec)
+{
+	if (n)
+		hash_record(&s->hash, &s->hash2, (const __u64 *)rec);
+}
+
 /* The user word at addr, from the window (refilled when addr is outside). */
 static __always_inline int read_u64(struct unwind_ctx *c, __u64 *dst, __u64 addr)
 {
@@ -446,7 +455,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 			__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
 			rec->offset = c->s->ip;
 			us->nr = n + 1;
-			hash_record(&c->s->hash, &c->s->hash2, (const __u64 *)rec);
+			hash_frame(c->s, n, rec);
 			return stop(c, err == -EBUSY ? UNWIND_END_VMA_BUSY : UNWIND_END_NO_MAPPING);
 		}
 		c->s->vma = v;
@@ -484,7 +493,7 @@ mapped:
 		rec->offset = c->s->ip;
 	}
 	us->nr = n + 1;
-	hash_record(&c->s->hash, &c->s->hash2, (const __u64 *)rec);
+	hash_frame(c->s, n, rec);
 
 	/* A return address is just past its call: its frame is the call's. */
 	lookup = c->s->exact ? off : off - 1;
@@ -654,7 +663,7 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 		__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
 		rec->offset = end;
 		us->nr = n + 1;
-		hash_record(&s->hash, &s->hash2, (const __u64 *)rec);
+		hash_frame(s, n, rec);
 	}
 	*hash = s->hash;
 	*hash2 = s->hash2;

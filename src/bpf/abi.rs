@@ -18,6 +18,8 @@ pub(crate) const COMM_LEN: usize = profile::profile_limits::BPROF_COMM_LEN.0 as 
 pub(crate) const BUILD_ID_SIZE: usize = profile::profile_limits::BPROF_BUILD_ID_SIZE.0 as usize;
 /// Entries of a compiled `--filter`.
 pub(crate) const MAX_FILTERS: usize = profile::profile_limits::BPROF_MAX_FILTERS.0 as usize;
+/// Records a `user_stacks` value holds (deeper stacks: `user_stacks_deep`).
+pub(crate) const SHORT_FRAMES: usize = profile::profile_limits::BPROF_SHORT_FRAMES.0 as usize;
 /// A `user_stack_id` with this bit is in `user_stacks_deep`.
 pub(crate) const DEEP_STACK_ID: i32 = profile::profile_limits::BPROF_DEEP_STACK_ID.0 as i32;
 /// `sample_key.kind` of off-CPU time.
@@ -30,6 +32,9 @@ pub(crate) const FRAME_FILE: i32 = profile::frame_status::FRAME_FILE.0 as i32;
 pub(crate) const FRAME_IP: i32 = profile::frame_status::FRAME_IP.0 as i32;
 /// `frame_record.status`: the unwinder stopped early; offset says why.
 pub(crate) const FRAME_TRUNCATED: i32 = profile::frame_status::FRAME_TRUNCATED.0 as i32;
+/// `frame_record.status` of a stored unwound stack's first record: its leaf
+/// is the count key's `user_leaf`.
+pub(crate) const FRAME_IN_KEY: i32 = profile::frame_status::FRAME_IN_KEY.0 as i32;
 
 /// `unwind_maps` keys: address >> this (2 MiB chunks).
 pub(crate) const UNWIND_CHUNK_SHIFT: u32 = profile::unwind_limits::UNWIND_CHUNK_SHIFT.0;
@@ -105,7 +110,7 @@ const _: () = {
     use std::mem::size_of;
     assert!(size_of::<frame_record>() == 4 + BUILD_ID_SIZE + 8);
     assert!(size_of::<stat_value>() == 3 * 8);
-    assert!(size_of::<sample_key>() == 4 * 4 + COMM_LEN + 2 * 4 + 8);
+    assert!(size_of::<sample_key>() == 4 * 4 + COMM_LEN + 2 * 4 + 8 + size_of::<frame_record>());
     assert!(size_of::<profile::filter_entry>() == 4 * 4 + 8 + COMM_LEN);
     assert!(size_of::<profile::profile_stats>() % 8 == 0);
     assert!(size_of::<unwind_row>() == 8);

@@ -162,29 +162,45 @@ pub fn parse_user_stack(bytes: &[u8]) -> Vec<UserFrame> {
     // nr is the kernel's, but never trusted past what the bytes hold.
     let fit = bytes.len().saturating_sub(start) / record;
     let mut frames = Vec::with_capacity(nr.min(fit));
-    for rec in bytes
+    for (i, rec) in bytes
         .get(start..)
         .unwrap_or_default()
         .chunks_exact(record)
         .take(nr)
+        .enumerate()
     {
         let Some(f) = read_plain::<abi::frame_record>(rec) else {
             break;
         };
-        match f.status {
-            abi::FRAME_FILE => frames.push(UserFrame::File {
-                build_id: f.build_id,
-                offset: f.offset,
-            }),
-            abi::FRAME_IP => frames.push(UserFrame::Ip(f.offset)),
-            abi::FRAME_TRUNCATED => {
-                frames.push(UserFrame::Truncated(f.offset.min(u8::MAX as u64) as u8));
+        // An unwound stack's leaf is in its count key (leaf_frame).
+        if f.status == abi::FRAME_IN_KEY && i == 0 {
+            continue;
+        }
+        match leaf_frame(&f) {
+            Some(t @ UserFrame::Truncated(_)) => {
+                frames.push(t);
                 break;
             }
-            _ => break,
+            Some(frame) => frames.push(frame),
+            None => break,
         }
     }
     frames
+}
+
+/// One frame record as a frame: None for an empty one (or one not known
+/// here). Also the count key's `user_leaf`, the leaf of an unwound stack
+/// stored without it.
+pub fn leaf_frame(f: &abi::frame_record) -> Option<UserFrame> {
+    match f.status {
+        abi::FRAME_FILE => Some(UserFrame::File {
+            build_id: f.build_id,
+            offset: f.offset,
+        }),
+        abi::FRAME_IP => Some(UserFrame::Ip(f.offset)),
+        abi::FRAME_TRUNCATED => Some(UserFrame::Truncated(f.offset.min(u8::MAX as u64) as u8)),
+        _ => None,
+    }
 }
 
 /// A NUL-terminated `comm` as a string.
@@ -424,6 +440,29 @@ mod tests {
         assert_eq!(parse_user_stack(&bytes).len(), 3);
         assert!(parse_user_stack(&bytes[..3]).is_empty());
         assert_eq!(parse_user_stack(&bytes[..8 + 32 + 5]).len(), 1);
+    }
+
+    #[test]
+    fn an_unwound_stack_stored_without_its_leaf_skips_the_in_key_record_once() {
+        let recs = [
+            record(abi::FRAME_IN_KEY, 0, 0),
+            record(abi::FRAME_FILE, 0x11, 0x40),
+            record(abi::FRAME_IN_KEY, 0, 0),
+        ];
+        // Record 0 only: elsewhere the record ends the stack, like any
+        // status this side does not know.
+        assert_eq!(
+            parse_user_stack(&user_stack_bytes(3, &recs)),
+            vec![UserFrame::File {
+                build_id: [0x11; abi::BUILD_ID_SIZE],
+                offset: 0x40
+            }]
+        );
+        assert_eq!(leaf_frame(&recs[0]), None);
+        assert_eq!(
+            leaf_frame(&record(abi::FRAME_TRUNCATED, 0, 999)),
+            Some(UserFrame::Truncated(u8::MAX))
+        );
     }
 
     #[test]

@@ -29,8 +29,8 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapHandle};
 
 use crate::bpf::maps::{
-    comm_string, create_count_map, for_each_entry, get_by_u32, install_inner, parse_kernel_stack,
-    parse_user_stack, reset_count_map, SampleKey,
+    comm_string, create_count_map, for_each_entry, get_by_u32, install_inner, leaf_frame,
+    parse_kernel_stack, parse_user_stack, reset_count_map, SampleKey,
 };
 use crate::collect::stacks::{RawStack, Stats, UserFrame};
 
@@ -60,6 +60,9 @@ struct AggKey {
     off_cpu: bool,
     kernel: StackRef,
     user: StackRef,
+    /// An unwound user stack's leaf, which its count key holds apart from
+    /// the stored callers (`user`).
+    user_leaf: Option<UserFrame>,
 }
 
 /// Each distinct stack content once, shared by every id and key naming it.
@@ -310,6 +313,11 @@ impl Collector {
                     StackRef::None
                 },
                 user: if self.want_user { user } else { StackRef::None },
+                // A leaf without its stack (lost, or not wanted) is no stack.
+                user_leaf: match user {
+                    StackRef::Content(_) if self.want_user => leaf_frame(&key.user_leaf),
+                    _ => None,
+                },
             };
             *self.agg.entry(k).or_default() += count;
         }
@@ -427,7 +435,12 @@ impl Collector {
                     _ => Vec::new(),
                 },
                 user: match k.user {
-                    StackRef::Content(c) => user[c as usize].to_vec(),
+                    StackRef::Content(c) => k
+                        .user_leaf
+                        .iter()
+                        .chain(user[c as usize].iter())
+                        .copied()
+                        .collect(),
                     _ => Vec::new(),
                 },
                 kernel_lost: k.kernel == StackRef::Lost,

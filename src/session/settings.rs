@@ -376,18 +376,22 @@ pub fn seconds(text: &str, what: &str, unit: f64) -> Result<Duration> {
 }
 
 /// Kernel memory one `--stack-storage-size` entry can take when every map
-/// is full: a count-map key and u64 value, a kernel stack, a user stack,
-/// their dedup and cache entries (about 48 bytes each), and the kernel's
-/// per-element overhead (about 64 bytes per element, five maps).
+/// is full: a count-map key and u64 value, a kernel stack, a short and a
+/// deep user stack (each has its own map), their dedup and cache entries
+/// (about 48 bytes each), and the kernel's per-element overhead (about 64
+/// bytes per element, six maps).
 pub const MAP_BYTES_PER_ENTRY: u64 = {
     use crate::bpf::abi;
     use std::mem::size_of;
+    let record = size_of::<abi::frame_record>();
     (size_of::<abi::sample_key>()
         + 8
         + size_of::<abi::kern_stack>()
         + size_of::<abi::user_stack>()
+        + 8
+        + abi::SHORT_FRAMES * record
         + 3 * 48
-        + 5 * 64) as u64
+        + 6 * 64) as u64
 };
 
 /// The most kernel memory bprof's maps may take: 1 GiB.
