@@ -180,8 +180,8 @@ struct user_stack {
 
 /* user_stacks' values: a user_stack's first BPROF_SHORT_FRAMES records.
  * A store copies its value whole into a fresh allocation, and 8 KiB of
- * mostly unused records cost ~12 us a store on a cache-cold CPU: a tenth
- * of all of bprof's cost per sample in a short profile of xz. */
+ * mostly unused records cost ~12 us a store on a cache-cold CPU: ~1 us of
+ * the program's ~4.5 us per sample, on average, in a 4 s profile of xz. */
 struct user_stack_short {
 	__u32 nr;
 	__u32 pad;

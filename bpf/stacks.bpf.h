@@ -44,8 +44,8 @@ __u32 next_kern_stack_id = 0;
  * raw addresses, so a library swapped in where another was collides with
  * it forever. Entries here are allocated as stacks appear, each under its
  * own id; identical stacks are shared through user_stack_ids (and
- * user_stack_cache). Most stacks fit user_stacks' short values; deeper ones
- * go to user_stacks_deep (struct user_stack_short).
+ * user_stack_cache). Most stacks fit user_stacks' short values (struct
+ * user_stack_short); deeper ones go to user_stacks_deep, whole.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
