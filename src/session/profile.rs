@@ -382,7 +382,12 @@ fn attach(
 ) -> Result<Event> {
     let mode = settings.program.mode;
     let (event, fds) = if mode.on_cpu() {
-        sampling::open_sampling(settings.event, settings.rate, cpus)?
+        sampling::open_sampling(
+            settings.event,
+            settings.rate,
+            cpus,
+            settings.program.include_idle,
+        )?
     } else {
         (settings.event, Vec::new())
     };

@@ -519,18 +519,39 @@ fn idle_is_skipped_unless_asked() {
     root_or_skip!();
     let _g = exclusive();
     // Idle is a system-wide matter: profile all CPUs of a mostly idle machine.
-    let out = run(bprof().args(["-F", "199", "-f", "-K", "1"]));
-    let no_idle = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let json = scratch_root().join("idle-stats.json");
+    let runs = |args: &[&str]| {
+        let out = run(bprof()
+            .args(["-F", "199", "-f", "-K", "--stats-json"])
+            .arg(&json)
+            .args(args)
+            .arg("1"));
+        assert!(out.status.success());
+        let stats: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let samples = &stats["samples"];
+        let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(
+            lines.iter().map(|l| l.count).sum::<u64>(),
+            samples["counted"].as_u64().unwrap(),
+            "{stats}"
+        );
+        (lines, samples["idle"].as_u64().unwrap())
+    };
+    let (no_idle, skipped) = runs(&[]);
     assert!(
         no_idle.iter().all(|l| !l.frames[0].starts_with("swapper")),
         "{no_idle:?}"
     );
-    let out = run(bprof().args(["-F", "199", "-f", "-K", "-I", "1"]));
-    let idle = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    // The timer's idle samples are dropped by the kernel (exclude_idle),
+    // before the program runs: none reaches its own idle check.
+    assert_eq!(skipped, 0);
+    let (idle, skipped) = runs(&["-I"]);
     assert!(
         idle.iter().any(|l| l.frames[0].starts_with("swapper")),
         "{idle:?}"
     );
+    assert_eq!(skipped, 0);
 }
 
 #[test]
