@@ -218,6 +218,17 @@ impl<'obj> ProfileProgram<'obj> {
             opts.tgids.len(),
             opts.tids.len(),
         )?;
+        // A profile holds a handful of targets in maps sized for 65 536:
+        // preallocating them cost ~6 MB of elements at every start. (The
+        // stat object keeps them preallocated: on 5.10 a tracing program
+        // may not use a hash map that allocates as it goes; a profile needs
+        // 6.1, where it may.)
+        open.maps
+            .target_tgids
+            .set_map_flags(libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC)?;
+        open.maps
+            .target_tids
+            .set_map_flags(libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC)?;
         if !opts.follow_children {
             open.progs.follow_fork.set_autoload(false);
             open.progs.arm_command.set_autoload(false);
