@@ -392,14 +392,17 @@ int do_sample(struct bpf_perf_event_data *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, pid = (__u32)id;
 	struct profile_stats *st = stats();
-	struct sample_key key = {};
 	struct filter_sample fs;
 	__u32 slot = SCRATCH_ON_CPU;
-	struct uregs *ur = bpf_map_lookup_elem(&unwind_uregs, &slot);
+	struct sample_scratch *sc = bpf_map_lookup_elem(&sample_scratch, &slot);
+	struct sample_key *key;
+	struct uregs *ur;
 	int in_user;
 
-	if (!st || !ur)
+	if (!st || !sc)
 		return 0;
+	ur = &sc->ur;
+	key = &sc->key;
 	st->samples++;
 
 	if (pid == 0 && !cfg.include_idle) {
@@ -410,23 +413,24 @@ int do_sample(struct bpf_perf_event_data *ctx)
 		st->not_target++;
 		return 0;
 	}
-	bpf_get_current_comm(&key.comm, sizeof(key.comm));
+	__builtin_memset(key, 0, sizeof(*key));
+	bpf_get_current_comm(&key->comm, sizeof(key->comm));
 	/* Before any stack is taken, so a dropped sample costs little. */
 	if (cfg.filter_len) {
 		fs.id = id;
 		fs.period = ctx->sample_period;
 		fs.ip = PT_REGS_IP(&ctx->regs);
-		fs.comm = key.comm;
+		fs.comm = key->comm;
 		if (!filter_pass(&fs)) {
 			st->filtered++;
 			return 0;
 		}
 	}
-	key.tgid = tgid;
-	key.tid = pid;
-	key.kind = SAMPLE_ON_CPU;
+	key->tgid = tgid;
+	key->tid = pid;
+	key->kind = SAMPLE_ON_CPU;
 	if (cfg.cgroups)
-		key.cgroup = bpf_get_current_cgroup_id();
+		key->cgroup = bpf_get_current_cgroup_id();
 	/* A sample in user mode has the user registers; one in the kernel
 	 * takes them from the task (unwind_user). (User addresses are the
 	 * lower half: cs's layout varies by kernel.) */
@@ -436,10 +440,10 @@ int do_sample(struct bpf_perf_event_data *ctx)
 		ur->ip = ctx->regs.ip;
 		DWARF_REGS(ur->r, &ctx->regs);
 	}
-	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, ur, in_user, &key.kern_stack_id, &key.user_stack_id,
-		    &key.user_leaf);
+	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, ur, in_user, &key->kern_stack_id, &key->user_stack_id,
+		    &key->user_leaf);
 	/* --wall counts time: a cpu-clock sample's period is its nanoseconds. */
-	count(st, &key, cfg.period_as_us ? ctx->sample_period / 1000 : 1);
+	count(st, key, cfg.period_as_us ? ctx->sample_period / 1000 : 1);
 	/* 0: the sample is not also written to the perf ring buffer. */
 	return 0;
 }
@@ -486,7 +490,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 			st->filtered++;
 		} else {
 			__u32 slot = SCRATCH_OFF_CPU;
-			struct uregs *ur = bpf_map_lookup_elem(&unwind_uregs, &slot);
+			struct sample_scratch *sc = bpf_map_lookup_elem(&sample_scratch, &slot);
+			struct uregs *ur = sc ? &sc->ur : 0;
 
 			start = bpf_task_storage_get(&offcpu_start, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 			if (start && ur) {

@@ -88,15 +88,22 @@ struct uregs {
 	__u64 valid; /* 0: take them from the task's pt_regs */
 };
 
-/* A sample's user registers, per CPU and context: on the program's stack
- * they took the combined stack of do_sample and the walk's callbacks past
- * 512 bytes (refused by 6.1's verifier). */
+/* A sample's user registers and (on-CPU) its count key, per CPU and
+ * context: on the program's stack they took the combined stack of
+ * do_sample and the walk's callbacks past 512 bytes (refused by 6.1's
+ * verifier). One value, so the key's lines neighbour the registers', which
+ * every sample writes. */
+struct sample_scratch {
+	struct uregs ur;
+	struct sample_key key;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SCRATCH_SLOTS);
 	__type(key, __u32);
-	__type(value, struct uregs);
-} unwind_uregs SEC(".maps");
+	__type(value, struct sample_scratch);
+} sample_scratch SEC(".maps");
 
 /* pt_regs p's general registers into d[16], by DWARF number. */
 #define DWARF_REGS(d, p)          \
