@@ -466,12 +466,7 @@ impl<'obj> ProfileProgram<'obj> {
     /// error only if they cannot be read, and then nothing is drained).
     pub fn tick(&mut self) -> Result<Stats> {
         let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
-        let maps = collect::Maps {
-            count_slot: &self.skel.maps.count_slot,
-            kern_stacks: &self.skel.maps.kern_stacks,
-            user_stacks: &self.skel.maps.user_stacks,
-            user_stacks_deep: &self.skel.maps.user_stacks_deep,
-        };
+        let maps = collector_maps(&self.skel);
         self.collector.tick(&maps, &stats);
         Ok(stats)
     }
@@ -480,27 +475,28 @@ impl<'obj> ProfileProgram<'obj> {
     /// counted since the last interval (see `Collector::take_interval`).
     pub fn interval(&mut self) -> Result<Vec<RawStack>> {
         let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
-        let maps = collect::Maps {
-            count_slot: &self.skel.maps.count_slot,
-            kern_stacks: &self.skel.maps.kern_stacks,
-            user_stacks: &self.skel.maps.user_stacks,
-            user_stacks_deep: &self.skel.maps.user_stacks_deep,
-        };
+        let maps = collector_maps(&self.skel);
         self.collector.take_interval(&maps, &stats)
     }
 
     /// After `detach`: the last drain, then the final counters (consistent
     /// with it, see `Collector::finish`) and every aggregated stack.
     pub fn finish(&mut self) -> Result<(Stats, Vec<RawStack>)> {
-        let maps = collect::Maps {
-            count_slot: &self.skel.maps.count_slot,
-            kern_stacks: &self.skel.maps.kern_stacks,
-            user_stacks: &self.skel.maps.user_stacks,
-            user_stacks_deep: &self.skel.maps.user_stacks_deep,
-        };
+        let maps = collector_maps(&self.skel);
         self.collector.finish(&maps)?;
         let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
         Ok((stats, self.collector.stacks()))
+    }
+}
+
+/// The count and stack maps the collector drains, lent from the skeleton
+/// (a field apart from the collector, so both can be borrowed at once).
+fn collector_maps<'a>(skel: &'a ProfileSkel<'_>) -> collect::Maps<'a> {
+    collect::Maps {
+        count_slot: &skel.maps.count_slot,
+        kern_stacks: &skel.maps.kern_stacks,
+        user_stacks: &skel.maps.user_stacks,
+        user_stacks_deep: &skel.maps.user_stacks_deep,
     }
 }
 
