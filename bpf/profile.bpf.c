@@ -259,7 +259,7 @@ struct {
 
 /* --call-graph dwarf: the user stack walked with unwind tables. */
 static __always_inline __s32 unwound_stack_id(struct profile_stats *st, const struct uregs *ur, __u32 slot,
-					       struct frame_record *leaf)
+					       struct frame_record *leaf, __u64 mm)
 {
 	struct stack_memo_entry *e;
 	struct stack_memo *memo;
@@ -273,7 +273,7 @@ static __always_inline __s32 unwound_stack_id(struct profile_stats *st, const st
 	memo = bpf_map_lookup_elem(&stack_memo, &slot);
 	if (!us || !memo)
 		return -ENOMEM;
-	n = unwind_user(st, ur, us, slot, &hash, &hash2);
+	n = unwind_user(st, ur, us, slot, mm, &hash, &hash2);
 	if (n <= 0)
 		return n ? n : -EFAULT;
 	/* The leaf goes into the count key and the stack is stored without it
@@ -316,7 +316,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 	if (!mm)
 		return -EFAULT; /* a kernel thread has no user stack */
 	if (cfg.dwarf)
-		return unwound_stack_id(st, ur, slot, leaf);
+		return unwound_stack_id(st, ur, slot, leaf, (__u64)mm);
 	/* Without the kernel's layout generation (no per-VMA locks), bprof's
 	 * own (layout_gens); without either, nothing says when a cached stack
 	 * went stale: take the build-ID walk. */
@@ -387,7 +387,7 @@ static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u
 }
 
 SEC("perf_event")
-int do_sample(struct bpf_perf_event_data *ctx)
+int do_sample(struct perf_sample_ctx *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, pid = (__u32)id;
@@ -419,7 +419,7 @@ int do_sample(struct bpf_perf_event_data *ctx)
 	if (cfg.filter_len) {
 		fs.id = id;
 		fs.period = ctx->sample_period;
-		fs.ip = PT_REGS_IP(&ctx->regs);
+		fs.ip = ctx->regs.ip;
 		fs.comm = key->comm;
 		if (!filter_pass(&fs)) {
 			st->filtered++;
@@ -434,7 +434,7 @@ int do_sample(struct bpf_perf_event_data *ctx)
 	/* A sample in user mode has the user registers; one in the kernel
 	 * takes them from the task (unwind_user). (User addresses are the
 	 * lower half: cs's layout varies by kernel.) */
-	in_user = PT_REGS_IP(&ctx->regs) < (1ULL << 47);
+	in_user = ctx->regs.ip < (1ULL << 47);
 	ur->valid = cfg.dwarf && in_user;
 	if (ur->valid) {
 		ur->ip = ctx->regs.ip;

@@ -105,6 +105,26 @@ struct {
 	__type(value, struct sample_scratch);
 } sample_scratch SEC(".maps");
 
+/* x86-64's pt_regs as the ptrace ABI fixes it, and the perf_event program's
+ * context (UAPI), read without CO-RE: libbpf searches the kernel's ~150 000
+ * BTF types once per relocated struct at every load (~1.4 ms each here). */
+struct x86_regs {
+	__u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
+	__u64 ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
+};
+
+struct perf_sample_ctx {
+	struct x86_regs regs;
+	__u64 sample_period;
+	__u64 addr;
+};
+_Static_assert(sizeof(struct x86_regs) == sizeof(struct pt_regs), "pt_regs layout");
+_Static_assert(__builtin_offsetof(struct x86_regs, ip) == __builtin_offsetof(struct pt_regs, ip), "pt_regs ip");
+_Static_assert(__builtin_offsetof(struct x86_regs, sp) == __builtin_offsetof(struct pt_regs, sp), "pt_regs sp");
+_Static_assert(__builtin_offsetof(struct perf_sample_ctx, sample_period) ==
+		       __builtin_offsetof(struct bpf_perf_event_data, sample_period),
+	       "bpf_perf_event_data layout");
+
 /* pt_regs p's general registers into d[16], by DWARF number. */
 #define DWARF_REGS(d, p)          \
 	do {                      \
@@ -272,7 +292,9 @@ struct unwind_ctx {
 
 static long vma_cb(struct task_struct *task, struct vm_area_struct *vma, struct vma_info *v)
 {
-	struct file *f = vma->vm_file;
+	/* Read as plain memory, not through the trusted pointer: the verifier
+	 * looks each such pointer load up by name among ~150 000 BTF types. */
+	struct file *f = BPF_CORE_READ(vma, vm_file);
 
 	v->start = vma->vm_start;
 	v->end = vma->vm_end;
@@ -280,10 +302,8 @@ static long vma_cb(struct task_struct *task, struct vm_area_struct *vma, struct 
 	v->key.dev = 0;
 	v->key.ino = 0;
 	if (f) {
-		struct inode *inode = f->f_inode;
-
-		v->key.ino = inode->i_ino;
-		v->key.dev = inode->i_sb->s_dev;
+		v->key.ino = BPF_CORE_READ(f, f_inode, i_ino);
+		v->key.dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
 	}
 	return 0;
 }
@@ -647,7 +667,7 @@ mapped:
  * marks an early end with a FRAME_TRUNCATED record. Returns the bytes
  * of records, or a negative error. */
 static __always_inline long unwind_user(struct profile_stats *st, const struct uregs *ur, struct user_stack *us,
-					__u32 slot, __u64 *hash, __u64 *hash2)
+					__u32 slot, __u64 mm, __u64 *hash, __u64 *hash2)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct unwind_ctx c = {};
@@ -655,8 +675,6 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	__u32 n, end, zero = 0;
 	__u64 *gen;
 
-	if (!task->mm)
-		return -EFAULT; /* a kernel thread has no user stack */
 	s = bpf_map_lookup_elem(&unwind_scratch, &slot);
 	if (!s)
 		return -ENOMEM;
@@ -667,7 +685,7 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	} else {
 		/* The sample hit the kernel (or the task is switching out): the
 		 * user registers saved at kernel entry. */
-		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+		struct x86_regs *regs = (struct x86_regs *)bpf_task_pt_regs(task);
 
 		if (!regs)
 			return -EFAULT;
@@ -691,7 +709,7 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	/* Read before any lookup of unwind_maps or unwind_files (see
 	 * map_memo_entry). */
 	s->gen = *gen;
-	s->mm = (__u64)task->mm;
+	s->mm = mm;
 	if (c.last->mm != s->mm || c.last->gen != s->gen || c.last->tgid != task->tgid) {
 		c.last->mm = s->mm;
 		c.last->gen = s->gen;
