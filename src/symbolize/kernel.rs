@@ -1,0 +1,88 @@
+//! Kernel frames: names from kallsyms (the per-boot copy of the core
+//! text's symbols when it covers every address).
+
+use std::fs;
+
+use blazesym::symbolize::source::{Kernel, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use blazesym::MaybeDefault;
+
+use crate::symbolize::kallsyms;
+
+pub(super) fn symbolize_kernel(
+    symbolizer: &Symbolizer,
+    addrs: &[u64],
+) -> Vec<(u64, Option<Symbolized<'static>>)> {
+    if addrs.is_empty() {
+        return Vec::new();
+    }
+    // kallsyms only: reading a vmlinux image would be slow and is rarely
+    // present. The per-boot copy of the core text's symbols when it covers
+    // every address: the live file costs ~40 ms of the kernel's time to print.
+    let selected = kallsyms::core_copy_for(addrs);
+    let kallsyms = match &selected {
+        Some(s) => MaybeDefault::Some(s.path().to_path_buf()),
+        None => MaybeDefault::Default,
+    };
+    let kernel = Kernel {
+        kallsyms,
+        vmlinux: MaybeDefault::None,
+        ..Default::default()
+    };
+    let res = symbolizer
+        .symbolize(&Source::Kernel(kernel), Input::AbsAddr(addrs))
+        .unwrap_or_default();
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| (a, res.get(i).map(|s| own(s.clone()))))
+        .collect()
+}
+
+/// Names of kernel addresses (exact, not return addresses), `None` when
+/// kallsyms has no symbol.
+pub(crate) fn kernel_names(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Option<String>> {
+    symbolize_kernel(symbolizer, addrs)
+        .into_iter()
+        .map(|(_, s)| s.and_then(|s| s.into_sym()).map(|s| s.name.into_owned()))
+        .collect()
+}
+
+/// The kernel's text section, `[_stext, _etext)`, from /proc/kallsyms.
+pub(crate) fn kernel_text_range() -> Option<(u64, u64)> {
+    let syms = fs::read_to_string("/proc/kallsyms").ok()?;
+    let find = |name: &str| {
+        syms.lines().find_map(|l| {
+            let mut w = l.split_whitespace();
+            let addr = w.next()?;
+            let _kind = w.next()?;
+            (w.next()? == name)
+                .then(|| u64::from_str_radix(addr, 16).ok())
+                .flatten()
+        })
+    };
+    let (lo, hi) = (find("_stext")?, find("_etext")?);
+    (lo != 0 && lo < hi).then_some((lo, hi))
+}
+
+/// Frames that belong to BPF or to the tracing machinery that called it:
+/// they start every stack taken inside a tracepoint's BPF program and must
+/// never reach an output.
+pub(crate) fn is_bpf_frame(name: &str) -> bool {
+    name.starts_with("bpf_prog_")
+        || name.starts_with("bpf_trace_run")
+        || name.starts_with("__bpf_trace_")
+        || name.starts_with("__traceiter_")
+        || name.starts_with("bpf_trampoline_")
+        || name.starts_with("__bpf_prog_enter")
+        || name.starts_with("__bpf_prog_exit")
+        || name.starts_with("bpf_get_stack")
+        || name.starts_with("__bpf_get_stack")
+}
+
+pub(super) fn own(s: Symbolized<'_>) -> Symbolized<'static> {
+    match s {
+        Symbolized::Sym(sym) => Symbolized::Sym(sym.into_owned()),
+        Symbolized::Unknown(r) => Symbolized::Unknown(r),
+    }
+}
