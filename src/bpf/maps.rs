@@ -47,6 +47,33 @@ pub(crate) fn get_by_u32(map: &dyn MapCore, key: u32) -> libbpf_rs::Result<Optio
     map.lookup(&key.to_ne_bytes(), MapFlags::ANY)
 }
 
+/// "Is this process one the profile is about?" for the side band, whose
+/// records come from every process on the machine: yes for all when the
+/// profile has no targets, else what `target_tgids` says (it holds every
+/// target, exited ones too, and a child from its fork on, before it maps
+/// anything). One lookup per process per drain: a machine that starts a
+/// thousand processes a second costs a syscall each, not one per mapping.
+pub(crate) struct TargetCheck<'a> {
+    map: Option<&'a dyn MapCore>,
+    seen: std::collections::HashMap<u32, bool>,
+}
+
+impl<'a> TargetCheck<'a> {
+    pub(crate) fn new(map: Option<&'a dyn MapCore>) -> Self {
+        TargetCheck {
+            map,
+            seen: std::collections::HashMap::new(),
+        }
+    }
+
+    pub(crate) fn wants(&mut self, pid: u32) -> bool {
+        match self.map {
+            None => true,
+            Some(m) => *self.seen.entry(pid).or_insert_with(|| holds_u32(m, pid)),
+        }
+    }
+}
+
 /// Whether the u32-keyed `map` holds `key` (a failed lookup counts as no).
 pub(crate) fn holds_u32(map: &dyn MapCore, key: u32) -> bool {
     get_by_u32(map, key).ok().flatten().is_some()

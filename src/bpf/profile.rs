@@ -282,6 +282,14 @@ impl<'obj> ProfileProgram<'obj> {
         Ok(prog)
     }
 
+    /// The side band's filter for one drain (see [`maps::TargetCheck`]):
+    /// every process when the profile has no target processes.
+    pub(crate) fn target_check(&self, matches_tgids: bool) -> maps::TargetCheck<'_> {
+        maps::TargetCheck::new(
+            matches_tgids.then_some(&self.skel.maps.target_tgids as &dyn libbpf_rs::MapCore),
+        )
+    }
+
     /// Adds a process to the targets, counted from `from` on.
     pub fn add_tgid(&self, tgid: u32, from: TargetFrom) -> Result<()> {
         maps::add_target_tgid(&self.skel.maps.target_tgids, tgid, from)

@@ -44,6 +44,11 @@ pub struct MmapIndex {
     pub without_build_id: HashSet<Mapping>,
     /// Records the kernel dropped because a ring buffer was full.
     pub lost: u64,
+    /// Mapping and exit records read.
+    pub records: u64,
+    /// Of those, the records skipped as other processes' (a profile with
+    /// targets).
+    pub skipped: u64,
     /// JIT symbol files (perf maps, jitdumps) of the processes seen.
     pub jit: JitFiles,
     /// When set (`--call-graph dwarf`), every new file mapping with its
@@ -136,16 +141,24 @@ impl Sideband {
         }
     }
 
-    /// Reads every pending record from every ring.
-    pub fn drain(&mut self) {
+    /// Reads every pending record from every ring, keeping those of the
+    /// processes `wanted` says the profile is about (the rings hold every
+    /// process's: indexing, queueing and JIT-watching the others cost
+    /// bprof ~13 us per foreign exec).
+    pub fn drain(&mut self, wanted: &mut dyn FnMut(u32) -> bool) {
         for ring in &self.rings {
-            drain_ring(ring, self.page, &mut self.index);
+            drain_ring(ring, self.page, &mut self.index, wanted);
         }
         self.index.jit.poll();
     }
 }
 
-fn drain_ring(ring: &Ring, page: usize, index: &mut MmapIndex) {
+fn drain_ring(
+    ring: &Ring,
+    page: usize,
+    index: &mut MmapIndex,
+    wanted: &mut dyn FnMut(u32) -> bool,
+) {
     // The first page of the mapping is a perf_event_mmap_page; its head and
     // tail are shared with the kernel, hence the atomics.
     let meta = ring.map.as_ptr().cast::<pb::perf_event_mmap_page>();
@@ -162,15 +175,23 @@ fn drain_ring(ring: &Ring, page: usize, index: &mut MmapIndex) {
     let end = head.load(Ordering::Acquire);
     let mut pos = tail.load(Ordering::Relaxed);
     let mut rec = Vec::new();
+    // A record may wrap around the end of the data area: copied out in at
+    // most two pieces (a busy machine writes thousands a second).
+    let copy = |rec: &mut Vec<u8>, pos: u64, len: u64| {
+        let at = (pos % data_size) as usize;
+        let first = (len as usize).min(data.len() - at);
+        rec.clear();
+        rec.extend_from_slice(&data[at..at + first]);
+        rec.extend_from_slice(&data[..len as usize - first]);
+    };
     while pos + 8 <= end {
-        let at = |off: u64| data[((pos + off) % data_size) as usize];
-        let size = u16::from_ne_bytes([at(6), at(7)]) as u64;
+        copy(&mut rec, pos, 8);
+        let size = u16::from_ne_bytes([rec[6], rec[7]]) as u64;
         if size < 8 || pos + size > end {
             break;
         }
-        rec.clear();
-        rec.extend((0..size).map(at));
-        parse_record(&rec, index);
+        copy(&mut rec, pos, size);
+        parse_record(&rec, index, wanted);
         pos += size;
     }
     tail.store(pos, Ordering::Release);
@@ -181,7 +202,7 @@ fn u32_at(b: &[u8], off: usize) -> u32 {
         .map_or(0, |s| u32::from_ne_bytes(s.try_into().unwrap_or_default()))
 }
 
-fn parse_record(rec: &[u8], index: &mut MmapIndex) {
+fn parse_record(rec: &[u8], index: &mut MmapIndex, wanted: &mut dyn FnMut(u32) -> bool) {
     if rec.len() < 8 {
         return;
     }
@@ -193,9 +214,17 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex) {
             .map_or(0, |s| u64::from_ne_bytes(s.try_into().unwrap_or_default()));
         return;
     }
-    if kind == pb::PERF_RECORD_EXIT {
+    let exit = kind == pb::PERF_RECORD_EXIT;
+    if !exit && !(kind == pb::PERF_RECORD_MMAP2 && rec.len() >= 73) {
+        return;
+    }
+    index.records += 1;
+    // Both kinds start {header, pid, ...}.
+    if !wanted(u32_at(rec, 8)) {
+        index.skipped += 1;
+    } else if exit {
         on_exit(rec, index);
-    } else if kind == pb::PERF_RECORD_MMAP2 && rec.len() >= 73 {
+    } else {
         on_mmap2(rec, misc, index);
     }
 }
@@ -309,15 +338,24 @@ mod tests {
         let mut index = MmapIndex::default();
         // A 20-byte GNU build ID, and a shorter one (zero-padded).
         let long: Vec<u8> = (1..=20).collect();
-        parse_record(&mmap2_record(7, b"/usr/bin/app", Some(&long)), &mut index);
+        parse_record(
+            &mmap2_record(7, b"/usr/bin/app", Some(&long)),
+            &mut index,
+            &mut |_| true,
+        );
         parse_record(
             &mmap2_record(8, b"/lib/short.so", Some(&[0xab; 8])),
             &mut index,
+            &mut |_| true,
         );
-        parse_record(&mmap2_record(9, b"/opt/noid", None), &mut index);
+        parse_record(
+            &mmap2_record(9, b"/opt/noid", None),
+            &mut index,
+            &mut |_| true,
+        );
         // No file: nothing to index.
-        parse_record(&mmap2_record(9, b"[vdso]", None), &mut index);
-        parse_record(&mmap2_record(9, b"//anon", None), &mut index);
+        parse_record(&mmap2_record(9, b"[vdso]", None), &mut index, &mut |_| true);
+        parse_record(&mmap2_record(9, b"//anon", None), &mut index, &mut |_| true);
 
         let mut id = [0u8; BUILD_ID_SIZE];
         id.copy_from_slice(&long);
@@ -347,11 +385,54 @@ mod tests {
         let mut anon = mmap2_record(9, b"//anon", None);
         anon[16..24].copy_from_slice(&0x7f00_0000_0000u64.to_ne_bytes());
         anon[24..32].copy_from_slice(&0x1000u64.to_ne_bytes());
-        parse_record(&anon, &mut index);
+        parse_record(&anon, &mut index, &mut |_| true);
         // A memfd is a file: the walker learns it itself.
-        parse_record(&mmap2_record(9, b"/memfd:jit (deleted)", None), &mut index);
+        parse_record(
+            &mmap2_record(9, b"/memfd:jit (deleted)", None),
+            &mut index,
+            &mut |_| true,
+        );
         assert_eq!(index.new_anon, [(9, 0x7f00_0000_0000, 0x7f00_0000_1000)]);
         assert!(index.new_mappings.is_empty());
+    }
+
+    #[test]
+    fn other_processes_records_are_skipped_when_the_profile_has_targets() {
+        let mut index = MmapIndex {
+            queue_mappings: true,
+            ..Default::default()
+        };
+        let mut asked = Vec::new();
+        let mut wanted = |pid: u32| {
+            asked.push(pid);
+            pid == 7
+        };
+        parse_record(
+            &mmap2_record(7, b"/usr/bin/app", Some(&[1; 20])),
+            &mut index,
+            &mut wanted,
+        );
+        parse_record(
+            &mmap2_record(8, b"/usr/bin/other", Some(&[2; 20])),
+            &mut index,
+            &mut wanted,
+        );
+        parse_record(
+            &mmap2_record(8, b"/usr/lib/libx.so", None),
+            &mut index,
+            &mut wanted,
+        );
+        parse_record(&mmap2_record(8, b"//anon", None), &mut index, &mut wanted);
+        parse_record(&exit_record(8), &mut index, &mut wanted);
+        parse_record(&exit_record(7), &mut index, &mut wanted);
+        assert_eq!(asked, [7, 8, 8, 8, 8, 7]);
+        assert_eq!((index.records, index.skipped), (6, 4));
+        assert_eq!(index.by_build_id.len(), 1);
+        assert!(index.without_build_id.is_empty());
+        assert_eq!(index.new_mappings.len(), 1);
+        assert_eq!(index.new_mappings[0].0.pid, 7);
+        assert!(index.new_anon.is_empty());
+        assert_eq!(index.exits, [7]);
     }
 
     #[test]
@@ -360,13 +441,13 @@ mod tests {
         let mut lost = vec![0u8; 24];
         lost[..4].copy_from_slice(&pb::PERF_RECORD_LOST.to_ne_bytes());
         lost[16..24].copy_from_slice(&5u64.to_ne_bytes());
-        parse_record(&lost, &mut index);
-        parse_record(&lost, &mut index);
+        parse_record(&lost, &mut index, &mut |_| true);
+        parse_record(&lost, &mut index, &mut |_| true);
         assert_eq!(index.lost, 10);
         // Truncated records of every kind: no panic, nothing indexed.
         let full = mmap2_record(7, b"/usr/bin/app", Some(&[1; 20]));
         for n in 0..full.len().min(73) {
-            parse_record(&full[..n], &mut index);
+            parse_record(&full[..n], &mut index, &mut |_| true);
         }
         assert!(index.by_build_id.is_empty() && index.without_build_id.is_empty());
         assert_eq!(index.lost, 10);
@@ -382,9 +463,9 @@ mod tests {
         mmap[..4].copy_from_slice(&pb::PERF_RECORD_MMAP2.to_ne_bytes());
         mmap[8..12].copy_from_slice(&me.to_ne_bytes());
         mmap.extend_from_slice(b"//anon\0\0");
-        parse_record(&mmap, &mut index);
+        parse_record(&mmap, &mut index, &mut |_| true);
         std::fs::write(&path, "5000 10 at_exit\n").unwrap();
-        parse_record(&exit_record(me), &mut index);
+        parse_record(&exit_record(me), &mut index, &mut |_| true);
         std::fs::remove_file(&path).unwrap();
         // Exited: no longer looked for, and what was opened is read.
         index.jit.poll();
@@ -395,7 +476,7 @@ mod tests {
         other.jit.note_jit(me);
         let mut rec = exit_record(me);
         rec[16..20].copy_from_slice(&(me + 1).to_ne_bytes());
-        parse_record(&rec, &mut other);
+        parse_record(&rec, &mut other, &mut |_| true);
         assert!(other.jit.names(me, &[0x5008]).is_empty());
     }
 }

@@ -16,6 +16,9 @@ pub(crate) struct Summary {
     pub(crate) symbols: SymbolStats,
     pub(crate) unique_stacks: usize,
     pub(crate) sideband_lost: u64,
+    /// Side-band records read, and skipped as other processes'.
+    pub(crate) sideband_records: u64,
+    pub(crate) sideband_skipped: u64,
     pub(crate) event: Event,
     pub(crate) rate: Rate,
     pub(crate) mode: Mode,
@@ -169,6 +172,8 @@ impl Summary {
             "unique_stacks": self.unique_stacks,
             "stack_collisions": st.stack_collisions,
             "mmap_records_lost": self.sideband_lost,
+            "mmap_records": self.sideband_records,
+            "mmap_records_of_other_processes": self.sideband_skipped,
             "frames": {
                 "unique": self.symbols.unique_frames,
                 "unique_unknown": self.symbols.unknown_frames,
@@ -205,6 +210,8 @@ mod tests {
             },
             unique_stacks: 7,
             sideband_lost: 0,
+            sideband_records: 0,
+            sideband_skipped: 0,
             event: Event::CpuClock,
             rate: Rate::Frequency(99),
             mode,

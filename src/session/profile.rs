@@ -187,12 +187,18 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
             ms(t_maps, t_sym),
             ms(t_end, Instant::now())
         );
+        eprintln!(
+            "bprof: side band: {} mapping and exit records read, {} of them other processes' (skipped)",
+            sideband.index.records, sideband.index.skipped
+        );
     }
     let summary = Summary {
         stats,
         symbols: sym_stats,
         unique_stacks,
         sideband_lost: sideband.index.lost,
+        sideband_records: sideband.index.records,
+        sideband_skipped: sideband.index.skipped,
         event: recorded.event,
         rate: settings.rate,
         mode: settings.program.mode,
@@ -297,10 +303,12 @@ fn record(
     let progress = progress_bar(settings.duration);
     let wake = sideband.wake_fds();
     let tick = drain_tick(settings, cpus.len());
+    let matches_tgids = settings.program.matches_tgids();
     let end = runner.run_woken(tick, TICK / 10, &wake, |full, last| {
-        sideband.drain();
+        let mut targets = prog.target_check(matches_tgids);
+        sideband.drain(&mut |pid| targets.wants(pid));
         if let Some(u) = unwinder.as_mut() {
-            crate::session::unwinding::take_new(u, prog, settings, sideband);
+            crate::session::unwinding::take_new(u, prog, sideband);
         }
         if let Some(p) = periodic.as_mut().filter(|p| !last && p.due(Instant::now())) {
             let raw = prog.interval()?;
@@ -326,7 +334,8 @@ fn record(
     });
     prog.detach();
     progress.finish_and_clear();
-    sideband.drain();
+    let mut targets = prog.target_check(matches_tgids);
+    sideband.drain(&mut |pid| targets.wants(pid));
     Ok(Recorded {
         end,
         elapsed,

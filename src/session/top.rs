@@ -321,9 +321,10 @@ pub fn run(s: TopSettings) -> Result<i32> {
     let mut shown = 0u64;
     let mut last = Instant::now();
     let end = runner.run(TICK, |ending| {
-        sideband.drain();
+        let mut targets = prog.target_check(settings.program.matches_tgids());
+        sideband.drain(&mut |pid| targets.wants(pid));
         if let Some(u) = unwinder.as_mut() {
-            crate::session::unwinding::take_new(u, &prog, settings, &mut sideband);
+            crate::session::unwinding::take_new(u, &prog, &mut sideband);
         }
         if ending {
             return Ok(());

@@ -61,23 +61,9 @@ pub fn start(
 }
 
 /// Each tick: tables and mappings for what the side band saw mapped since
-/// (of targets only, when the profile has targets).
-pub fn take_new(
-    u: &mut Unwinder,
-    prog: &ProfileProgram<'_>,
-    settings: &ProfileSettings,
-    sideband: &mut Sideband,
-) {
+/// (its drain kept the targets' records only, when the profile has targets).
+pub fn take_new(u: &mut Unwinder, prog: &ProfileProgram<'_>, sideband: &mut Sideband) {
     let maps = &prog.skel.maps;
-    let targets = settings
-        .program
-        .matches_tgids()
-        .then_some(&maps.target_tgids as &dyn libbpf_rs::MapCore);
-    u.take_new(
-        &maps.unwind_files,
-        &maps.unwind_maps,
-        targets,
-        &mut sideband.index,
-    );
+    u.take_new(&maps.unwind_files, &maps.unwind_maps, &mut sideband.index);
     u.publish(&maps.unwind_gen);
 }

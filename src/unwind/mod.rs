@@ -546,32 +546,23 @@ impl Unwinder {
         self.procmaps.changed = false;
     }
 
-    /// Loads the files the side band saw mapped since the last call.
-    /// `targets`: the BPF target_tgids map when samples are limited to
-    /// some processes (the side band reports every process's mappings).
+    /// Loads the files the side band saw mapped since the last call (by
+    /// the profile's targets only: the drain kept no other process's).
     pub fn take_new(
         &mut self,
         files: &dyn MapCore,
         maps: &dyn MapCore,
-        targets: Option<&dyn MapCore>,
         index: &mut crate::collect::sideband::MmapIndex,
     ) {
-        let wanted = |pid: u32| targets.is_none_or(|t| maps::holds_u32(t, pid));
         for (m, start, end, off) in std::mem::take(&mut index.new_mappings) {
-            if wanted(m.pid) {
-                self.add_mapping(files, maps, &m, start, end, off);
-            }
+            self.add_mapping(files, maps, &m, start, end, off);
         }
         for (pid, start, end) in std::mem::take(&mut index.new_anon) {
-            if wanted(pid) {
-                self.procmaps.insert(maps, pid, anon_slot(start, end));
-            }
+            self.procmaps.insert(maps, pid, anon_slot(start, end));
         }
         for (pid, start, end) in std::mem::take(&mut index.new_vdso) {
-            if wanted(pid) {
-                let slot = self.vdso_slot(start, end);
-                self.procmaps.insert(maps, pid, slot);
-            }
+            let slot = self.vdso_slot(start, end);
+            self.procmaps.insert(maps, pid, slot);
         }
         for pid in std::mem::take(&mut index.exits) {
             self.procmaps.remove(maps, pid);

@@ -829,3 +829,55 @@ fn user_stacks_stored_by_content_when_the_layout_cache_misses() {
         "{lines:?}"
     );
 }
+
+#[test]
+fn other_processes_mappings_are_skipped_when_the_profile_has_targets() {
+    root_or_skip!();
+    let _g = exclusive();
+    // The side band reports every process's mappings; a -p profile keeps
+    // only its target's (each other one cost ~13 us of bprof's CPU). A loop
+    // of short commands beside the target makes hundreds.
+    let target = Workload::start(Command::new(fixture("work631")).arg("8"));
+    let busy = Workload::start(
+        Command::new("sh").args(["-c", "touch \"$BPROF_READY\"; while :; do /bin/true; done"]),
+    );
+    let json = scratch_root().join("sideband-stats.json");
+    let stats = |args: &[&str]| {
+        let out = run(bprof()
+            .args(["-F", "499", "-f", "--stats-json"])
+            .arg(&json)
+            .args(args)
+            .arg("1"));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stats: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(
+            lines.iter().map(|l| l.count).sum::<u64>(),
+            stats["samples"]["counted"].as_u64().unwrap(),
+            "{stats}"
+        );
+        (lines, stats)
+    };
+    let (lines, s) = stats(&["-p", &target.id().to_string()]);
+    let (read, skipped) = (
+        s["mmap_records"].as_u64().unwrap(),
+        s["mmap_records_of_other_processes"].as_u64().unwrap(),
+    );
+    assert!(skipped > 100 && skipped <= read, "{s}");
+    assert!(with_frame(&lines, "fx_work631", "heavy") > 100, "{lines:?}");
+    // System-wide, every process is the profile's: nothing is skipped.
+    let (_, s) = stats(&["-a"]);
+    assert!(s["mmap_records"].as_u64().unwrap() > 100, "{s}");
+    assert_eq!(
+        s["mmap_records_of_other_processes"].as_u64(),
+        Some(0),
+        "{s}"
+    );
+    drop(busy);
+    drop(target);
+}
