@@ -215,7 +215,8 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex, wanted: &mut dyn FnMut(u32) -
         return;
     }
     let exit = kind == pb::PERF_RECORD_EXIT;
-    if !exit && !(kind == pb::PERF_RECORD_MMAP2 && rec.len() >= 73) {
+    let mmap = kind == pb::PERF_RECORD_MMAP2 && rec.len() >= 73;
+    if !(exit || mmap) {
         return;
     }
     index.records += 1;
