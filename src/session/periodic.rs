@@ -170,10 +170,11 @@ impl Periodic {
         self.from = now;
         self.from_at = start + length;
 
+        let code_info = self.symbolizer.code_info();
         let symbolizer = self.symbolizer.get();
         index.jit.prepare(&raw);
         let (stacks, sym, frames) =
-            symbolize::symbolize_frames(symbolizer, &raw, index, settings.unknown_style);
+            symbolize::symbolize_frames(symbolizer, code_info, &raw, index, settings.unknown_style);
         drop(raw);
         forget_gone(index, &mut self.gone);
         let lines = folded::lines(&stacks, &settings.folded);

@@ -165,8 +165,13 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
 
     // Stacks → symbols → outputs.
     sideband.index.jit.prepare(&raw);
-    let (stacks, sym_stats, frames) =
-        symbolize::symbolize_frames(&symbolizer, &raw, &sideband.index, settings.unknown_style);
+    let (stacks, sym_stats, frames) = symbolize::symbolize_frames(
+        &symbolizer,
+        settings.pprof.is_some(),
+        &raw,
+        &sideband.index,
+        settings.unknown_style,
+    );
     let t_sym = Instant::now();
     let lines = folded::lines(&stacks, &settings.folded);
     let mismatch = match &recorded.periodic {

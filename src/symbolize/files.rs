@@ -59,6 +59,35 @@ pub fn symbolize_file<'s>(
     })
 }
 
+/// Every function the DWARF of `path` describes: (start, size, name). The
+/// same checks and panic fence as [`symbolize_file`]; empty when refused.
+pub(super) fn dwarf_functions(path: &Path) -> Vec<(u64, u64, String)> {
+    if let Err(why) = crate::symbolize::elfcheck::check(path) {
+        note_refused(path, &why);
+        return Vec::new();
+    }
+    quiet_panics();
+    IN_PARSER.with(|c| c.set(true));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
+            debug_syms: true,
+            ..blazesym::inspect::source::Elf::new(path)
+        });
+        let mut funcs = Vec::new();
+        let _ = blazesym::inspect::Inspector::new().for_each(&src, |sym| {
+            if sym.sym_type == blazesym::SymType::Function {
+                if let Some(size) = sym.size {
+                    funcs.push((sym.addr, size as u64, sym.name.to_string()));
+                }
+            }
+            ControlFlow::Continue(())
+        });
+        funcs
+    }));
+    IN_PARSER.with(|c| c.set(false));
+    r.unwrap_or_default()
+}
+
 thread_local! {
     /// Set while blazesym parses a hostile file: its panics are reported
     /// as a skipped file at -v, not as a crash message.

@@ -14,6 +14,7 @@ pub(crate) mod jit;
 pub(crate) mod jitdump;
 pub(crate) mod kallsyms;
 mod kernel;
+mod namecache;
 pub(crate) mod perfmap;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -29,7 +30,7 @@ use crate::symbolize::buildid::FileFinder;
 use crate::target;
 
 pub use files::symbolize_file;
-use files::{build_id_debug_file, data_symbols, module_name, virt_offsets};
+use files::{build_id_debug_file, data_symbols, dwarf_functions, module_name, virt_offsets};
 pub(crate) use files::{note_refused, refused_files};
 use kernel::symbolize_kernel;
 pub(crate) use kernel::{is_bpf_frame, kernel_names, kernel_text_range};
@@ -249,7 +250,7 @@ pub(crate) fn symbolize_with(
     index: &MmapIndex,
     style: UnknownStyle,
 ) -> (Vec<Stack>, SymbolStats) {
-    let (stacks, stats, _) = symbolize_frames(symbolizer, raw, index, style);
+    let (stacks, stats, _) = symbolize_frames(symbolizer, false, raw, index, style);
     (stacks, stats)
 }
 
@@ -274,6 +275,11 @@ impl Renewing {
         }
     }
 
+    /// Whether its symbolizers give source lines and inlined functions.
+    pub(crate) fn code_info(&self) -> bool {
+        self.code_info
+    }
+
     /// The current symbolizer, a fresh one once the last has served its
     /// time.
     pub(crate) fn get(&mut self) -> &Symbolizer {
@@ -295,14 +301,19 @@ impl Renewing {
 
 /// Symbolizes every stack, and also returns each distinct frame's address,
 /// module and functions (what pprof output needs).
+///
+/// `code_info`: whether `symbolizer` gives source lines (pprof); without,
+/// names learned from debug files may come from the per-boot name cache.
 pub(crate) fn symbolize_frames(
     symbolizer: &Symbolizer,
+    code_info: bool,
     raw: &[RawStack],
     index: &MmapIndex,
     style: UnknownStyle,
 ) -> (Vec<Stack>, SymbolStats, Frames) {
     let mut pass = Pass {
         symbolizer,
+        code_info,
         index,
         style,
         names: Names::default(),
@@ -360,10 +371,18 @@ pub(crate) fn symbolize_frames(
     (stacks, pass.names.stats, pass.frames)
 }
 
+/// What named a user frame: blazesym, or the per-boot name cache.
+#[derive(Clone)]
+enum Found<'a> {
+    Sym(Symbolized<'a>),
+    Named(String),
+}
+
 /// One symbolization: names and locations found so far, and what stayed
 /// unknown.
 struct Pass<'a> {
     symbolizer: &'a Symbolizer,
+    code_info: bool,
     index: &'a MmapIndex,
     style: UnknownStyle,
     names: Names,
@@ -385,14 +404,33 @@ impl<'a> Pass<'a> {
         path: Option<PathBuf>,
         offsets: &[u64],
     ) {
-        let mut resolved = match &path {
-            Some(p) => self.code_symbols(p, offsets),
-            None => Vec::new(),
-        };
-        resolved.resize_with(offsets.len(), || None);
+        let mut resolved: Vec<Option<Found<'a>>> = vec![None; offsets.len()];
+        // Names only: a debug file kept by build ID first, through the
+        // per-boot cache of the functions it named before (its DWARF is what
+        // the file itself would lead blazesym to, by .gnu_debuglink).
+        let debug = (!self.code_info)
+            .then(|| build_id_debug_file(&id))
+            .flatten();
+        let mut answered = false;
+        if let (Some(p), Some(d)) = (&path, &debug) {
+            answered = self.names_from_debug_file(&id, p, d, offsets, &mut resolved);
+        }
+        // What a readable debug file left unnamed, the file itself (whose
+        // debug link leads blazesym to the same DWARF) cannot name either.
+        if let Some(p) = path.as_ref().filter(|_| !answered) {
+            let rest: Vec<usize> = (0..offsets.len())
+                .filter(|&i| resolved[i].is_none())
+                .collect();
+            if !rest.is_empty() {
+                let offs: Vec<u64> = rest.iter().map(|&i| offsets[i]).collect();
+                for (i, s) in rest.into_iter().zip(self.code_symbols(p, &offs)) {
+                    resolved[i] = s.map(Found::Sym);
+                }
+            }
+        }
         // A stripped file's names may sit in a debug file kept by build ID
         // (blazesym only follows .gnu_debuglink).
-        if resolved.iter().any(Option::is_none) {
+        if debug.is_none() && resolved.iter().any(Option::is_none) {
             if let Some(p) = &path {
                 self.fill_from_debug_file(&id, p, offsets, &mut resolved);
             }
@@ -414,7 +452,8 @@ impl<'a> Pass<'a> {
         for (i, &off) in offsets.iter().enumerate() {
             let key = UserKey::File(id, tgid, off);
             let frame = match (&resolved[i], &module) {
-                (Some(sym), _) => self.names.of(Some(sym)),
+                (Some(Found::Sym(sym)), _) => self.names.of(Some(sym)),
+                (Some(Found::Named(raw)), _) => self.names.raw(raw),
                 (None, Some(m)) => {
                     self.unknown_keys.insert(key);
                     self.names.unknown(match self.style {
@@ -456,7 +495,7 @@ impl<'a> Pass<'a> {
         id: &[u8; BUILD_ID_SIZE],
         path: &Path,
         offsets: &[u64],
-        resolved: &mut [Option<Symbolized<'a>>],
+        resolved: &mut [Option<Found<'a>>],
     ) {
         let debug = build_id_debug_file(id)
             .or_else(|| self.debuginfod.as_mut().and_then(|c| c.debuginfo(id)));
@@ -474,9 +513,80 @@ impl<'a> Pass<'a> {
         let found = symbolize_file(self.symbolizer, &debug, Input::VirtOffset(&addrs));
         for ((i, _), s) in wanted.into_iter().zip(found) {
             if matches!(s, Symbolized::Sym(_)) {
-                resolved[i] = Some(s);
+                resolved[i] = Some(Found::Sym(s));
             }
         }
+    }
+
+    /// Names (no source lines) of `offsets` in `path` from its debug file
+    /// `debug`: the functions named before from the per-boot cache, the
+    /// rest from the debug file (and kept for next time). Data objects
+    /// never name an address. Whether the debug file (or its cache) named
+    /// anything: a file refused or unreadable names nothing.
+    fn names_from_debug_file(
+        &mut self,
+        id: &[u8; BUILD_ID_SIZE],
+        path: &Path,
+        debug: &Path,
+        offsets: &[u64],
+        resolved: &mut [Option<Found<'a>>],
+    ) -> bool {
+        let virt = virt_offsets(path, offsets);
+        let mut cache = namecache::NameCache::open(id, debug);
+        let mut answered = false;
+        let mut wanted = |cache: &Option<namecache::NameCache>, answered: &mut bool| {
+            let mut wanted: Vec<(usize, u64)> = Vec::new();
+            for (i, v) in virt.iter().enumerate() {
+                let Some(v) = *v else { continue };
+                if resolved[i].is_some() {
+                    continue;
+                }
+                match cache.as_ref().and_then(|c| c.lookup(v)) {
+                    Some(name) => {
+                        resolved[i] = Some(Found::Named(name.to_string()));
+                        *answered = true;
+                    }
+                    None => wanted.push((i, v)),
+                }
+            }
+            wanted
+        };
+        let mut rest = wanted(&cache, &mut answered);
+        // A miss reads the DWARF: all its functions are learned at once.
+        if let Some(c) = cache.as_mut().filter(|c| !rest.is_empty() && !c.has_all()) {
+            c.learn_all(dwarf_functions(debug));
+            rest = wanted(&cache, &mut answered);
+        }
+        let wanted = rest;
+        if wanted.is_empty() {
+            if let Some(c) = &cache {
+                c.save();
+            }
+            return answered;
+        }
+        let data = self
+            .data_cache
+            .entry(debug.to_path_buf())
+            .or_insert_with(|| data_symbols(debug))
+            .clone();
+        let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
+        let found = symbolize_file(self.symbolizer, debug, Input::VirtOffset(&addrs));
+        answered |= !found.is_empty();
+        for ((i, v), s) in wanted.into_iter().zip(found) {
+            if let Symbolized::Sym(sym) = &s {
+                if data.contains(&sym.addr) {
+                    continue;
+                }
+                if let Some(c) = cache.as_mut() {
+                    c.learn(v, sym.addr, sym.size, &sym.name);
+                }
+                resolved[i] = Some(Found::Sym(s));
+            }
+        }
+        if let Some(c) = &cache {
+            c.save();
+        }
+        answered
     }
 
     /// Frames no file was known for: JIT code from the perf map / jitdump
@@ -567,6 +677,17 @@ impl Names {
         self.stats.unique_frames += 1;
         self.stats.unknown_frames += 1;
         vec![plain_line(text)]
+    }
+
+    /// A function known by its symbol-table name alone.
+    fn raw(&mut self, raw: &str) -> Vec<FrameLine> {
+        self.stats.unique_frames += 1;
+        vec![FrameLine {
+            name: demangle(raw),
+            system_name: raw.to_string(),
+            file: None,
+            line: 0,
+        }]
     }
 
     fn named(&mut self, name: &str) -> Vec<FrameLine> {
