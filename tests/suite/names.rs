@@ -403,3 +403,45 @@ fn an_address_on_a_data_object_is_never_named_after_it() {
     assert_eq!(stacks[0].user[1], format!("fx_data+{:#x}", data_off + 8));
     assert_eq!((stats.sampled_frames, stats.sampled_unknown), (2, 1));
 }
+
+#[test]
+fn a_debug_files_functions_are_kept_per_boot_and_forgotten_when_it_changes() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("names_cache");
+    let (bin, debug) = stripped_work631(&dir);
+    let id = build_id(&bin);
+    let at = PathBuf::from(format!(
+        "/usr/lib/debug/.build-id/{}/{}.debug",
+        &id[..2],
+        &id[2..]
+    ));
+    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+    std::fs::copy(&debug, &at).unwrap();
+    let _planted = Planted(at.clone());
+    let cache = PathBuf::from(format!("/run/bprof/names-{id:0<40}"));
+    let _ = std::fs::remove_file(&cache);
+    let _forget = Planted(cache.clone());
+
+    // Named from the debug file, and its functions kept.
+    let (lines, _) = profile(&bin);
+    assert!(with_frame(&lines, "fx_w631s", "heavy") > 300, "{lines:?}");
+    let kept = std::fs::read_to_string(&cache).expect("the cache file");
+    assert!(kept.lines().nth(1) == Some("all"), "{kept}");
+    assert!(kept.lines().any(|l| l.ends_with(" heavy")), "{kept}");
+
+    // The next profile's names come from what was kept, not the DWARF.
+    std::fs::write(&cache, kept.replace(" heavy\n", " heavy_as_kept\n")).unwrap();
+    let (lines, _) = profile(&bin);
+    assert!(
+        with_frame(&lines, "fx_w631s", "heavy_as_kept") > 300,
+        "{lines:?}"
+    );
+    assert_eq!(with_frame(&lines, "fx_w631s", "heavy"), 0, "{lines:?}");
+
+    // A changed debug file (its times) makes the kept names worthless.
+    run(Command::new("touch").arg(&at));
+    let (lines, _) = profile(&bin);
+    assert!(with_frame(&lines, "fx_w631s", "heavy") > 300, "{lines:?}");
+    assert_eq!(with_frame(&lines, "fx_w631s", "heavy_as_kept"), 0);
+}
