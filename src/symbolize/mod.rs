@@ -552,8 +552,8 @@ impl<'a> Pass<'a> {
             wanted
         };
         let mut rest = wanted(&cache, &mut answered);
-        // A miss reads the DWARF: all its functions are learned at once.
-        if let Some(c) = cache.as_mut().filter(|c| !rest.is_empty() && !c.has_all()) {
+        // Missed again: all the DWARF's functions are learned at once.
+        if let Some(c) = cache.as_mut().filter(|c| !rest.is_empty() && c.wants_all()) {
             c.learn_all(dwarf_functions(debug));
             rest = wanted(&cache, &mut answered);
         }

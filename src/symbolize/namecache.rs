@@ -77,15 +77,20 @@ impl NameCache {
     }
 
     /// What blazesym said of `addr`: the function `name` at `start`, `size`
-    /// bytes. Kept only when it holds `addr` and overlaps nothing known
-    /// (DWARF of discarded sections places functions at 0: never kept).
+    /// bytes. Kept when it overlaps nothing known; as `addr` alone when the
+    /// function's range does not hold it (DWARF gives a split function's
+    /// main range: `addr` is in its cold part). DWARF of discarded sections
+    /// places functions at 0: never kept.
     pub(crate) fn learn(&mut self, addr: u64, start: u64, size: Option<usize>, name: &str) {
         let Some(size) = size.map(|s| s as u64).filter(|&s| s > 0) else {
             return;
         };
+        let (start, size) = if addr < start || addr - start >= size {
+            (addr, 1)
+        } else {
+            (start, size)
+        };
         if start == 0
-            || addr < start
-            || addr - start >= size
             || name.is_empty()
             || name.contains(['\n', '\0'])
             || self.funcs.len() >= MAX_FUNCTIONS
@@ -105,9 +110,12 @@ impl NameCache {
         self.changed = true;
     }
 
-    /// Whether the debug file's own functions were all learned already.
-    pub(crate) fn has_all(&self) -> bool {
-        self.all
+    /// Whether learning all the DWARF's functions at once is worth a second
+    /// read of it: not yet learned, and a profile before this one already
+    /// had to read it (a file seen once per boot costs one read, as it
+    /// did without the cache).
+    pub(crate) fn wants_all(&self) -> bool {
+        !self.all && !self.funcs.is_empty()
     }
 
     /// Every function the debug file's DWARF describes (start, size, name),
@@ -236,7 +244,8 @@ mod tests {
         assert_eq!(c.lookup(0x1010), None);
         c.learn(0x1010, 0x1000, Some(0x40), "f");
         c.learn(0x2004, 0x2000, Some(0x10), "g with spaces");
-        // Not holding the address, overlapping, at 0, sizeless: not kept.
+        // Not holding the address: that address alone. Overlapping, at 0,
+        // sizeless: not kept.
         c.learn(0x5000, 0x3000, Some(0x10), "far");
         c.learn(0x1020, 0x1020, Some(0x40), "inside f");
         c.learn(0x10, 0, Some(0x40), "discarded");
@@ -248,6 +257,8 @@ mod tests {
         assert_eq!(c.lookup(0x1040), None);
         assert_eq!(c.lookup(0x200f), Some("g with spaces"));
         assert_eq!(c.lookup(0x3004), None);
+        assert_eq!(c.lookup(0x5000), Some("far"));
+        assert_eq!(c.lookup(0x5001), None);
         assert_eq!(c.lookup(0x10), None);
         assert_eq!(c.lookup(0x4000), None);
         // Another debug file with the same build ID: the cache says nothing.
@@ -280,7 +291,7 @@ mod tests {
         let id = [8u8; BUILD_ID_SIZE];
         let mut c = NameCache::open_in(&dir, &id, &debug).unwrap();
         c.learn(0x9004, 0x9000, Some(0x10), "asm_learned_before");
-        assert!(!c.has_all());
+        assert!(c.wants_all());
         c.learn_all(vec![
             (0x1000, 0x100, "a".into()),
             (0x1080, 0x10, "nested_in_a".into()),
@@ -291,7 +302,7 @@ mod tests {
         ]);
         c.save();
         let c = NameCache::open_in(&dir, &id, &debug).unwrap();
-        assert!(c.has_all());
+        assert!(!c.wants_all());
         assert_eq!(c.lookup(0x1000), None);
         assert_eq!(c.lookup(0x1085), None);
         assert_eq!(c.lookup(0x2008), Some("b"));
