@@ -426,8 +426,9 @@ fn a_debug_files_functions_are_kept_per_boot_and_forgotten_when_it_changes() {
     // Named from the debug file, and its functions kept.
     let (lines, _) = profile(&bin);
     assert!(with_frame(&lines, "fx_w631s", "heavy") > 300, "{lines:?}");
+    // (What it named: a later miss would learn all of its functions.)
     let kept = std::fs::read_to_string(&cache).expect("the cache file");
-    assert!(kept.lines().nth(1) == Some("all"), "{kept}");
+    assert_eq!(kept.lines().nth(1), Some("some"), "{kept}");
     assert!(kept.lines().any(|l| l.ends_with(" heavy")), "{kept}");
 
     // The next profile's names come from what was kept, not the DWARF.
