@@ -35,40 +35,17 @@ pub fn symbolize_file<'s>(
     path: &Path,
     input: Input<&[u64]>,
 ) -> Vec<Symbolized<'s>> {
-    if let Err(why) = crate::symbolize::elfcheck::check(path) {
-        note_refused(path, &why);
-        return Vec::new();
-    }
-    quiet_panics();
-    IN_PARSER.with(|c| c.set(true));
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    fenced(path, || {
         symbolizer
             .symbolize(&Source::Elf(Elf::new(path)), input)
             .unwrap_or_default()
-    }));
-    IN_PARSER.with(|c| c.set(false));
-    r.unwrap_or_else(|p| {
-        let what = p
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| p.downcast_ref::<&str>().copied())
-            .unwrap_or("a panic");
-        let what = what.lines().next().unwrap_or_default();
-        note_refused(path, &format!("the ELF parser failed on it ({what})"));
-        Vec::new()
     })
 }
 
 /// Every function the DWARF of `path` describes: (start, size, name). The
 /// same checks and panic fence as [`symbolize_file`]; empty when refused.
 pub(super) fn dwarf_functions(path: &Path) -> Vec<(u64, u64, String)> {
-    if let Err(why) = crate::symbolize::elfcheck::check(path) {
-        note_refused(path, &why);
-        return Vec::new();
-    }
-    quiet_panics();
-    IN_PARSER.with(|c| c.set(true));
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    fenced(path, || {
         let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
             debug_syms: true,
             ..blazesym::inspect::source::Elf::new(path)
@@ -83,9 +60,31 @@ pub(super) fn dwarf_functions(path: &Path) -> Vec<(u64, u64, String)> {
             ControlFlow::Continue(())
         });
         funcs
-    }));
+    })
+}
+
+/// Runs blazesym's parse of the hostile file `path`: after elfcheck's
+/// checks, and with its panics caught (the file is then refused, said at
+/// -v). Empty when refused.
+fn fenced<T>(path: &Path, parse: impl FnOnce() -> Vec<T>) -> Vec<T> {
+    if let Err(why) = crate::symbolize::elfcheck::check(path) {
+        note_refused(path, &why);
+        return Vec::new();
+    }
+    quiet_panics();
+    IN_PARSER.with(|c| c.set(true));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse));
     IN_PARSER.with(|c| c.set(false));
-    r.unwrap_or_default()
+    r.unwrap_or_else(|p| {
+        let what = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        let what = what.lines().next().unwrap_or_default();
+        note_refused(path, &format!("the ELF parser failed on it ({what})"));
+        Vec::new()
+    })
 }
 
 thread_local! {

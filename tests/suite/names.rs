@@ -40,6 +40,20 @@ fn stripped_work631(dir: &Path) -> (PathBuf, PathBuf) {
     (bin, debug)
 }
 
+/// Puts `debug` where debug files are kept by `bin`'s build ID (removed
+/// when the guard drops); also returns the build ID.
+fn plant_by_build_id(bin: &Path, debug: &Path) -> (Planted, String) {
+    let id = build_id(bin);
+    let at = PathBuf::from(format!(
+        "/usr/lib/debug/.build-id/{}/{}.debug",
+        &id[..2],
+        &id[2..]
+    ));
+    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+    std::fs::copy(debug, &at).unwrap();
+    (Planted(at), id)
+}
+
 fn profile(bin: &Path) -> (Vec<Folded>, String) {
     let out = run(bprof()
         .args(["--no-counts", "-F", "999", "-f", "--"])
@@ -83,15 +97,7 @@ fn stripped_frames_show_module_and_offset_then_names_from_the_build_id_debug_fil
 
     // The debug file at /usr/lib/debug/.build-id/xx/rest.debug (no
     // debuglink in the binary): named, in perf's 6:3:1 shares.
-    let id = build_id(&bin);
-    let at = PathBuf::from(format!(
-        "/usr/lib/debug/.build-id/{}/{}.debug",
-        &id[..2],
-        &id[2..]
-    ));
-    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
-    std::fs::copy(&debug, &at).unwrap();
-    let _planted = Planted(at);
+    let (_planted, _) = plant_by_build_id(&bin, &debug);
     let (lines, err) = profile(&bin);
     let heavy = with_frame(&lines, "fx_w631s", "heavy");
     let medium = with_frame(&lines, "fx_w631s", "medium");
@@ -410,15 +416,8 @@ fn a_debug_files_functions_are_kept_per_boot_and_forgotten_when_it_changes() {
     let _g = exclusive();
     let dir = scratch("names_cache");
     let (bin, debug) = stripped_work631(&dir);
-    let id = build_id(&bin);
-    let at = PathBuf::from(format!(
-        "/usr/lib/debug/.build-id/{}/{}.debug",
-        &id[..2],
-        &id[2..]
-    ));
-    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
-    std::fs::copy(&debug, &at).unwrap();
-    let _planted = Planted(at.clone());
+    let (planted, id) = plant_by_build_id(&bin, &debug);
+    let at = planted.0.clone();
     let cache = PathBuf::from(format!("/run/bprof/names-{id:0<40}"));
     let _ = std::fs::remove_file(&cache);
     let _forget = Planted(cache.clone());
