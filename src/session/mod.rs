@@ -2,6 +2,7 @@
 //! one live `bprof top` ([`top`]),
 //! from validated settings to outputs and an exit code.
 
+mod outputs;
 pub(crate) mod periodic;
 pub(crate) mod profile;
 pub(crate) mod runner;

@@ -207,7 +207,7 @@ impl Periodic {
             self.files += 1;
         }
         if let Some(p) = &settings.pprof {
-            let meta = super::profile::pprof_meta(settings, event, start, length, &stacks);
+            let meta = super::outputs::pprof_meta(settings, event, start, length, &stacks);
             let profile = pprof::build(&stacks, &frames, &settings.folded, &meta);
             OutputFile::create(&path(p))?.commit(|w| pprof::write(w, &profile))?;
             self.files += 1;

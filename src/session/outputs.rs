@@ -1,0 +1,206 @@
+//! A profile's outputs: the files created before recording (so an
+//! unwritable path fails first), then written from the symbolized stacks,
+//! files before stdout.
+
+use std::io;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context, Result};
+
+use crate::events::sampling::Event;
+use crate::output::file::OutputFile;
+use crate::output::summary::Summary;
+use crate::output::{folded, pprof, report, svg};
+use crate::session::periodic;
+use crate::session::profile::Recorded;
+use crate::session::settings::ProfileSettings;
+use crate::symbolize;
+
+/// The output files, created before the profile so an unwritable path fails
+/// before anything is recorded.
+pub(super) struct Files {
+    folded: Option<OutputFile>,
+    svg: Option<OutputFile>,
+    pprof: Option<OutputFile>,
+    stats_json: Option<OutputFile>,
+}
+
+impl Files {
+    pub(super) fn create(settings: &ProfileSettings) -> Result<Files> {
+        let create =
+            |p: &Option<std::path::PathBuf>| p.as_deref().map(OutputFile::create).transpose();
+        // Periodic outputs are patterns, one file per interval: each is
+        // checked now by preparing (and dropping) the first interval's.
+        let pattern = |p: &Option<std::path::PathBuf>| -> Result<Option<OutputFile>> {
+            if settings.every.is_none() {
+                return create(p);
+            }
+            if let Some(p) = p {
+                OutputFile::create(&periodic::expand(p, SystemTime::now(), 1, Duration::ZERO))?;
+            }
+            Ok(None)
+        };
+        Ok(Files {
+            folded: pattern(&settings.folded_file)?,
+            svg: pattern(&settings.svg)?,
+            pprof: pattern(&settings.pprof)?,
+            stats_json: create(&settings.stats_json)?,
+        })
+    }
+}
+
+/// Outputs that had nothing to hold, told after the summary (which says
+/// where the samples went).
+pub(super) struct Unwritten {
+    folded: Option<std::path::PathBuf>,
+    pprof: Option<std::path::PathBuf>,
+    svg: Option<std::path::PathBuf>,
+    /// stdout's reader went away (`| head`): said by the exit, after the
+    /// summary, which stderr still takes.
+    stdout_closed: Option<anyhow::Error>,
+}
+
+impl Unwritten {
+    pub(super) fn report(self) -> Result<()> {
+        for path in self.folded.into_iter().chain(self.pprof) {
+            eprintln!(
+                "bprof: no samples were recorded, so nothing was written to {} (left as it was)",
+                path.display()
+            );
+        }
+        if let Some(path) = self.svg {
+            bail!(
+                "no samples were recorded, so no flame graph was written to {}",
+                path.display()
+            );
+        }
+        self.stdout_closed.map_or(Ok(()), Err)
+    }
+}
+
+/// Files first, then stdout: a closed pipe (`| head`) must not cost them.
+/// With nothing to write, an existing file is left as it was.
+pub(super) fn write_outputs(
+    settings: &ProfileSettings,
+    files: Files,
+    summary: &Summary,
+    stacks: &[symbolize::Stack],
+    frames: &symbolize::Frames,
+    lines: &[(String, u64)],
+    recorded: &Recorded,
+) -> Result<Unwritten> {
+    let mut unwritten = Unwritten {
+        folded: None,
+        pprof: None,
+        svg: None,
+        stdout_closed: None,
+    };
+    if let Some(f) = files.folded {
+        if lines.is_empty() {
+            unwritten.folded = Some(f.path().to_path_buf());
+        } else {
+            f.commit(|w| folded::write(w, lines))?;
+        }
+    }
+    if let Some(f) = files.svg {
+        let total: u64 = lines.iter().map(|(_, c)| c).sum();
+        let opts = svg::SvgOptions::for_profile(summary, total, recorded.counts.clone());
+        if lines.is_empty() {
+            unwritten.svg = Some(f.path().to_path_buf());
+        } else {
+            f.commit(|w| svg::write(w, lines, &opts).map_err(io::Error::other))?;
+        }
+    }
+    if let Some(f) = files.pprof {
+        if lines.is_empty() {
+            unwritten.pprof = Some(f.path().to_path_buf());
+        } else {
+            let meta = pprof_meta(
+                settings,
+                recorded.event,
+                recorded.started_at,
+                recorded.elapsed,
+                stacks,
+            );
+            let profile = pprof::build(stacks, frames, &settings.folded, &meta);
+            f.commit(|w| pprof::write(w, &profile))?;
+        }
+    }
+    if let Some(f) = files.stats_json {
+        f.commit(|w| {
+            serde_json::to_writer_pretty(&mut *w, &summary.json())?;
+            writeln!(w)
+        })?;
+    }
+    let written = if settings.folded_stdout {
+        folded::write(&mut io::stdout().lock(), lines).context("writing folded stacks to stdout")
+    } else if settings.folded_file.is_none() && settings.svg.is_none() && settings.pprof.is_none() {
+        report::write(&mut io::stdout().lock(), stacks, None).context("writing the report")
+    } else {
+        Ok(())
+    };
+    match written {
+        Err(e) if crate::output::file::is_broken_pipe(&e) => unwritten.stdout_closed = Some(e),
+        other => other?,
+    }
+    Ok(unwritten)
+}
+
+/// What a pprof file says about the profile besides its stacks.
+pub(crate) fn pprof_meta(
+    settings: &ProfileSettings,
+    event: Event,
+    start: SystemTime,
+    elapsed: Duration,
+    stacks: &[symbolize::Stack],
+) -> pprof::Meta {
+    use crate::bpf::profile::Mode;
+    use crate::events::sampling::Rate;
+    let kind = match settings.program.mode {
+        Mode::OffCpu => pprof::Kind::OffCpu,
+        Mode::Wall => pprof::Kind::Wall,
+        // Timer events count nanoseconds: a sample is worth its period.
+        Mode::OnCpu => match (event, settings.rate) {
+            (Event::CpuClock | Event::TaskClock, Rate::Frequency(hz)) => pprof::Kind::CpuTime {
+                period_ns: 1_000_000_000 / hz.max(1),
+            },
+            (Event::CpuClock | Event::TaskClock, Rate::Period(n)) => {
+                pprof::Kind::CpuTime { period_ns: n }
+            }
+            (e, Rate::Period(n)) => pprof::Kind::Events {
+                event: e.to_string(),
+                period: Some(n),
+            },
+            (e, Rate::Frequency(_)) => pprof::Kind::Events {
+                event: e.to_string(),
+                period: None,
+            },
+        },
+    };
+    let how = match settings.program.mode {
+        Mode::OffCpu => "off-CPU time".to_string(),
+        Mode::Wall => format!(
+            "wall-clock time: {event} at {} plus off-CPU time",
+            settings.rate
+        ),
+        Mode::OnCpu => format!("{event} at {}", settings.rate),
+    };
+    pprof::Meta {
+        kind,
+        start,
+        duration: elapsed,
+        comments: vec![format!(
+            "bprof {}: {}, {how}",
+            env!("CARGO_PKG_VERSION"),
+            settings.target.describe()
+        )],
+        kernel_build_id: pprof::kernel_build_id(),
+        cgroups: crate::target::cgroup::paths_of(
+            &stacks
+                .iter()
+                .map(|s| s.cgroup)
+                .filter(|&c| c != 0)
+                .collect(),
+        ),
+    }
+}
