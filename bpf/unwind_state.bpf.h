@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * --call-graph dwarf: what the walk (unwind.bpf.h) reads and keeps. The
+ * tables user space loads (rows, rules, page index, files, mappings and
+ * their generation), the sample's registers and count key, and the per-CPU
+ * memos that spare a walk its cold lines: the mappings and rules found
+ * lately, a window onto the stack, and the last walk's rules by frame.
+ *
+ * Included by unwind.bpf.h.
+ */
+#ifndef BPROF_UNWIND_STATE_BPF_H
+#define BPROF_UNWIND_STATE_BPF_H
+
+#define PAGE_SHIFT_X86 12
+#define ENOENT 2
+#define EBUSY 16
+
+/* All files' rows, each file's sorted by pc; sized and written (through
+ * mmap, far faster than map updates) by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1); /* set by user space, --unwind-rows */
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+/* The distinct rules the rows name, written like the rows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, UNWIND_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct unwind_rule);
+} unwind_rules SEC(".maps");
+
+/* All files' page indexes (struct unwind_file), written like the rows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1); /* set by user space: --unwind-rows / 8 */
+	__type(key, __u32);
+	__type(value, struct unwind_page);
+} unwind_pages SEC(".maps");
+
+/* Only user space adds entries, so none need be preallocated (all 16384
+ * and their free lists, set up at every start for a few dozen files). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, struct unwind_file_key);
+	__type(value, struct unwind_file);
+} unwind_files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, struct unwind_map_key);
+	__type(value, struct unwind_chunk);
+} unwind_maps SEC(".maps");
+
+/* Moved on by user space after it changed unwind_maps or unwind_files:
+ * entries of the mapping memo from before are stale. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} unwind_gen SEC(".maps");
+
+/* A new unwind_maps chunk starts empty. */
+struct unwind_chunk unwind_zero_chunk = {};
+
+/* User registers at the sample. */
+struct uregs {
+	__u64 ip;
+	__u64 r[16]; /* by DWARF number: rsp is r[7], rbp r[6] */
+	__u64 valid; /* 0: take them from the task's pt_regs */
+};
+
+/* A sample's user registers and (on-CPU) its count key, per CPU and
+ * context: on the program's stack they took the combined stack of
+ * do_sample and the walk's callbacks past 512 bytes (refused by 6.1's
+ * verifier). One value, so the key's lines neighbour the registers', which
+ * every sample writes. */
+struct sample_scratch {
+	struct uregs ur;
+	struct sample_key key;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SCRATCH_SLOTS);
+	__type(key, __u32);
+	__type(value, struct sample_scratch);
+} sample_scratch SEC(".maps");
+
+/* x86-64's pt_regs as the ptrace ABI fixes it, and the perf_event program's
+ * context (UAPI), read without CO-RE: libbpf searches the kernel's ~150 000
+ * BTF types once per relocated struct at every load (~1.4 ms each here). */
+struct x86_regs {
+	__u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
+	__u64 ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
+};
+
+struct perf_sample_ctx {
+	struct x86_regs regs;
+	__u64 sample_period;
+	__u64 addr;
+};
+_Static_assert(sizeof(struct x86_regs) == sizeof(struct pt_regs), "pt_regs layout");
+_Static_assert(__builtin_offsetof(struct x86_regs, ip) == __builtin_offsetof(struct pt_regs, ip), "pt_regs ip");
+_Static_assert(__builtin_offsetof(struct x86_regs, sp) == __builtin_offsetof(struct pt_regs, sp), "pt_regs sp");
+_Static_assert(__builtin_offsetof(struct perf_sample_ctx, sample_period) ==
+		       __builtin_offsetof(struct bpf_perf_event_data, sample_period),
+	       "bpf_perf_event_data layout");
+
+/* pt_regs p's general registers into d[16], by DWARF number. */
+#define DWARF_REGS(d, p)          \
+	do {                      \
+		(d)[0] = (p)->ax;  \
+		(d)[1] = (p)->dx;  \
+		(d)[2] = (p)->cx;  \
+		(d)[3] = (p)->bx;  \
+		(d)[4] = (p)->si;  \
+		(d)[5] = (p)->di;  \
+		(d)[6] = (p)->bp;  \
+		(d)[7] = (p)->sp;  \
+		(d)[8] = (p)->r8;  \
+		(d)[9] = (p)->r9;  \
+		(d)[10] = (p)->r10; \
+		(d)[11] = (p)->r11; \
+		(d)[12] = (p)->r12; \
+		(d)[13] = (p)->r13; \
+		(d)[14] = (p)->r14; \
+		(d)[15] = (p)->r15; \
+	} while (0)
+
+/* The PC's mapping, as bpf_find_vma's callback reads it. */
+struct vma_info {
+	__u64 start, end, off;
+	struct unwind_file_key key;
+};
+
+/* The walk's registers, in a per-CPU map value rather than on the stack:
+ * the verifier tracks no values in a map, so the bpf_loop callback's state
+ * is the same on every iteration and is verified once. */
+struct walk_state {
+	__u64 ip, sp, bp;
+	struct vma_info vma; /* the last mapping looked up */
+	struct unwind_file file; /* its file's unwind_files entry, when have_file */
+	__u32 have_file;
+	__u32 fp_frames; /* frames left by frame pointer */
+	__u64 r[16];       /* the sample's registers (DWARF numbers): first frame only */
+	__u64 hash, hash2; /* of the records written (hash_record) */
+	__u64 gen;         /* unwind_gen at the walk's start */
+	__u64 mm;
+	__u32 bp_valid;
+	__u32 exact; /* ip is where the frame is, not a return address */
+	__u32 end;   /* enum unwind_end + 1 once the walk ended */
+	__u32 reads; /* bpf_probe_read_user calls */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SCRATCH_SLOTS);
+	__type(key, __u32);
+	__type(value, struct walk_state);
+} unwind_scratch SEC(".maps");
+
+/* The mappings (and their files' unwind_files entries) walks on this CPU
+ * found lately, by address space and 2 MiB chunk: a hit is two lines of one
+ * per-CPU page where unwind_maps and unwind_files cost two hash lookups,
+ * cold after the workload ran (a third of a walk's cost on xz). Valid while
+ * unwind_gen has not moved: user space moves it after every change, and a
+ * walk reads it before its lookups, so an entry filled from a lookup older
+ * than a change carries an older generation. */
+#define MAP_MEMO_BITS 4
+
+struct map_memo_entry {
+	__u64 mm;
+	__u64 gen;
+	struct vma_info vma;
+	__u32 tgid;
+	__u32 have_file;
+	struct unwind_file file;
+};
+
+struct map_memos {
+	struct map_memo_entry e[1 << MAP_MEMO_BITS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SCRATCH_SLOTS);
+	__type(key, __u32);
+	__type(value, struct map_memos);
+} unwind_map_memo SEC(".maps");
+
+/* A copy of the part of the user stack the walk reads next. Each
+ * bpf_probe_read_user costs ~80 ns here, about the same for 8 bytes as
+ * for 1 KiB, and a walk reads upward from the sample's rsp: so reads come
+ * from this copy, refilled from the address wanted to the end of its page
+ * (never across into an unmapped one) or UNWIND_WINDOW bytes, when the
+ * address leaves it. A 30-frame stack then costs 1 to 3 reads, not 30+. */
+#define UNWIND_WINDOW 1024
+
+struct stack_window {
+	__u64 lo, hi; /* the copy holds user addresses [lo, hi); lo == hi: none */
+	__u64 w[UNWIND_WINDOW / 8];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SCRATCH_SLOTS);
+	__type(key, __u32);
+	__type(value, struct stack_window);
+} unwind_window SEC(".maps");
+
+/* Rules of recently walked return addresses, per CPU and context (slot):
+ * samples of one program mostly repeat their callers, and a hit costs one
+ * load where a table search takes ~6 scattered ones (cache and TLB
+ * misses, dear under nested paging: xz's 14 frames cost 6 us without it).
+ * A context never nests with itself, so an entry is never seen half
+ * written. */
+#define UNWIND_MEMO_BITS 10
+
+struct rule_memo {
+	__u64 tag; /* (first_row << 32 | offset) + 1; 0: empty */
+	struct unwind_rule rule;
+};
+
+struct rule_memos {
+	struct rule_memo e[1 << UNWIND_MEMO_BITS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SCRATCH_SLOTS);
+	__type(key, __u32);
+	__type(value, struct rule_memos);
+} unwind_memo SEC(".maps");
+
+/* The rules of this CPU's last walk, by frame number: a program's samples
+ * mostly share their callers, so frame n's return address is usually the
+ * last walk's frame n. Its rules lie in a few consecutive lines where the
+ * rule memo's lie one per frame, each cold after the workload ran (~100 ns
+ * under nested paging). Valid for one address space, process and
+ * unwind_gen (as map_memo_entry): an address there names one file offset,
+ * so one rule. */
+#define LAST_WALK_FRAMES 32
+
+struct last_walk {
+	__u64 mm;
+	__u64 gen;
+	__u32 tgid; /* with mm: a freed mm's address can come back */
+	__u32 nvalid; /* entries [0, nvalid) hold this mm's and gen's rules */
+	struct {
+		__u64 tag; /* ip << 1 | exact */
+		struct unwind_rule rule;
+	} f[LAST_WALK_FRAMES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SCRATCH_SLOTS);
+	__type(key, __u32);
+	__type(value, struct last_walk);
+} unwind_last SEC(".maps");
+
+#endif /* BPROF_UNWIND_STATE_BPF_H */
