@@ -531,56 +531,55 @@ impl<'a> Pass<'a> {
         offsets: &[u64],
         resolved: &mut [Option<Found<'a>>],
     ) -> bool {
+        let named = |r: &[Option<Found<'a>>]| r.iter().filter(|f| f.is_some()).count();
+        let named_before = named(resolved);
         let virt = virt_offsets(path, offsets);
         let mut cache = namecache::NameCache::open(id, debug);
-        let mut answered = false;
-        let mut wanted = |cache: &Option<namecache::NameCache>, answered: &mut bool| {
-            let mut wanted: Vec<(usize, u64)> = Vec::new();
+        // Named from the cache where it can; the addresses left, to ask for.
+        let from_cache = |cache: &Option<namecache::NameCache>,
+                          resolved: &mut [Option<Found<'a>>]| {
+            let mut rest: Vec<(usize, u64)> = Vec::new();
             for (i, v) in virt.iter().enumerate() {
                 let Some(v) = *v else { continue };
                 if resolved[i].is_some() {
                     continue;
                 }
                 match cache.as_ref().and_then(|c| c.lookup(v)) {
-                    Some(name) => {
-                        resolved[i] = Some(Found::Named(name.to_string()));
-                        *answered = true;
-                    }
-                    None => wanted.push((i, v)),
+                    Some(name) => resolved[i] = Some(Found::Named(name.to_string())),
+                    None => rest.push((i, v)),
                 }
             }
-            wanted
+            rest
         };
-        let mut rest = wanted(&cache, &mut answered);
+        let mut wanted = from_cache(&cache, resolved);
         // Missed again: all the DWARF's functions are learned at once.
-        if let Some(c) = cache.as_mut().filter(|c| !rest.is_empty() && c.wants_all()) {
+        if let Some(c) = cache
+            .as_mut()
+            .filter(|c| !wanted.is_empty() && c.wants_all())
+        {
             c.learn_all(dwarf_functions(debug));
-            rest = wanted(&cache, &mut answered);
+            wanted = from_cache(&cache, resolved);
         }
-        let wanted = rest;
-        if wanted.is_empty() {
-            if let Some(c) = &cache {
-                c.save();
-            }
-            return answered;
-        }
-        let data = self
-            .data_cache
-            .entry(debug.to_path_buf())
-            .or_insert_with(|| data_symbols(debug))
-            .clone();
-        let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
-        let found = symbolize_file(self.symbolizer, debug, Input::VirtOffset(&addrs));
-        answered |= !found.is_empty();
-        for ((i, v), s) in wanted.into_iter().zip(found) {
-            if let Symbolized::Sym(sym) = &s {
-                if data.contains(&sym.addr) {
-                    continue;
+        let mut answered = named(resolved) > named_before;
+        if !wanted.is_empty() {
+            let data = self
+                .data_cache
+                .entry(debug.to_path_buf())
+                .or_insert_with(|| data_symbols(debug))
+                .clone();
+            let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
+            let found = symbolize_file(self.symbolizer, debug, Input::VirtOffset(&addrs));
+            answered |= !found.is_empty();
+            for ((i, v), s) in wanted.into_iter().zip(found) {
+                if let Symbolized::Sym(sym) = &s {
+                    if data.contains(&sym.addr) {
+                        continue;
+                    }
+                    if let Some(c) = cache.as_mut() {
+                        c.learn(v, sym.addr, sym.size, &sym.name);
+                    }
+                    resolved[i] = Some(Found::Sym(s));
                 }
-                if let Some(c) = cache.as_mut() {
-                    c.learn(v, sym.addr, sym.size, &sym.name);
-                }
-                resolved[i] = Some(Found::Sym(s));
             }
         }
         if let Some(c) = &cache {
@@ -682,12 +681,7 @@ impl Names {
     /// A function known by its symbol-table name alone.
     fn raw(&mut self, raw: &str) -> Vec<FrameLine> {
         self.stats.unique_frames += 1;
-        vec![FrameLine {
-            name: demangle(raw),
-            system_name: raw.to_string(),
-            file: None,
-            line: 0,
-        }]
+        vec![symbol_line(raw, None)]
     }
 
     fn named(&mut self, name: &str) -> Vec<FrameLine> {
@@ -699,21 +693,14 @@ impl Names {
         self.stats.unique_frames += 1;
         match sym {
             Some(Symbolized::Sym(sym)) => {
-                let line =
-                    |raw: &str, info: Option<&blazesym::symbolize::CodeInfo<'_>>| FrameLine {
-                        name: demangle(raw),
-                        system_name: raw.to_string(),
-                        file: info.map(|c| c.to_path().display().to_string()),
-                        line: info.and_then(|c| c.line).unwrap_or(0),
-                    };
                 // blazesym lists inlined callees outermost first; we go leaf first.
                 let mut v: Vec<FrameLine> = sym
                     .inlined
                     .iter()
                     .rev()
-                    .map(|f| line(&f.name, f.code_info.as_ref()))
+                    .map(|f| symbol_line(&f.name, f.code_info.as_ref()))
                     .collect();
-                v.push(line(&sym.name, sym.code_info.as_deref()));
+                v.push(symbol_line(&sym.name, sym.code_info.as_deref()));
                 v
             }
             _ => {
@@ -721,6 +708,17 @@ impl Names {
                 vec![plain_line(UNKNOWN.to_string())]
             }
         }
+    }
+}
+
+/// A function by its symbol-table name `raw` (shown demangled), with its
+/// source place when debug information gives one.
+fn symbol_line(raw: &str, info: Option<&blazesym::symbolize::CodeInfo<'_>>) -> FrameLine {
+    FrameLine {
+        name: demangle(raw),
+        system_name: raw.to_string(),
+        file: info.map(|c| c.to_path().display().to_string()),
+        line: info.and_then(|c| c.line).unwrap_or(0),
     }
 }
 

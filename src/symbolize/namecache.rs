@@ -9,6 +9,7 @@
 //! debug file. Names only; pprof's source lines and inlined functions still
 //! come from the DWARF.
 
+use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -29,6 +30,8 @@ const MAX_BYTES: u64 = 16 << 20;
 /// The functions known for one debug file, sorted by start.
 pub(crate) struct NameCache {
     dir: PathBuf,
+    /// `dir`, checked by private_dir when the cache was opened.
+    dir_fd: File,
     name: String,
     header: String,
     funcs: Vec<(u64, u64, String)>,
@@ -51,14 +54,14 @@ impl NameCache {
         let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
         let mut cache = NameCache {
             dir: dir.to_path_buf(),
+            dir_fd: crate::fsafe::private_dir(dir).ok()?,
             name: format!("names-{hex}"),
             header,
             funcs: Vec::new(),
             all: false,
             changed: false,
         };
-        let dir_fd = crate::fsafe::private_dir(dir).ok()?;
-        if let Ok(mut f) = crate::fsafe::private_file(&dir_fd, &cache.name) {
+        if let Ok(mut f) = crate::fsafe::private_file(&cache.dir_fd, &cache.name) {
             let mut text = String::new();
             if f.metadata().is_ok_and(|m| m.len() <= MAX_BYTES)
                 && f.read_to_string(&mut text).is_ok()
@@ -90,11 +93,7 @@ impl NameCache {
         } else {
             (start, size)
         };
-        if start == 0
-            || name.is_empty()
-            || name.contains(['\n', '\0'])
-            || self.funcs.len() >= MAX_FUNCTIONS
-        {
+        if !keepable(start, size, name) || self.funcs.len() >= MAX_FUNCTIONS {
             return;
         }
         let i = self.funcs.partition_point(|f| f.0 < start);
@@ -125,13 +124,7 @@ impl NameCache {
     /// sections, at 0) are left out: which of them blazesym would give is
     /// not known.
     pub(crate) fn learn_all(&mut self, mut funcs: Vec<(u64, u64, String)>) {
-        funcs.retain(|(s, z, n)| {
-            *s > 0
-                && *z > 0
-                && s.checked_add(*z).is_some()
-                && !n.is_empty()
-                && !n.contains(['\n', '\0'])
-        });
+        funcs.retain(|(s, z, n)| keepable(*s, *z, n));
         funcs.extend(std::mem::take(&mut self.funcs));
         funcs.sort_by_key(|a| (a.0, a.1));
         funcs.dedup();
@@ -165,15 +158,12 @@ impl NameCache {
         if !self.changed {
             return;
         }
-        let Ok(dir_fd) = crate::fsafe::private_dir(&self.dir) else {
-            return;
-        };
         let mut out = format!("{}\n{}\n", self.header, if self.all { ALL } else { SOME });
         for (start, size, name) in &self.funcs {
             out.push_str(&format!("{start:x} {size:x} {name}\n"));
         }
         let tmp = format!(".{}.{}.tmp", self.name, std::process::id());
-        let written = crate::fsafe::private_file(&dir_fd, &tmp).and_then(|mut f| {
+        let written = crate::fsafe::private_file(&self.dir_fd, &tmp).and_then(|mut f| {
             f.set_len(0)?;
             f.write_all(out.as_bytes())
         });
@@ -185,6 +175,16 @@ impl NameCache {
             let _ = std::fs::remove_file(self.dir.join(&tmp));
         }
     }
+}
+
+/// Whether a function may be kept: a real start (DWARF of discarded sections
+/// puts functions at 0), a size, an end within u64, a name a line can hold.
+fn keepable(start: u64, size: u64, name: &str) -> bool {
+    start > 0
+        && size > 0
+        && start.checked_add(size).is_some()
+        && !name.is_empty()
+        && !name.contains(['\n', '\0'])
 }
 
 /// The functions of a cache file, if it is for `header`'s debug file:
@@ -212,13 +212,12 @@ fn parse_functions<'t>(lines: impl Iterator<Item = &'t str>) -> Vec<(u64, u64, S
             let start = u64::from_str_radix(w.next()?, 16).ok()?;
             let size = u64::from_str_radix(w.next()?, 16).ok()?;
             let name = w.next()?;
-            (start > 0 && size > 0 && !name.is_empty()).then(|| (start, size, name.to_string()))
+            keepable(start, size, name).then(|| (start, size, name.to_string()))
         })();
         match (parsed, funcs.last()) {
-            (Some(f), Some((s, z, _))) if s.checked_add(*z).is_none_or(|end| f.0 < end) => {
-                return Vec::new()
-            }
-            (Some(f), _) if f.0.checked_add(f.1).is_some() => funcs.push(f),
+            // Kept functions end within u64 (keepable): no overflow here.
+            (Some(f), Some((s, z, _))) if f.0 < s + z => return Vec::new(),
+            (Some(f), _) => funcs.push(f),
             _ => return Vec::new(),
         }
     }
