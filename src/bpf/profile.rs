@@ -282,12 +282,17 @@ impl<'obj> ProfileProgram<'obj> {
         Ok(prog)
     }
 
-    /// The side band's filter for one drain (see [`maps::TargetCheck`]):
-    /// every process when the profile has no target processes.
-    pub(crate) fn target_check(&self, matches_tgids: bool) -> maps::TargetCheck<'_> {
-        maps::TargetCheck::new(
+    /// Reads the side band's pending records, keeping the target processes'
+    /// only when `matches_tgids` (see [`maps::TargetCheck`]).
+    pub(crate) fn drain_side_band(
+        &self,
+        sideband: &mut crate::collect::sideband::Sideband,
+        matches_tgids: bool,
+    ) {
+        let mut targets = maps::TargetCheck::new(
             matches_tgids.then_some(&self.skel.maps.target_tgids as &dyn libbpf_rs::MapCore),
-        )
+        );
+        sideband.drain(&mut |pid| targets.wants(pid));
     }
 
     /// Adds a process to the targets, counted from `from` on.

@@ -277,8 +277,7 @@ fn record(
     let tick = drain_tick(settings, cpus.len());
     let matches_tgids = settings.program.matches_tgids();
     let end = runner.run_woken(tick, TICK / 10, &wake, |full, last| {
-        let mut targets = prog.target_check(matches_tgids);
-        sideband.drain(&mut |pid| targets.wants(pid));
+        prog.drain_side_band(sideband, matches_tgids);
         if let Some(u) = unwinder.as_mut() {
             crate::session::unwinding::take_new(u, prog, sideband);
         }
@@ -306,8 +305,7 @@ fn record(
     });
     prog.detach();
     progress.finish_and_clear();
-    let mut targets = prog.target_check(matches_tgids);
-    sideband.drain(&mut |pid| targets.wants(pid));
+    prog.drain_side_band(sideband, matches_tgids);
     Ok(Recorded {
         end,
         elapsed,

@@ -321,8 +321,7 @@ pub fn run(s: TopSettings) -> Result<i32> {
     let mut shown = 0u64;
     let mut last = Instant::now();
     let end = runner.run(TICK, |ending| {
-        let mut targets = prog.target_check(settings.program.matches_tgids());
-        sideband.drain(&mut |pid| targets.wants(pid));
+        prog.drain_side_band(&mut sideband, settings.program.matches_tgids());
         if let Some(u) = unwinder.as_mut() {
             crate::session::unwinding::take_new(u, &prog, &mut sideband);
         }
