@@ -36,5 +36,15 @@ fn main() {
             ])
             .build_and_generate(&skel)
             .unwrap_or_else(|e| panic!("building {}: {e:#}", path.display()));
+        if stem == "profile" {
+            // Names the per-boot copy of the kernel types this object
+            // relocates against (src/bpf/core_btf.rs): FNV-1a of the skeleton,
+            // which embeds the whole object.
+            let bytes = fs::read(&skel).expect("the skeleton just written");
+            let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+            println!("cargo:rustc-env=BPROF_PROFILE_OBJECT_HASH={hash:016x}");
+        }
     }
 }

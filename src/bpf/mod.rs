@@ -11,6 +11,7 @@
 //! kernel features the programs need.
 
 pub(crate) mod abi;
+pub(crate) mod core_btf;
 pub(crate) mod counting;
 pub(crate) mod kfeatures;
 pub(crate) mod maps;

@@ -5,10 +5,11 @@ use std::os::fd::{IntoRawFd, OwnedFd};
 
 use anyhow::{Context, Result};
 use blazesym::symbolize::Symbolizer;
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, TracepointCategory};
 
 use crate::bpf::abi::plain_bytes;
+use crate::bpf::core_btf;
 use crate::bpf::kfeatures;
 use crate::bpf::maps::{self, TargetFrom};
 use crate::bpf::skel::profile::types::{filter_entry, filter_op, filter_term};
@@ -139,7 +140,12 @@ pub struct ProfileProgram<'obj> {
     /// bprof's own generation was wanted but its tracepoints would not
     /// attach (no tracefs): the raw-stack cache is off.
     layout_gens_missing: bool,
+    core_btf: core_btf::Use,
 }
+
+/// Storage for the profile object: the second slot is for a retry (see
+/// [`ProfileProgram::load`]).
+pub type ObjectSlots = [MaybeUninit<OpenObject>; 2];
 
 /// Routes libbpf's messages: silent unless `-v`, since a failure is
 /// reported by bprof itself in one line.
@@ -151,12 +157,94 @@ pub fn init_libbpf_logging(verbose: bool) {
 
 impl<'obj> ProfileProgram<'obj> {
     /// Opens, configures and loads the program; nothing is attached yet.
+    /// The kernel types kept earlier this boot serve the CO-RE relocations
+    /// (see core_btf); if the load fails with them, the second slot serves a
+    /// retry with the kernel's own.
+    pub fn load(slots: &'obj mut ObjectSlots, opts: &ProfileOptions) -> Result<Self> {
+        let [first, second] = slots;
+        let (skel, layout_gens, core_btf) = match core_btf::Kept::find() {
+            Some(kept) => match Self::open_and_load(first, opts, Some(&kept.proc_path()), false) {
+                Ok((skel, gens)) => (skel, gens, core_btf::Use::Kept(kept.path())),
+                Err(_) => {
+                    let path = kept.path();
+                    kept.remove();
+                    let (skel, gens) = Self::open_and_load(second, opts, None, true)?;
+                    let kept = core_btf::keep(skel.object()).map_err(|e| format!("{e:#}"));
+                    (skel, gens, core_btf::Use::Refused { path, kept })
+                }
+            },
+            None => {
+                let (skel, gens) = Self::open_and_load(first, opts, None, true)?;
+                let kept = core_btf::keep(skel.object()).map_err(|e| format!("{e:#}"));
+                (skel, gens, core_btf::Use::Kernel { kept })
+            }
+        };
+        let n = opts.stack_storage_size;
+        let collector = Collector::new(
+            &skel.maps.count_slot,
+            n,
+            opts.kernel_stacks,
+            opts.user_stacks,
+        )?;
+        let prog = ProfileProgram {
+            skel,
+            links: Vec::new(),
+            collector,
+            layout_gens,
+            layout_gens_missing: false,
+            core_btf,
+        };
+        for &tgid in &opts.tgids {
+            prog.add_tgid(tgid, TargetFrom::Now)?;
+        }
+        for (i, e) in opts.filter.iter().enumerate() {
+            prog.skel
+                .maps
+                .filters
+                .update(&(i as u32).to_ne_bytes(), plain_bytes(e), MapFlags::ANY)
+                .context("writing the filter")?;
+        }
+        for &tid in &opts.tids {
+            prog.skel
+                .maps
+                .target_tids
+                .update(&tid.to_ne_bytes(), &[1], MapFlags::ANY)
+                .context("adding a target thread")?;
+        }
+        Ok(prog)
+    }
+
+    /// Where the kernel types of the load's CO-RE relocations came from.
+    pub fn core_btf(&self) -> &core_btf::Use {
+        &self.core_btf
+    }
+
+    /// Opens the object, configures it and loads it, relocating against
+    /// the kernel types in `btf` (libbpf's own reading of the kernel's BTF
+    /// when `None`). Returns the skeleton and whether bprof's own layout
+    /// generation is on. `last`: no retry follows, so a failed load is
+    /// explained (see kfeatures).
     // Long on purpose: one map or program setting per line, in the order libbpf needs them before load.
-    pub fn load(obj: &'obj mut MaybeUninit<OpenObject>, opts: &ProfileOptions) -> Result<Self> {
-        let open = ProfileSkelBuilder::default()
-            .open(obj)
-            .context("opening the BPF object")?;
-        let mut open = open;
+    fn open_and_load(
+        obj: &'obj mut MaybeUninit<OpenObject>,
+        opts: &ProfileOptions,
+        btf: Option<&std::ffi::CStr>,
+        last: bool,
+    ) -> Result<(ProfileSkel<'obj>, bool)> {
+        let builder = ProfileSkelBuilder::default();
+        let open = match btf {
+            Some(path) => {
+                let open_opts = libbpf_rs::libbpf_sys::bpf_object_open_opts {
+                    sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_object_open_opts>() as _,
+                    // libbpf copies the path when it opens the object.
+                    btf_custom_path: path.as_ptr(),
+                    ..Default::default()
+                };
+                builder.open_opts(open_opts, obj)
+            }
+            None => builder.open(obj),
+        };
+        let mut open = open.context("opening the BPF object")?;
         let rodata = open
             .maps
             .rodata_data
@@ -242,44 +330,14 @@ impl<'obj> ProfileProgram<'obj> {
         }
         // The features are probed only when the load fails: the probes cost
         // ~15 ms of loading and BTF parsing that a working kernel never needs.
-        let skel = match open.load() {
-            Ok(skel) => skel,
-            Err(e) => {
+        match open.load() {
+            Ok(skel) => Ok((skel, layout_gens)),
+            Err(e) if last => {
                 kfeatures::check(kfeatures::PROFILE)?;
-                return Err(load_error(e));
+                Err(load_error(e))
             }
-        };
-        let collector = Collector::new(
-            &skel.maps.count_slot,
-            n,
-            opts.kernel_stacks,
-            opts.user_stacks,
-        )?;
-        let prog = ProfileProgram {
-            skel,
-            links: Vec::new(),
-            collector,
-            layout_gens,
-            layout_gens_missing: false,
-        };
-        for &tgid in &opts.tgids {
-            prog.add_tgid(tgid, TargetFrom::Now)?;
+            Err(e) => Err(e.into()),
         }
-        for (i, e) in opts.filter.iter().enumerate() {
-            prog.skel
-                .maps
-                .filters
-                .update(&(i as u32).to_ne_bytes(), plain_bytes(e), MapFlags::ANY)
-                .context("writing the filter")?;
-        }
-        for &tid in &opts.tids {
-            prog.skel
-                .maps
-                .target_tids
-                .update(&tid.to_ne_bytes(), &[1], MapFlags::ANY)
-                .context("adding a target thread")?;
-        }
-        Ok(prog)
     }
 
     /// Reads the side band's pending records, keeping the target processes'

@@ -86,8 +86,11 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     } else {
         settings.target.cpus.clone()
     };
-    let mut obj = MaybeUninit::uninit();
+    let mut obj = [MaybeUninit::uninit(), MaybeUninit::uninit()];
     let mut prog = ProfileProgram::load(&mut obj, &settings.program)?;
+    if settings.verbose {
+        eprintln!("bprof: kernel types for CO-RE {}", prog.core_btf());
+    }
     // Folded stacks and flame graphs show no thread ids (pprof does).
     prog.collector.merge_threads(
         (settings.folded_stdout || settings.folded_file.is_some() || settings.svg.is_some())

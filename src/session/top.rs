@@ -277,7 +277,7 @@ pub fn run(s: TopSettings) -> Result<i32> {
     } else {
         settings.target.cpus.clone()
     };
-    let mut obj = MaybeUninit::uninit();
+    let mut obj = [MaybeUninit::uninit(), MaybeUninit::uninit()];
     // Each refresh shows exactly what the drained count maps held.
     let program = ProfileOptions {
         map_totals: true,

@@ -522,3 +522,76 @@ fn call_graph_fp_takes_the_kernels_walk_and_bad_values_are_one_line_errors() {
     let bad = run(bprof().args(["--call-graph", "lbr", "--", "true"]));
     crate::common::assert_one_line_error(&bad);
 }
+
+/// The kernel types libbpf relocates the walk's reads against are kept per
+/// boot (src/bpf/core_btf.rs). A profile using the kept copy walks perf's
+/// stacks; a garbage copy fails the load and is replaced; a copy another
+/// user owns is not read.
+#[test]
+fn kernel_types_kept_per_boot_serve_the_walk_and_a_bad_copy_is_not_used() {
+    use std::os::unix::fs::MetadataExt;
+    root_or_skip!();
+    let _g = exclusive();
+    let (exe, _) = fixtures();
+    let dir = scratch("unwind_core_btf");
+    let argv = [exe.display().to_string(), "chain".into(), "1".into()];
+    let profile = || bprof_stacks("fx_unwind", &["-F", "999"], &argv);
+    let core_line = |stderr: &str| -> String {
+        stderr
+            .lines()
+            .find(|l| l.starts_with("bprof: kernel types for CO-RE "))
+            .unwrap_or_else(|| panic!("no CO-RE line\n{stderr}"))
+            .to_string()
+    };
+    // Whatever the tests before did, a profile leaves a copy behind.
+    let (_, stderr) = profile();
+    let line = core_line(&stderr);
+    let path = PathBuf::from(
+        line.split(' ')
+            .find(|w| w.starts_with("/run/bprof/core-"))
+            .unwrap_or_else(|| panic!("{line}"))
+            .trim_end_matches(','),
+    );
+    assert!(path.exists(), "{line}");
+
+    // The next profile relocates against the copy, and walks as perf does.
+    let (ours, stderr) = profile();
+    assert!(
+        core_line(&stderr).contains("kept earlier this boot"),
+        "{stderr}"
+    );
+    let theirs = perf_stacks(&dir, "fx_unwind", &argv);
+    let (mine, n, total) = hottest(&ours);
+    assert_eq!(mine, hottest(&theirs).0, "{stderr}");
+    assert_eq!(mine.first().map(String::as_str), Some("_start"));
+    assert!(n * 2 > total, "{n} of {total}");
+
+    // Other tests' profiles run alongside and may replace a planted file
+    // before this one reads it: each case is tried a few times.
+    let seen = |plant: &dyn Fn(), expect: &str| {
+        for _ in 0..5 {
+            plant();
+            let (ours, stderr) = profile();
+            assert_eq!(hottest(&ours).0, mine, "{stderr}");
+            if core_line(&stderr).contains(expect) {
+                return;
+            }
+        }
+        panic!("never saw '{expect}'");
+    };
+    // A copy that is not BTF (a crash cannot leave one: copies are renamed
+    // into place): the load is retried with the kernel's BTF.
+    seen(
+        &|| std::fs::write(&path, b"not BTF").unwrap(),
+        "the load failed with",
+    );
+    assert!(std::fs::metadata(&path).unwrap().len() > 1000);
+    // A copy that is not root's is neither read nor kept: replaced.
+    seen(
+        &|| {
+            run(Command::new("chown").arg("nobody").arg(&path));
+        },
+        "from the kernel's BTF; ",
+    );
+    assert_eq!(std::fs::metadata(&path).unwrap().uid(), 0);
+}
