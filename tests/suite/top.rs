@@ -165,10 +165,15 @@ fn start_top(t: &Tmux, args: &str, env: &str, err: &Path) -> String {
 }
 
 fn exit_status(t: &Tmux) -> i32 {
-    // The echo's own line, not the typed command's `EXIT=$?`.
+    // The echo's own line, not the typed command's `EXIT=$?`. The echo
+    // may land on a line the shell had drawn before the view took the
+    // screen (`EXIT=0/main/target/...`): its digits end the status.
     let code = |s: &str| {
-        s.lines()
-            .find_map(|l| l.trim().strip_prefix("EXIT=")?.parse::<i32>().ok())
+        s.lines().find_map(|l| {
+            let rest = l.trim().strip_prefix("EXIT=")?;
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<i32>().ok()
+        })
     };
     let s = t.wait_for("bprof top's exit", Duration::from_secs(60), |s| {
         code(s).is_some()
