@@ -326,7 +326,7 @@ fn pprof_of_an_exited_process_whose_file_is_gone_keeps_its_build_id() {
     let script = format!("{0} 1; rm -f {0}; sleep 0.5", bin.display());
     let (lines, pb, stderr) = profile(&dir, &["-F", "199"], &["sh", "-c", &script]);
     assert!(!bin.exists());
-    assert!(total_for(&lines, "fx_gone") > 100, "{lines:?}\n{stderr}");
+    assert!(total_for(&lines, "fx_gone") > 50, "{lines:?}\n{stderr}");
     let raw = pprof_raw(&pb);
     assert_eq!(refold(&raw, 0), folded_map(&lines));
     assert_eq!(
@@ -514,7 +514,8 @@ fn every_interval_gets_its_own_files_and_together_they_hold_every_sample() {
     // Together the intervals hold everything counted: nothing falls
     // between two files.
     assert_eq!(total, summary_count(&stderr), "{stderr}");
-    assert!(total > 500, "{total}");
+    // ~700 at full rate.
+    assert!(total > 300, "{total}");
 }
 
 #[test]

@@ -746,16 +746,18 @@ fn tiny_maps_drain_at_the_fill_threshold_and_lose_nothing() {
     let (samples, lost, unique) = summary_numbers(&stderr);
     assert_eq!(lost, 0, "{stderr}");
     assert!(!stderr.contains("stacks lost"), "{stderr}");
-    assert!(unique > 1500, "{stderr}");
+    // Twice as many stacks as the maps hold, and more (~2 700 at full rate).
+    assert!(unique > 1000, "{stderr}");
     assert_eq!(
         lines.iter().map(|l| l.count).sum::<u64>(),
         samples,
         "{stderr}"
     );
     let (drains, entries, deleted) = drain_numbers(&stderr);
-    // More drains than the 1 s timer makes, and stacks removed from the
-    // kernel maps after they were copied.
-    assert!(drains > 8, "{stderr}");
+    // Drains at the fill threshold (the 10 s timer makes none in 3 s; the
+    // last drain is one: ~10 at full rate, fewer when samples are slow to
+    // come), and stacks removed from the kernel maps after they were copied.
+    assert!(drains >= 4, "{stderr}");
     assert!(entries >= unique && deleted > 1000, "{stderr}");
 }
 
