@@ -25,6 +25,8 @@ use crate::symbolize::jit::{self, JitFiles};
 /// Data pages per CPU (a power of two): 256 KiB holds thousands of records.
 const DATA_PAGES: usize = 64;
 const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+/// PERF_RECORD_MISC_COMM_EXEC: the COMM record of an exec.
+const MISC_COMM_EXEC: u16 = 1 << 13;
 
 /// A file some process mapped, as that process named it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -44,25 +46,40 @@ pub struct MmapIndex {
     pub without_build_id: HashSet<Mapping>,
     /// Records the kernel dropped because a ring buffer was full.
     pub lost: u64,
-    /// Mapping and exit records read.
+    /// Mapping, fork, exec and exit records read.
     pub records: u64,
     /// Of those, the records skipped as other processes' (a profile with
     /// targets).
     pub skipped: u64,
     /// JIT symbol files (perf maps, jitdumps) of the processes seen.
     pub jit: JitFiles,
-    /// When set (`--call-graph dwarf`), every new file mapping with its
-    /// address range, for the unwinder to take.
+    /// When set (`--call-graph dwarf`), what changes the processes'
+    /// executable mappings is queued for the unwinder, in order.
     pub queue_mappings: bool,
-    /// The queued mappings: (mapping, start, end, file offset).
-    pub new_mappings: Vec<(Mapping, u64, u64, u64)>,
-    /// Anonymous executable mappings (JIT code), queued with
-    /// `queue_mappings`: (pid, start, end).
-    pub new_anon: Vec<(u32, u64, u64)>,
-    /// vDSO mappings, queued with `queue_mappings`: (pid, start, end).
-    pub new_vdso: Vec<(u32, u64, u64)>,
-    /// Processes that exited, queued with `queue_mappings`.
-    pub exits: Vec<u32>,
+    /// The queued changes, oldest first.
+    pub(crate) changes: Vec<Change>,
+}
+
+/// A change to a process's executable mappings, as the side band told it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// A file mapped at `[start, end)` from file offset `off`.
+    Mapped {
+        mapping: Mapping,
+        start: u64,
+        end: u64,
+        off: u64,
+    },
+    /// Anonymous executable memory (JIT code) at `[start, end)`.
+    Anon { pid: u32, start: u64, end: u64 },
+    /// The vDSO at `[start, end)`.
+    Vdso { pid: u32, start: u64, end: u64 },
+    /// A new process with its parent's mappings (fork without exec).
+    Forked { child: u32, parent: u32 },
+    /// The process replaced its image (exec): its mappings are gone.
+    Execed(u32),
+    /// The process exited.
+    Exited(u32),
 }
 
 struct Ring {
@@ -96,8 +113,12 @@ impl Sideband {
             attr.set_mmap(1);
             attr.set_mmap2(1);
             attr.set_build_id(1);
-            // PERF_RECORD_EXIT (and FORK): a JIT's files are opened at its exit.
+            // PERF_RECORD_EXIT and FORK: a JIT's files are opened at its
+            // exit, and a forked child has its parent's mappings.
             attr.set_task(1);
+            // PERF_RECORD_COMM flagged at exec: the old image's mappings go.
+            attr.set_comm(1);
+            attr.set_comm_exec(1);
             attr.set_exclude_kernel(1);
             // Readable (poll) as soon as a record is in: the session sleeps
             // until then instead of polling the rings every 10 ms.
@@ -216,17 +237,26 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex, wanted: &mut dyn FnMut(u32) -
     }
     let exit = kind == pb::PERF_RECORD_EXIT;
     let mmap = kind == pb::PERF_RECORD_MMAP2 && rec.len() >= 73;
-    if !(exit || mmap) {
+    // {header, pid, ppid, tid, ptid}: a new process, not a thread.
+    let fork = kind == pb::PERF_RECORD_FORK && rec.len() >= 24 && u32_at(rec, 8) != u32_at(rec, 12);
+    let exec = kind == pb::PERF_RECORD_COMM && misc & MISC_COMM_EXEC != 0;
+    if !(exit || mmap || fork || exec) {
         return;
     }
     index.records += 1;
-    // Both kinds start {header, pid, ...}.
-    if !wanted(u32_at(rec, 8)) {
+    // All start {header, pid, ...}.
+    let pid = u32_at(rec, 8);
+    if !wanted(pid) {
         index.skipped += 1;
     } else if exit {
         on_exit(rec, index);
-    } else {
+    } else if mmap {
         on_mmap2(rec, misc, index);
+    } else if index.queue_mappings && fork {
+        let parent = u32_at(rec, 12);
+        index.changes.push(Change::Forked { child: pid, parent });
+    } else if index.queue_mappings && exec {
+        index.changes.push(Change::Execed(pid));
     }
 }
 
@@ -236,7 +266,7 @@ fn on_exit(rec: &[u8], index: &mut MmapIndex) {
     if pid == tid && rec.len() >= 24 {
         index.jit.on_exit(pid);
         if index.queue_mappings {
-            index.exits.push(pid);
+            index.changes.push(Change::Exited(pid));
         }
     }
 }
@@ -261,14 +291,24 @@ fn on_mmap2(rec: &[u8], misc: u16, index: &mut MmapIndex) {
         // the BPF walker does not ask the kernel about it every sample (a
         // memfd is a file: the walker learns it itself).
         if index.queue_mappings && !name.starts_with(b"/memfd:") {
-            index.new_anon.push((pid, addr, addr.saturating_add(len)));
+            let end = addr.saturating_add(len);
+            index.changes.push(Change::Anon {
+                pid,
+                start: addr,
+                end,
+            });
         }
         return;
     }
     // The vDSO has no file: the unwinder gives it bprof's own vDSO's table.
     if name == b"[vdso]" {
         if index.queue_mappings {
-            index.new_vdso.push((pid, addr, addr.saturating_add(len)));
+            let end = addr.saturating_add(len);
+            index.changes.push(Change::Vdso {
+                pid,
+                start: addr,
+                end,
+            });
         }
         return;
     }
@@ -281,9 +321,12 @@ fn on_mmap2(rec: &[u8], misc: u16, index: &mut MmapIndex) {
         path: PathBuf::from(std::ffi::OsStr::from_bytes(name)),
     };
     if index.queue_mappings {
-        index
-            .new_mappings
-            .push((mapping.clone(), addr, addr.saturating_add(len), pgoff));
+        index.changes.push(Change::Mapped {
+            mapping: mapping.clone(),
+            start: addr,
+            end: addr.saturating_add(len),
+            off: pgoff,
+        });
     }
     // A jitdump is mapped (executable) only so that profilers find it; it
     // is not an ELF file.
@@ -317,6 +360,68 @@ mod tests {
         r.extend_from_slice(&0u64.to_ne_bytes());
         r.extend_from_slice(&[0u8; 8]);
         r
+    }
+
+    /// A PERF_RECORD_FORK: {pid, ppid, tid, ptid, time}.
+    fn fork_record(pid: u32, ppid: u32) -> Vec<u8> {
+        let mut r = Vec::new();
+        r.extend_from_slice(&pb::PERF_RECORD_FORK.to_ne_bytes());
+        r.extend_from_slice(&0u16.to_ne_bytes());
+        r.extend_from_slice(&32u16.to_ne_bytes());
+        for v in [pid, ppid, pid, ppid] {
+            r.extend_from_slice(&v.to_ne_bytes());
+        }
+        r.extend_from_slice(&0u64.to_ne_bytes());
+        r
+    }
+
+    /// A PERF_RECORD_COMM: {pid, tid, comm}, flagged as an exec's or not.
+    fn comm_record(pid: u32, exec: bool) -> Vec<u8> {
+        let mut r = Vec::new();
+        r.extend_from_slice(&pb::PERF_RECORD_COMM.to_ne_bytes());
+        let misc = if exec { MISC_COMM_EXEC } else { 0 };
+        r.extend_from_slice(&misc.to_ne_bytes());
+        r.extend_from_slice(&24u16.to_ne_bytes());
+        for v in [pid, pid] {
+            r.extend_from_slice(&v.to_ne_bytes());
+        }
+        r.extend_from_slice(b"prog\0\0\0\0");
+        r
+    }
+
+    #[test]
+    fn forks_of_processes_and_execs_are_queued_in_order_threads_and_renames_not() {
+        let mut index = MmapIndex {
+            queue_mappings: true,
+            ..Default::default()
+        };
+        for rec in [
+            fork_record(20, 10),
+            // A new thread: its process's mappings are its own.
+            fork_record(10, 10),
+            comm_record(20, false),
+            comm_record(20, true),
+            mmap2_record(20, b"/usr/bin/prog", None),
+            exit_record(20),
+        ] {
+            parse_record(&rec, &mut index, &mut |_| true);
+        }
+        assert!(
+            matches!(
+                &index.changes[..],
+                [
+                    Change::Forked {
+                        child: 20,
+                        parent: 10
+                    },
+                    Change::Execed(20),
+                    Change::Mapped { .. },
+                    Change::Exited(20)
+                ]
+            ),
+            "{:?}",
+            index.changes
+        );
     }
 
     /// A PERF_RECORD_MMAP2 of `name` in `pid`, with a build ID if given.
@@ -393,8 +498,14 @@ mod tests {
             &mut index,
             &mut |_| true,
         );
-        assert_eq!(index.new_anon, [(9, 0x7f00_0000_0000, 0x7f00_0000_1000)]);
-        assert!(index.new_mappings.is_empty());
+        assert_eq!(
+            index.changes,
+            [Change::Anon {
+                pid: 9,
+                start: 0x7f00_0000_0000,
+                end: 0x7f00_0000_1000
+            }]
+        );
     }
 
     #[test]
@@ -430,10 +541,10 @@ mod tests {
         assert_eq!((index.records, index.skipped), (6, 4));
         assert_eq!(index.by_build_id.len(), 1);
         assert!(index.without_build_id.is_empty());
-        assert_eq!(index.new_mappings.len(), 1);
-        assert_eq!(index.new_mappings[0].0.pid, 7);
-        assert!(index.new_anon.is_empty());
-        assert_eq!(index.exits, [7]);
+        assert!(matches!(
+            &index.changes[..],
+            [Change::Mapped { mapping, .. }, Change::Exited(7)] if mapping.pid == 7
+        ));
     }
 
     #[test]

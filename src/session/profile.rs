@@ -163,7 +163,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
             ms(t_end, Instant::now())
         );
         eprintln!(
-            "bprof: side band: {} mapping and exit records read, {} of them other processes' (skipped)",
+            "bprof: side band: {} mapping, fork, exec and exit records read, {} of them other processes' (skipped)",
             sideband.index.records, sideband.index.skipped
         );
     }

@@ -554,18 +554,27 @@ impl Unwinder {
         maps: &dyn MapCore,
         index: &mut crate::collect::sideband::MmapIndex,
     ) {
-        for (m, start, end, off) in std::mem::take(&mut index.new_mappings) {
-            self.add_mapping(files, maps, &m, start, end, off);
-        }
-        for (pid, start, end) in std::mem::take(&mut index.new_anon) {
-            self.procmaps.insert(maps, pid, anon_slot(start, end));
-        }
-        for (pid, start, end) in std::mem::take(&mut index.new_vdso) {
-            let slot = self.vdso_slot(start, end);
-            self.procmaps.insert(maps, pid, slot);
-        }
-        for pid in std::mem::take(&mut index.exits) {
-            self.procmaps.remove(maps, pid);
+        use crate::collect::sideband::Change;
+        // In order: a child's mappings are its parent's at the fork, an
+        // exec drops the old image's before the new image's come.
+        for change in std::mem::take(&mut index.changes) {
+            match change {
+                Change::Mapped {
+                    mapping,
+                    start,
+                    end,
+                    off,
+                } => self.add_mapping(files, maps, &mapping, start, end, off),
+                Change::Anon { pid, start, end } => {
+                    self.procmaps.insert(maps, pid, anon_slot(start, end));
+                }
+                Change::Vdso { pid, start, end } => {
+                    let slot = self.vdso_slot(start, end);
+                    self.procmaps.insert(maps, pid, slot);
+                }
+                Change::Forked { child, parent } => self.procmaps.copy(maps, parent, child),
+                Change::Execed(pid) | Change::Exited(pid) => self.procmaps.remove(maps, pid),
+            }
         }
     }
 

@@ -85,7 +85,30 @@ impl ProcMaps {
         }
     }
 
-    /// Forgets an exited process.
+    /// Gives `child` the mappings `parent` has (a fork: the child's
+    /// address space is a copy of its parent's). Without them the walker
+    /// would ask the kernel for each, and name a file by the inode it
+    /// finds, which on overlayfs is not the one /proc and fstat show.
+    pub fn copy(&mut self, map: &dyn MapCore, parent: u32, child: u32) {
+        let mut chunks: Vec<u64> = self
+            .by_tgid
+            .get(&parent)
+            .map(|c| c.iter().copied().collect())
+            .unwrap_or_default();
+        chunks.sort_unstable();
+        for chunk in chunks {
+            let slots = self
+                .chunks
+                .get(&(parent, chunk))
+                .cloned()
+                .unwrap_or_default();
+            for slot in slots {
+                self.insert(map, child, slot);
+            }
+        }
+    }
+
+    /// Forgets an exited process (or the image an exec replaced).
     pub fn remove(&mut self, map: &dyn MapCore, tgid: u32) {
         for chunk in self.by_tgid.remove(&tgid).unwrap_or_default() {
             self.chunks.remove(&(tgid, chunk));

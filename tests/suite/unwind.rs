@@ -595,3 +595,67 @@ fn kernel_types_kept_per_boot_serve_the_walk_and_a_bad_copy_is_not_used() {
     );
     assert_eq!(std::fs::metadata(&path).unwrap().uid(), 0);
 }
+
+/// Unmounts an overlay when dropped.
+struct Overlay(PathBuf);
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A child forked without exec runs its parent's mappings; the side band's
+/// fork record gives it them. On overlayfs (containers) that matters: the
+/// kernel's own answer (bpf_find_vma) names the file by the layer's inode,
+/// not the dev:inode /proc and fstat show, so without its parent's
+/// mappings the child's every walk ended at its first frame, unnamed.
+#[test]
+fn a_forked_child_on_overlayfs_walks_with_its_parents_mappings_as_perf_does() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("unwind_overlay");
+    let (lower, upper, work, merged) = (
+        dir.join("lower"),
+        dir.join("upper"),
+        dir.join("work"),
+        dir.join("merged"),
+    );
+    for d in [&lower, &upper, &work, &merged] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::copy(crate::common::fixture("forker"), lower.join("fx_forker")).unwrap();
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    let st = Command::new("mount")
+        .args(["-t", "overlay", "overlay", "-o", &options])
+        .arg(&merged)
+        .status()
+        .expect("run mount");
+    assert!(st.success(), "mounting an overlay at {}", merged.display());
+    let _mounted = Overlay(merged.clone());
+
+    let argv = [merged.join("fx_forker").display().to_string(), "2".into()];
+    let (ours, stderr) = bprof_stacks("fx_forker", &["-F", "999"], &argv);
+    let theirs = perf_stacks(&dir, "fx_forker", &argv);
+    let child = |stacks: &BTreeMap<Vec<String>, u64>| -> BTreeMap<Vec<String>, u64> {
+        stacks
+            .iter()
+            .filter(|(s, _)| s.last().is_some_and(|f| f == "child_work"))
+            .map(|(s, n)| (s.clone(), *n))
+            .collect()
+    };
+    let (mine, n, _) = hottest(&child(&ours));
+    assert_eq!(mine, hottest(&child(&theirs)).0, "{stderr}");
+    assert_eq!(mine.first().map(String::as_str), Some("_start"), "{mine:?}");
+    // Only the first ms, before the fork record is read, may end early.
+    let total: u64 = ours.values().sum();
+    assert!(
+        n * 100 >= total * 95,
+        "{n} of {total} samples whole\n{stderr}"
+    );
+}
