@@ -16,13 +16,19 @@
 #     perf record --call-graph dwarf + perf script, each attached (-p) to a
 #     separately started xz -6, then to the Rust fixture built -O -g: ~12 s
 #     each, then ~60 s each (BENCH_E2E_LONG=0 skips the long ones).
-# Usage: scripts/bench-unwind.sh [BPROF]   (sections: BENCH_UNWIND=1,2,3,4)
+#  5. The kernel's work per sample on both sides: time inside the sampling
+#     timer's callback (perf_swevent_hrtimer, timed by bpftrace at the
+#     hrtimer_expire_entry/exit tracepoints) on the CPU a pinned xz -6 runs
+#     on: bprof's BPF program there, perf's sample with its 8 KiB stack
+#     copy, each beside the same profiler taking bare samples. Section 4's
+#     own CPU leaves perf's out (it is charged to the workload).
+# Usage: scripts/bench-unwind.sh [BPROF]   (sections: BENCH_UNWIND=1,2,3,4,5)
 # On a machine shared with others, wrap it in their lock (here:
 # flock /tmp/bprof-tests.lock scripts/bench-unwind.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BPROF=${1:-target/release/bprof}
-SECTIONS=${BENCH_UNWIND:-1,2,3,4}
+SECTIONS=${BENCH_UNWIND:-1,2,3,4,5}
 [ -x "$BPROF" ] || cargo build --release --quiet
 BPROF=$(realpath "$BPROF")
 PY=/usr/bin/python3
@@ -262,4 +268,35 @@ if want 4; then
         e2e "xz -6 on 100 MB" xz -6 -c "$tmp/data100"
         e2e "the Rust fixture (-O -g), 60 s" "$tmp/fx_rust" 60
     fi
+fi
+
+if want 5; then
+    command -v bpftrace >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q bpftrace >/dev/null
+    [ -e "$tmp/data4" ] || head -c 4000000 /dev/urandom | base64 >"$tmp/data4"
+    cat >"$tmp/hrt.bt" <<'BT'
+tracepoint:timer:hrtimer_expire_entry /cpu == 1 && args->function == kaddr("perf_swevent_hrtimer")/ { @s[cpu] = nsecs; }
+tracepoint:timer:hrtimer_expire_exit /cpu == 1 && @s[cpu]/ { @ns = sum(nsecs - @s[cpu]); @n = count(); delete(@s[cpu]); }
+BT
+    callback_ns() { # NAME PROFILER...: ns per sampling callback on CPU 1
+        local name=$1 bt
+        shift
+        bpftrace "$tmp/hrt.bt" >"$tmp/hrt.$name" 2>&1 &
+        bt=$!
+        sleep 2.5 # bpftrace attaches
+        "$@" taskset -c 1 xz -6 -c "$tmp/data4" >/dev/null 2>"$tmp/hrt.err" || true
+        kill -INT "$bt"
+        wait "$bt" || true
+        awk '/^@ns/ { s = $2 } /^@n:/ { c = $2 } END { if (c) printf "%.0f", s / c; else printf "-" }' "$tmp/hrt.$name"
+    }
+    echo "| run | perf, bare samples | perf --call-graph dwarf | bprof, every sample dropped (--filter 'tid == 1') | bprof -K | bprof --call-graph dwarf |"
+    echo "|---|---:|---:|---:|---:|---:|"
+    for i in 1 2 3; do
+        a=$(callback_ns pn perf record -q -F 999 -e cpu-clock -o "$tmp/h1.data" --)
+        b=$(callback_ns pd perf record -q -F 999 -e cpu-clock --call-graph dwarf -o "$tmp/h2.data" --)
+        c=$(callback_ns bf "$BPROF" -F 999 --filter 'tid == 1' -o "$tmp/h1.folded" --)
+        d=$(callback_ns bk "$BPROF" -F 999 -K -o "$tmp/h2.folded" --)
+        e=$(callback_ns bd "$BPROF" -F 999 -o "$tmp/h3.folded" --)
+        echo "| $i | $a | $b | $c | $d | $e |"
+    done
+    echo
 fi
