@@ -11,7 +11,7 @@
 pub mod procmaps;
 pub mod table;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::mem::size_of;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
@@ -555,9 +555,21 @@ impl Unwinder {
         index: &mut crate::collect::sideband::MmapIndex,
     ) {
         use crate::collect::sideband::Change;
-        // In order: a child's mappings are its parent's at the fork, an
-        // exec drops the old image's before the new image's come.
-        for change in std::mem::take(&mut index.changes) {
+        let changes = std::mem::take(&mut index.changes);
+        // Each CPU's records come in order, but one ring is read after
+        // another: a child's exec may be read before its fork, a new
+        // image's mappings before its exec. So an exec drops only what
+        // came before this batch, and a child that exec'd in it takes
+        // nothing from its parent.
+        self.procmaps.next_batch();
+        let execed: HashSet<u32> = changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::Execed(pid) => Some(*pid),
+                _ => None,
+            })
+            .collect();
+        for change in changes {
             match change {
                 Change::Mapped {
                     mapping,
@@ -572,8 +584,12 @@ impl Unwinder {
                     let slot = self.vdso_slot(start, end);
                     self.procmaps.insert(maps, pid, slot);
                 }
-                Change::Forked { child, parent } => self.procmaps.copy(maps, parent, child),
-                Change::Execed(pid) | Change::Exited(pid) => self.procmaps.remove(maps, pid),
+                Change::Forked { child, parent } if !execed.contains(&child) => {
+                    self.procmaps.copy(maps, parent, child);
+                }
+                Change::Forked { .. } => {}
+                Change::Execed(pid) => self.procmaps.remove_before_batch(maps, pid),
+                Change::Exited(pid) => self.procmaps.remove(maps, pid),
             }
         }
     }

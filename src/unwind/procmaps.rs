@@ -27,8 +27,11 @@ pub struct Slot {
 /// User space's copy of `unwind_maps`.
 #[derive(Debug, Default)]
 pub struct ProcMaps {
-    chunks: HashMap<(u32, u64), Vec<Slot>>,
+    /// Each chunk's mappings, with the batch that recorded each.
+    chunks: HashMap<(u32, u64), Vec<(Slot, u64)>>,
     by_tgid: HashMap<u32, HashSet<u64>>,
+    /// The batch of changes being applied (see [`Self::next_batch`]).
+    batch: u64,
     /// Mappings pushed out of a full chunk (more than 8 in 2 MiB).
     pub evicted: u64,
     /// Map updates that failed (map full).
@@ -46,6 +49,11 @@ fn key(tgid: u32, chunk: u64) -> abi::unwind_map_key {
 }
 
 impl ProcMaps {
+    /// Starts a new batch of changes: what one read of the side band brought.
+    pub fn next_batch(&mut self) {
+        self.batch += 1;
+    }
+
     /// Records a mapping of `tgid`, replacing what it overlaps.
     pub fn insert(&mut self, map: &dyn MapCore, tgid: u32, slot: Slot) {
         if slot.end <= slot.start {
@@ -58,30 +66,38 @@ impl ProcMaps {
         }
         for chunk in first..=last {
             let slots = self.chunks.entry((tgid, chunk)).or_default();
-            slots.retain(|s| s.end <= slot.start || s.start >= slot.end);
-            slots.push(slot);
+            slots.retain(|(s, _)| s.end <= slot.start || s.start >= slot.end);
+            slots.push((slot, self.batch));
             if slots.len() > SLOTS {
                 slots.remove(0);
                 self.evicted += 1;
             }
-            let mut value = abi::unwind_chunk::default();
-            for (v, s) in value.slots.iter_mut().zip(slots.iter()) {
-                *v = abi::unwind_map_slot {
-                    start: s.start,
-                    end: s.end,
-                    off: s.off,
-                    file: abi::unwind_file_key {
-                        dev: s.file.0,
-                        ino: s.file.1,
-                    },
-                };
-            }
-            let k = key(tgid, chunk);
-            self.changed = true;
-            if maps::put(map, &k, &value).is_err() {
-                self.failed += 1;
-            }
             self.by_tgid.entry(tgid).or_default().insert(chunk);
+            self.write(map, tgid, chunk);
+        }
+    }
+
+    /// Writes chunk `(tgid, chunk)` to the BPF map as held here.
+    fn write(&mut self, map: &dyn MapCore, tgid: u32, chunk: u64) {
+        let mut value = abi::unwind_chunk::default();
+        let slots = self
+            .chunks
+            .get(&(tgid, chunk))
+            .map_or(&[][..], Vec::as_slice);
+        for (v, (s, _)) in value.slots.iter_mut().zip(slots) {
+            *v = abi::unwind_map_slot {
+                start: s.start,
+                end: s.end,
+                off: s.off,
+                file: abi::unwind_file_key {
+                    dev: s.file.0,
+                    ino: s.file.1,
+                },
+            };
+        }
+        self.changed = true;
+        if maps::put(map, &key(tgid, chunk), &value).is_err() {
+            self.failed += 1;
         }
     }
 
@@ -102,13 +118,42 @@ impl ProcMaps {
                 .get(&(parent, chunk))
                 .cloned()
                 .unwrap_or_default();
-            for slot in slots {
+            for (slot, _) in slots {
                 self.insert(map, child, slot);
             }
         }
     }
 
-    /// Forgets an exited process (or the image an exec replaced).
+    /// Forgets what `tgid` mapped before this batch: an exec replaced its
+    /// image. The rings are read one CPU after another, so the new image's
+    /// mappings may have come already in this batch; they stay.
+    pub fn remove_before_batch(&mut self, map: &dyn MapCore, tgid: u32) {
+        let batch = self.batch;
+        let chunks: Vec<u64> = self
+            .by_tgid
+            .get(&tgid)
+            .map(|c| c.iter().copied().collect())
+            .unwrap_or_default();
+        for chunk in chunks {
+            let Some(slots) = self.chunks.get_mut(&(tgid, chunk)) else {
+                continue;
+            };
+            let before = slots.len();
+            slots.retain(|&(_, b)| b == batch);
+            if slots.is_empty() {
+                self.chunks.remove(&(tgid, chunk));
+                if let Some(c) = self.by_tgid.get_mut(&tgid) {
+                    c.remove(&chunk);
+                }
+                maps::remove(map, &key(tgid, chunk));
+                self.changed = true;
+            } else if slots.len() != before {
+                self.write(map, tgid, chunk);
+            }
+        }
+    }
+
+    /// Forgets an exited process.
     pub fn remove(&mut self, map: &dyn MapCore, tgid: u32) {
         for chunk in self.by_tgid.remove(&tgid).unwrap_or_default() {
             self.chunks.remove(&(tgid, chunk));

@@ -72,7 +72,8 @@ fn cpu_filter_keeps_only_that_cpu() {
             Command::new("taskset")
                 .args(["-c", cpu])
                 .arg(fixture(name))
-                .arg("3"),
+                // Killed when dropped: long enough for any start-up.
+                .arg("30"),
         )
     };
     let on0 = spawn("0", "work631");

@@ -183,8 +183,9 @@ fn block_thresholds_and_filters_apply() {
     ]);
     assert!(total_for(&lines, "fx_spinsleep") < 100_000, "{lines:?}");
 
-    let a = Workload::start(Command::new(&bin).arg("3"));
-    let b = Workload::start(Command::new(&bin).arg("3"));
+    // Killed when dropped: long enough for any start-up.
+    let a = Workload::start(Command::new(&bin).arg("30"));
+    let b = Workload::start(Command::new(&bin).arg("30"));
     let out = run(bprof().args(["--off-cpu", "--filter", &format!("pid == {}", a.id()), "1"]));
     let (a, b) = (a.id(), b.id());
     let report = String::from_utf8_lossy(&out.stdout);

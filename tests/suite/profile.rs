@@ -631,7 +631,9 @@ fn more_than_20000_distinct_stacks_all_counted() {
     // 2^17 paths, two threads at 4999 Hz: nearly every sample is a new
     // stack, more than the default 16384-entry maps hold at once. perf
     // records the same run, so both see the same machine load.
-    let w = Workload::start(Command::new(&bin).args(["11", "2", "17"]));
+    // Killed when dropped: it outlives both 8-s recordings however slow
+    // their start.
+    let w = Workload::start(Command::new(&bin).args(["30", "2", "17"]));
     let pid = w.id().to_string();
     let data = dir.join("perf.data");
     let perf = Command::new("perf")
