@@ -24,6 +24,8 @@ use crate::bpf::shared_counters::STATE_DIR;
 
 /// The profile object's hash, from build.rs: a new build gets a new file.
 const OBJECT_HASH: &str = env!("BPROF_PROFILE_OBJECT_HASH");
+/// What the copy holds and how: a change to the copier gets a new file.
+const FORMAT: &str = "bprof-core-btf 2";
 /// A kept file is read like any other input: bounded.
 const MAX_BYTES: u64 = 16 << 20;
 
@@ -80,6 +82,9 @@ impl Kept {
     pub(crate) fn find() -> Option<Kept> {
         let dir = crate::fsafe::private_dir(std::path::Path::new(STATE_DIR)).ok()?;
         let name = file_name()?;
+        if exists_in(&dir, &refused(&name)) {
+            return None;
+        }
         let c = CString::new(name.as_str()).ok()?;
         // SAFETY: a valid directory fd and a NUL-terminated name; the fd is
         // owned by the File at once.
@@ -117,16 +122,53 @@ impl Kept {
         format!("{STATE_DIR}/{}", self.name)
     }
 
-    /// Removes the copy (it failed a load).
+    /// Removes the copy, which failed a load (unless another profile has
+    /// replaced it meanwhile), and marks this build's copies refused for
+    /// the rest of the boot: a copy that fails once would fail again, and
+    /// every load would be two.
     pub(crate) fn remove(self) {
-        let _ = std::fs::remove_file(self.path());
+        use std::os::unix::fs::MetadataExt;
+        let path = self.path();
+        let same = match (self.file.metadata(), std::fs::symlink_metadata(&path)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        };
+        if same {
+            let _ = std::fs::remove_file(&path);
+        }
+        if let Ok(dir) = crate::fsafe::private_dir(std::path::Path::new(STATE_DIR)) {
+            let _ = crate::fsafe::private_file(&dir, &refused(&self.name));
+        }
+    }
+}
+
+/// The marker of a copy that failed a load this boot.
+fn refused(name: &str) -> String {
+    format!("{name}.refused")
+}
+
+/// Whether `dir` holds `name`, not following a symlink.
+fn exists_in(dir: &File, name: &str) -> bool {
+    let Ok(c) = CString::new(name) else {
+        return false;
+    };
+    // SAFETY: a valid directory fd, a NUL-terminated name and a stat buffer
+    // the call fills.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        ) == 0
     }
 }
 
 /// `core-<hash of the object and the boot>.btf`; `None` without a boot id.
 fn file_name() -> Option<String> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let key = fnv1a(format!("{OBJECT_HASH} {}", boot.trim()).as_bytes());
+    let key = fnv1a(format!("{FORMAT} {OBJECT_HASH} {}", boot.trim()).as_bytes());
     Some(format!("core-{key:016x}.btf"))
 }
 
@@ -143,6 +185,9 @@ pub(crate) fn keep(obj: &libbpf_rs::Object) -> Result<(String, usize)> {
     use libbpf_rs::AsRawLibbpf;
     let dir = crate::fsafe::private_dir(std::path::Path::new(STATE_DIR))?;
     let name = file_name().context("no boot id")?;
+    if exists_in(&dir, &refused(&name)) {
+        bail!("a copy failed a load earlier this boot");
+    }
     // SAFETY: a loaded object's pointer; its BTF lives as long as it does.
     let local = unsafe { sys::bpf_object__btf(obj.as_libbpf_object().as_ptr()) };
     if local.is_null() {
@@ -282,10 +327,13 @@ fn name_at<'a>(btf: *const sys::btf, off: u32) -> Option<&'a CStr> {
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
 }
 
-/// The name CO-RE matches on: a local `foo___flavor` relocates against `foo`.
+/// The name CO-RE matches on, libbpf's rule (bpf_core_essential_name_len):
+/// cut before the last `___` that has a non-underscore either side, so a
+/// local `foo___flavor` relocates against `foo`. Applied to both sides.
 fn essential(name: &[u8]) -> &[u8] {
-    match name.windows(3).position(|w| w == b"___") {
-        Some(i) => &name[..i],
+    let sep = |w: &[u8]| w[0] != b'_' && &w[1..4] == b"___" && w[4] != b'_';
+    match name.windows(5).rposition(sep) {
+        Some(i) => &name[..=i],
         None => name,
     }
 }
@@ -322,7 +370,10 @@ unsafe fn copy_named(
         let Some(t) = (unsafe { Type::of(kernel, id) }) else {
             continue;
         };
-        if is_root_kind(t.kind()) && t.name().is_some_and(|n| names.contains(n.to_bytes())) {
+        if is_root_kind(t.kind())
+            && t.name()
+                .is_some_and(|n| names.contains(essential(n.to_bytes())))
+        {
             copier.copy(id)?;
         }
     }
@@ -541,5 +592,9 @@ mod tests {
         assert_eq!(essential(b"mm_struct___intseq"), b"mm_struct");
         assert_eq!(essential(b"task_struct"), b"task_struct");
         assert_eq!(essential(b"a__b"), b"a__b");
+        // libbpf's: the last separator, with no underscore either side.
+        assert_eq!(essential(b"a___b___c"), b"a___b");
+        assert_eq!(essential(b"foo____bar"), b"foo____bar");
+        assert_eq!(essential(b"___x"), b"___x");
     }
 }

@@ -516,3 +516,13 @@ pub fn threads(secs: &str) -> (Workload, std::collections::HashMap<String, Strin
     }
     (child, tids)
 }
+
+/// Removes a file a test planted (or made bprof make) when the test ends,
+/// however it ends.
+pub struct Planted(pub PathBuf);
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}

@@ -6,14 +6,7 @@ use std::process::Command;
 
 use crate::common::*;
 
-/// Removes a file planted under /usr/lib/debug when the test ends.
-struct Planted(PathBuf);
-
-impl Drop for Planted {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
+use crate::common::Planted;
 
 fn build_id(bin: &Path) -> String {
     let out = run(Command::new("readelf").arg("-n").arg(bin));

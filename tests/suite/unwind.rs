@@ -580,12 +580,24 @@ fn kernel_types_kept_per_boot_serve_the_walk_and_a_bad_copy_is_not_used() {
         panic!("never saw '{expect}'");
     };
     // A copy that is not BTF (a crash cannot leave one: copies are renamed
-    // into place): the load is retried with the kernel's BTF.
+    // into place): the load is retried with the kernel's BTF, and this
+    // build keeps no copy for the rest of the boot (a marker says so).
+    let marker = PathBuf::from(format!("{}.refused", path.display()));
+    let _forget = crate::common::Planted(marker.clone());
     seen(
         &|| std::fs::write(&path, b"not BTF").unwrap(),
         "the load failed with",
     );
-    assert!(std::fs::metadata(&path).unwrap().len() > 1000);
+    assert!(marker.exists() && !path.exists());
+    let (_, stderr) = profile();
+    assert!(
+        core_line(&stderr).contains("no copy kept: a copy failed a load earlier this boot"),
+        "{stderr}"
+    );
+    assert!(!path.exists());
+    std::fs::remove_file(&marker).unwrap();
+    let (_, stderr) = profile();
+    assert!(core_line(&stderr).contains(" kept in "), "{stderr}");
     // A copy that is not root's is neither read nor kept: replaced.
     seen(
         &|| {
