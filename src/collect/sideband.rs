@@ -56,8 +56,10 @@ pub struct MmapIndex {
     /// When set (`--call-graph dwarf`), what changes the processes'
     /// executable mappings is queued for the unwinder, in order.
     pub queue_mappings: bool,
-    /// The queued changes, oldest first.
-    pub(crate) changes: Vec<Change>,
+    /// The queued changes with the kernel's time of each, oldest first
+    /// (sorted after each read of the rings: one CPU's ring is read after
+    /// another's, so a new image's mappings may be read before its exec).
+    pub(crate) changes: Vec<(u64, Change)>,
 }
 
 /// A change to a process's executable mappings, as the side band told it.
@@ -119,6 +121,10 @@ impl Sideband {
             // PERF_RECORD_COMM flagged at exec: the old image's mappings go.
             attr.set_comm(1);
             attr.set_comm_exec(1);
+            // Each record ends with its time: the rings' records are put in
+            // order across CPUs.
+            attr.set_sample_id_all(1);
+            attr.sample_type = pb::PERF_SAMPLE_TIME as u64;
             attr.set_exclude_kernel(1);
             // Readable (poll) as soon as a record is in: the session sleeps
             // until then instead of polling the rings every 10 ms.
@@ -170,6 +176,8 @@ impl Sideband {
         for ring in &self.rings {
             drain_ring(ring, self.page, &mut self.index, wanted);
         }
+        // Stable: records of one time stay in ring order.
+        self.index.changes.sort_by_key(|c| c.0);
         self.index.jit.poll();
     }
 }
@@ -244,36 +252,44 @@ fn parse_record(rec: &[u8], index: &mut MmapIndex, wanted: &mut dyn FnMut(u32) -
         return;
     }
     index.records += 1;
+    // sample_id_all with PERF_SAMPLE_TIME: every record ends with its time.
+    let time = rec
+        .len()
+        .checked_sub(8)
+        .and_then(|at| rec.get(at..))
+        .map_or(0, |s| u64::from_ne_bytes(s.try_into().unwrap_or_default()));
     // All start {header, pid, ...}.
     let pid = u32_at(rec, 8);
     if !wanted(pid) {
         index.skipped += 1;
     } else if exit {
-        on_exit(rec, index);
+        on_exit(rec, time, index);
     } else if mmap {
-        on_mmap2(rec, misc, index);
+        on_mmap2(rec, misc, time, index);
     } else if index.queue_mappings && fork {
         let parent = u32_at(rec, 12);
-        index.changes.push(Change::Forked { child: pid, parent });
+        index
+            .changes
+            .push((time, Change::Forked { child: pid, parent }));
     } else if index.queue_mappings && exec {
-        index.changes.push(Change::Execed(pid));
+        index.changes.push((time, Change::Execed(pid)));
     }
 }
 
 /// {pid, ppid, tid, ptid, time}: the process is gone when its main thread is.
-fn on_exit(rec: &[u8], index: &mut MmapIndex) {
+fn on_exit(rec: &[u8], time: u64, index: &mut MmapIndex) {
     let (pid, tid) = (u32_at(rec, 8), u32_at(rec, 16));
     if pid == tid && rec.len() >= 24 {
         index.jit.on_exit(pid);
         if index.queue_mappings {
-            index.changes.push(Change::Exited(pid));
+            index.changes.push((time, Change::Exited(pid)));
         }
     }
 }
 
 /// A new mapping: indexed by build ID (or path), queued for the unwinder,
 /// or noted as JIT code. `rec` is at least 73 bytes.
-fn on_mmap2(rec: &[u8], misc: u16, index: &mut MmapIndex) {
+fn on_mmap2(rec: &[u8], misc: u16, time: u64, index: &mut MmapIndex) {
     let pid = u32_at(rec, 8);
     let name = &rec[72..];
     let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
@@ -292,11 +308,14 @@ fn on_mmap2(rec: &[u8], misc: u16, index: &mut MmapIndex) {
         // memfd is a file: the walker learns it itself).
         if index.queue_mappings && !name.starts_with(b"/memfd:") {
             let end = addr.saturating_add(len);
-            index.changes.push(Change::Anon {
-                pid,
-                start: addr,
-                end,
-            });
+            index.changes.push((
+                time,
+                Change::Anon {
+                    pid,
+                    start: addr,
+                    end,
+                },
+            ));
         }
         return;
     }
@@ -304,11 +323,14 @@ fn on_mmap2(rec: &[u8], misc: u16, index: &mut MmapIndex) {
     if name == b"[vdso]" {
         if index.queue_mappings {
             let end = addr.saturating_add(len);
-            index.changes.push(Change::Vdso {
-                pid,
-                start: addr,
-                end,
-            });
+            index.changes.push((
+                time,
+                Change::Vdso {
+                    pid,
+                    start: addr,
+                    end,
+                },
+            ));
         }
         return;
     }
@@ -321,12 +343,13 @@ fn on_mmap2(rec: &[u8], misc: u16, index: &mut MmapIndex) {
         path: PathBuf::from(std::ffi::OsStr::from_bytes(name)),
     };
     if index.queue_mappings {
-        index.changes.push(Change::Mapped {
+        let change = Change::Mapped {
             mapping: mapping.clone(),
             start: addr,
             end: addr.saturating_add(len),
             off: pgoff,
-        });
+        };
+        index.changes.push((time, change));
     }
     // A jitdump is mapped (executable) only so that profilers find it; it
     // is not an ELF file.
@@ -371,7 +394,11 @@ mod tests {
         for v in [pid, ppid, pid, ppid] {
             r.extend_from_slice(&v.to_ne_bytes());
         }
-        r.extend_from_slice(&0u64.to_ne_bytes());
+        // Its own time, then sample_id's.
+        r.extend_from_slice(&1000u64.to_ne_bytes());
+        r.extend_from_slice(&1000u64.to_ne_bytes());
+        let size = r.len() as u16;
+        r[6..8].copy_from_slice(&size.to_ne_bytes());
         r
     }
 
@@ -386,6 +413,9 @@ mod tests {
             r.extend_from_slice(&v.to_ne_bytes());
         }
         r.extend_from_slice(b"prog\0\0\0\0");
+        r.extend_from_slice(&1001u64.to_ne_bytes());
+        let size = r.len() as u16;
+        r[6..8].copy_from_slice(&size.to_ne_bytes());
         r
     }
 
@@ -406,9 +436,10 @@ mod tests {
         ] {
             parse_record(&rec, &mut index, &mut |_| true);
         }
+        let kinds: Vec<&Change> = index.changes.iter().map(|(_, c)| c).collect();
         assert!(
             matches!(
-                &index.changes[..],
+                &kinds[..],
                 [
                     Change::Forked {
                         child: 20,
@@ -419,9 +450,10 @@ mod tests {
                     Change::Exited(20)
                 ]
             ),
-            "{:?}",
-            index.changes
+            "{kinds:?}"
         );
+        // Each with the time its record ends with.
+        assert_eq!((index.changes[0].0, index.changes[1].0), (1000, 1001));
     }
 
     /// A PERF_RECORD_MMAP2 of `name` in `pid`, with a build ID if given.
@@ -498,13 +530,20 @@ mod tests {
             &mut index,
             &mut |_| true,
         );
-        assert_eq!(
-            index.changes,
-            [Change::Anon {
-                pid: 9,
-                start: 0x7f00_0000_0000,
-                end: 0x7f00_0000_1000
-            }]
+        assert!(
+            matches!(
+                &index.changes[..],
+                [(
+                    _,
+                    Change::Anon {
+                        pid: 9,
+                        start: 0x7f00_0000_0000,
+                        end: 0x7f00_0000_1000
+                    }
+                )]
+            ),
+            "{:?}",
+            index.changes
         );
     }
 
@@ -543,7 +582,7 @@ mod tests {
         assert!(index.without_build_id.is_empty());
         assert!(matches!(
             &index.changes[..],
-            [Change::Mapped { mapping, .. }, Change::Exited(7)] if mapping.pid == 7
+            [(_, Change::Mapped { mapping, .. }), (_, Change::Exited(7))] if mapping.pid == 7
         ));
     }
 

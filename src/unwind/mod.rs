@@ -11,7 +11,7 @@
 pub mod procmaps;
 pub mod table;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::mem::size_of;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
@@ -86,6 +86,9 @@ pub struct Unwinder {
     files: HashMap<(u64, u64), bool>,
     /// The length of bprof's vDSO, once its table is loaded.
     vdso_len: Option<u64>,
+    /// Per process, the time of its last exec or exit: its mapping records
+    /// from before are stale, whenever they are read.
+    floor: HashMap<u32, u64>,
     /// /proc/PID/maps's dev:inode → the file's key (the same on most file
     /// systems; by the opened file's fstat where they differ).
     key_of: HashMap<(u64, u64), (u64, u64)>,
@@ -135,6 +138,7 @@ impl Unwinder {
             vdso_len: None,
             key_of: HashMap::new(),
             procmaps: procmaps::ProcMaps::default(),
+            floor: HashMap::new(),
             failed: HashMap::new(),
             unreachable: 0,
             no_table: 0,
@@ -555,22 +559,17 @@ impl Unwinder {
         index: &mut crate::collect::sideband::MmapIndex,
     ) {
         use crate::collect::sideband::Change;
-        let changes = std::mem::take(&mut index.changes);
-        // Each CPU's records come in order, but one ring is read after
-        // another: a child's exec may be read before its fork, a new
-        // image's mappings before its exec. So an exec drops only what
-        // came before this batch, and a child that exec'd in it takes
-        // nothing from its parent.
-        self.procmaps.next_batch();
-        let execed: HashSet<u32> = changes
-            .iter()
-            .filter_map(|c| match c {
-                Change::Execed(pid) => Some(*pid),
-                _ => None,
-            })
-            .collect();
-        for change in changes {
+        // In the kernel's time order (the side band sorts each read). A
+        // record can still be read after a later one of another CPU's
+        // ring, one read later: what a process mapped before its exec (or
+        // exit) is dropped whenever it comes, and a child that exec'd
+        // takes nothing from its parent.
+        for (time, change) in std::mem::take(&mut index.changes) {
+            let stale = |pid: u32| self.floor.get(&pid).is_some_and(|&f| time < f);
+            self.procmaps.stamp = time;
             match change {
+                Change::Mapped { ref mapping, .. } if stale(mapping.pid) => {}
+                Change::Anon { pid, .. } | Change::Vdso { pid, .. } if stale(pid) => {}
                 Change::Mapped {
                     mapping,
                     start,
@@ -584,13 +583,30 @@ impl Unwinder {
                     let slot = self.vdso_slot(start, end);
                     self.procmaps.insert(maps, pid, slot);
                 }
-                Change::Forked { child, parent } if !execed.contains(&child) => {
-                    self.procmaps.copy(maps, parent, child);
+                Change::Forked { child, .. } if stale(child) => {}
+                Change::Forked { child, parent } => self.procmaps.copy(maps, parent, child, time),
+                Change::Execed(pid) => {
+                    self.raise_floor(pid, time);
+                    self.procmaps.remove_before(maps, pid, time);
                 }
-                Change::Forked { .. } => {}
-                Change::Execed(pid) => self.procmaps.remove_before_batch(maps, pid),
-                Change::Exited(pid) => self.procmaps.remove(maps, pid),
+                Change::Exited(pid) => {
+                    self.raise_floor(pid, time);
+                    self.procmaps.remove(maps, pid);
+                }
             }
+        }
+        self.procmaps.stamp = 0;
+    }
+
+    /// Records that `pid`'s mappings before `time` are gone. Kept a few
+    /// seconds (a record late by one read is late by ms), so a busy
+    /// machine's exits do not pile up.
+    fn raise_floor(&mut self, pid: u32, time: u64) {
+        let f = self.floor.entry(pid).or_default();
+        *f = (*f).max(time);
+        if self.floor.len() > 4096 {
+            let horizon = time.saturating_sub(5_000_000_000);
+            self.floor.retain(|_, &mut t| t >= horizon);
         }
     }
 

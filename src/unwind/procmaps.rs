@@ -27,11 +27,13 @@ pub struct Slot {
 /// User space's copy of `unwind_maps`.
 #[derive(Debug, Default)]
 pub struct ProcMaps {
-    /// Each chunk's mappings, with the batch that recorded each.
+    /// Each chunk's mappings, with the time of the record of each (0: read
+    /// from /proc at start).
     chunks: HashMap<(u32, u64), Vec<(Slot, u64)>>,
     by_tgid: HashMap<u32, HashSet<u64>>,
-    /// The batch of changes being applied (see [`Self::next_batch`]).
-    batch: u64,
+    /// The time [`Self::insert`] gives what it records: the kernel's time
+    /// of the side-band record being applied.
+    pub stamp: u64,
     /// Mappings pushed out of a full chunk (more than 8 in 2 MiB).
     pub evicted: u64,
     /// Map updates that failed (map full).
@@ -49,11 +51,6 @@ fn key(tgid: u32, chunk: u64) -> abi::unwind_map_key {
 }
 
 impl ProcMaps {
-    /// Starts a new batch of changes: what one read of the side band brought.
-    pub fn next_batch(&mut self) {
-        self.batch += 1;
-    }
-
     /// Records a mapping of `tgid`, replacing what it overlaps.
     pub fn insert(&mut self, map: &dyn MapCore, tgid: u32, slot: Slot) {
         if slot.end <= slot.start {
@@ -67,7 +64,7 @@ impl ProcMaps {
         for chunk in first..=last {
             let slots = self.chunks.entry((tgid, chunk)).or_default();
             slots.retain(|(s, _)| s.end <= slot.start || s.start >= slot.end);
-            slots.push((slot, self.batch));
+            slots.push((slot, self.stamp));
             if slots.len() > SLOTS {
                 slots.remove(0);
                 self.evicted += 1;
@@ -101,11 +98,12 @@ impl ProcMaps {
         }
     }
 
-    /// Gives `child` the mappings `parent` has (a fork: the child's
-    /// address space is a copy of its parent's). Without them the walker
+    /// Gives `child` the mappings `parent` had at time `at` (a fork: the
+    /// child's address space is a copy of its parent's), where the child
+    /// has none of its own: its own, newer, win. Without them the walker
     /// would ask the kernel for each, and name a file by the inode it
     /// finds, which on overlayfs is not the one /proc and fstat show.
-    pub fn copy(&mut self, map: &dyn MapCore, parent: u32, child: u32) {
+    pub fn copy(&mut self, map: &dyn MapCore, parent: u32, child: u32, at: u64) {
         let mut chunks: Vec<u64> = self
             .by_tgid
             .get(&parent)
@@ -113,22 +111,31 @@ impl ProcMaps {
             .unwrap_or_default();
         chunks.sort_unstable();
         for chunk in chunks {
-            let slots = self
+            let from = self
                 .chunks
                 .get(&(parent, chunk))
                 .cloned()
                 .unwrap_or_default();
-            for (slot, _) in slots {
-                self.insert(map, child, slot);
+            let to = self.chunks.entry((child, chunk)).or_default();
+            let before = to.len();
+            for (s, t) in from.into_iter().filter(|&(_, t)| t < at) {
+                let overlaps = to.iter().any(|(o, _)| o.start < s.end && s.start < o.end);
+                if !overlaps && to.len() < SLOTS {
+                    to.push((s, t));
+                }
+            }
+            if to.is_empty() {
+                self.chunks.remove(&(child, chunk));
+            } else if to.len() != before {
+                self.by_tgid.entry(child).or_default().insert(chunk);
+                self.write(map, child, chunk);
             }
         }
     }
 
-    /// Forgets what `tgid` mapped before this batch: an exec replaced its
-    /// image. The rings are read one CPU after another, so the new image's
-    /// mappings may have come already in this batch; they stay.
-    pub fn remove_before_batch(&mut self, map: &dyn MapCore, tgid: u32) {
-        let batch = self.batch;
+    /// Forgets what `tgid` mapped before time `at`: an exec replaced its
+    /// image then.
+    pub fn remove_before(&mut self, map: &dyn MapCore, tgid: u32, at: u64) {
         let chunks: Vec<u64> = self
             .by_tgid
             .get(&tgid)
@@ -139,7 +146,7 @@ impl ProcMaps {
                 continue;
             };
             let before = slots.len();
-            slots.retain(|&(_, b)| b == batch);
+            slots.retain(|&(_, t)| t >= at);
             if slots.is_empty() {
                 self.chunks.remove(&(tgid, chunk));
                 if let Some(c) = self.by_tgid.get_mut(&tgid) {
@@ -165,5 +172,89 @@ impl ProcMaps {
     /// Chunks held.
     pub fn len(&self) -> usize {
         self.chunks.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libbpf_rs::{libbpf_sys, MapFlags, MapHandle, MapType};
+
+    fn chunk_map() -> MapHandle {
+        let opts = libbpf_sys::bpf_map_create_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
+            ..Default::default()
+        };
+        MapHandle::create(
+            MapType::Hash,
+            Some("bprof_test_maps"),
+            std::mem::size_of::<abi::unwind_map_key>() as u32,
+            std::mem::size_of::<abi::unwind_chunk>() as u32,
+            64,
+            &opts,
+        )
+        .expect("create a hash map (needs root)")
+    }
+
+    /// The (start, file inode) of each slot the BPF map holds for the
+    /// first chunk of `tgid`.
+    fn held(map: &MapHandle, tgid: u32) -> Vec<(u64, u64)> {
+        let k = key(tgid, 0);
+        let Some(v) = map.lookup(abi::plain_bytes(&k), MapFlags::ANY).unwrap() else {
+            return Vec::new();
+        };
+        let each = std::mem::size_of::<abi::unwind_map_slot>();
+        let word = |at: usize| u64::from_ne_bytes(v[at..at + 8].try_into().unwrap());
+        (0..SLOTS)
+            .map(|i| (word(i * each), word(i * each + 32)))
+            .filter(|&(start, _)| start != 0)
+            .collect()
+    }
+
+    fn slot(start: u64, ino: u64) -> Slot {
+        Slot {
+            start,
+            end: start + 0x1000,
+            off: 0,
+            file: (1, ino),
+        }
+    }
+
+    #[test]
+    fn a_fork_copies_what_the_parent_had_then_and_an_exec_drops_what_came_before() {
+        let map = chunk_map();
+        let mut pm = ProcMaps::default();
+        // The parent: A from /proc at start, B mapped at time 50.
+        pm.insert(&map, 10, slot(0x1000, 1));
+        pm.stamp = 50;
+        pm.insert(&map, 10, slot(0x3000, 2));
+        // The child's own mapping at 40 overlaps where A is: its own wins.
+        pm.stamp = 40;
+        pm.insert(&map, 20, slot(0x1800, 3));
+        // Forked at 30, read after: A (older) would overlap the child's own,
+        // B came after the fork.
+        pm.copy(&map, 10, 20, 30);
+        assert_eq!(held(&map, 20), [(0x1800, 3)]);
+        // Another child forked at 60 gets both.
+        pm.copy(&map, 10, 21, 60);
+        let mut got = held(&map, 21);
+        got.sort_unstable();
+        assert_eq!(got, [(0x1000, 1), (0x3000, 2)]);
+        // An exec at 70: what the child had from before goes; a mapping of
+        // its new image (at 75), read before the exec (another CPU's
+        // ring), stays.
+        pm.stamp = 75;
+        pm.insert(&map, 21, slot(0x5000, 4));
+        pm.remove_before(&map, 21, 70);
+        assert_eq!(held(&map, 21), [(0x5000, 4)]);
+        pm.remove_before(&map, 21, 80);
+        assert!(held(&map, 21).is_empty());
+        assert!(map
+            .lookup(abi::plain_bytes(&key(21, 0)), MapFlags::ANY)
+            .unwrap()
+            .is_none());
+        pm.remove(&map, 20);
+        assert!(held(&map, 20).is_empty());
+        assert_eq!(held(&map, 10).len(), 2);
     }
 }
