@@ -109,6 +109,29 @@ static long search_step(__u32 i, struct row_search *r)
 
 /* The row of file offset `off`: the last one with pc <= off. The page
  * index narrows the search to the rows of off's page. */
+/* Which slot of a chunk holds `ip`, as a bpf_loop callback: unrolled, the
+ * eight ways out of the search were eight states the verifier carried
+ * through the rest of the frame. */
+struct slot_search {
+	struct unwind_chunk *ch;
+	__u64 ip;
+	__u32 hit;
+};
+
+static long slot_step(__u32 k, struct slot_search *s)
+{
+	struct unwind_map_slot *sl;
+
+	if (k >= UNWIND_CHUNK_SLOTS)
+		return 1;
+	sl = &s->ch->slots[k];
+	if (s->ip >= sl->start && s->ip < sl->end) {
+		s->hit = k;
+		return 1;
+	}
+	return 0;
+}
+
 static __always_inline struct unwind_row *find_row(const struct unwind_file *f, __u64 off)
 {
 	struct row_search r = { .off = off, .first_row = f->first_row, .hi = f->nr_rows };
@@ -229,17 +252,17 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		ch = bpf_map_lookup_elem(&unwind_maps, &mk);
 		err = -ENOENT;
 		if (ch) {
-			for (int k = 0; k < UNWIND_CHUNK_SLOTS; k++) {
-				struct unwind_map_slot *sl = &ch->slots[k];
+			struct slot_search ss = { .ch = ch, .ip = c->s->ip, .hit = UNWIND_CHUNK_SLOTS };
 
-				if (c->s->ip >= sl->start && c->s->ip < sl->end) {
-					v.start = sl->start;
-					v.end = sl->end;
-					v.off = sl->off;
-					v.key = sl->file;
-					err = 0;
-					break;
-				}
+			bpf_loop(UNWIND_CHUNK_SLOTS, slot_step, &ss, 0);
+			if (ss.hit < UNWIND_CHUNK_SLOTS) {
+				struct unwind_map_slot *sl = &ch->slots[ss.hit];
+
+				v.start = sl->start;
+				v.end = sl->end;
+				v.off = sl->off;
+				v.key = sl->file;
+				err = 0;
 			}
 		}
 		/* Not seen by user space yet: ask the kernel (once per run). */
