@@ -115,7 +115,9 @@ static long search_step(__u32 i, struct row_search *r)
 struct slot_search {
 	struct unwind_chunk *ch;
 	__u64 ip;
-	__u32 hit;
+	/* 64-bit: 6.1's verifier bounds a 32-bit compare's result loosely,
+	 * and the slot's offset (hit * 40) then past the chunk's end. */
+	__u64 hit;
 };
 
 static long slot_step(__u32 k, struct slot_search *s)
