@@ -209,6 +209,31 @@ pub fn private_file(dir: &File, name: &str) -> io::Result<File> {
     Ok(file)
 }
 
+/// Replaces the file `name` in `dir` (checked by [`private_dir`], at
+/// `dir_path`) with `bytes`, through a temporary file renamed into place: a
+/// concurrent reader sees the old file or the new one, never half. By
+/// path: the directory is root's own 0700 one, so no one else can swap a
+/// name in it.
+pub fn replace_private_file(
+    dir: &File,
+    dir_path: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> io::Result<()> {
+    use std::io::Write;
+    let tmp = format!(".{name}.{}.tmp", std::process::id());
+    let written = private_file(dir, &tmp)
+        .and_then(|mut f| {
+            f.set_len(0)?;
+            f.write_all(bytes)
+        })
+        .and_then(|()| std::fs::rename(dir_path.join(&tmp), dir_path.join(name)));
+    if written.is_err() {
+        let _ = std::fs::remove_file(dir_path.join(&tmp));
+    }
+    written
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,8 +14,8 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString};
 use std::fs::File;
-use std::io::Write;
 use std::os::fd::AsRawFd;
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::libbpf_sys as sys;
@@ -197,20 +197,8 @@ pub(crate) fn keep(obj: &libbpf_rs::Object) -> Result<(String, usize)> {
     let mut out = Btf::empty()?;
     // SAFETY: `local` is valid while `obj` is borrowed.
     let n = unsafe { copy_named(local, kernel.0, out.0) }?;
-    let bytes = out.raw()?;
-    let tmp = format!(".{name}.{}", std::process::id());
-    let mut f = crate::fsafe::private_file(&dir, &tmp).context("creating the copy")?;
-    let written = f
-        .set_len(0)
-        .and_then(|()| f.write_all(bytes))
-        .and_then(|()| {
-            std::fs::rename(format!("{STATE_DIR}/{tmp}"), format!("{STATE_DIR}/{name}"))
-        });
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(format!("{STATE_DIR}/{tmp}"));
-        return Err(e).context("writing the copy");
-    }
-    drop(out);
+    crate::fsafe::replace_private_file(&dir, Path::new(STATE_DIR), &name, out.raw()?)
+        .context("writing the copy")?;
     Ok((format!("{STATE_DIR}/{name}"), n))
 }
 

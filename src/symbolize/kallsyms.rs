@@ -291,18 +291,7 @@ fn write_copy(dir_fd: &File, dir: &Path, name: &str, live: &Path) -> Option<()> 
         out.push_str(l);
         out.push('\n');
     }
-    let tmp = format!(".{name}.{}.tmp", std::process::id());
-    let written = crate::fsafe::private_file(dir_fd, &tmp).and_then(|mut f| {
-        f.set_len(0)?;
-        f.write_all(out.as_bytes())
-    });
-    // By path: the directory is root's own 0700 one (checked by
-    // private_dir), so no one else can swap a name in it.
-    let renamed = written.and_then(|()| std::fs::rename(dir.join(&tmp), dir.join(name)));
-    if renamed.is_err() {
-        let _ = std::fs::remove_file(dir.join(&tmp));
-        return None;
-    }
+    crate::fsafe::replace_private_file(dir_fd, dir, name, out.as_bytes()).ok()?;
     remove_other_boots(dir, name);
     Some(())
 }

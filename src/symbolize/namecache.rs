@@ -10,7 +10,7 @@
 //! come from the DWARF.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::bpf::shared_counters::STATE_DIR;
@@ -152,8 +152,8 @@ impl NameCache {
         self.changed = true;
     }
 
-    /// Writes what was learned (through a temporary file renamed into place:
-    /// a concurrent profile reads the old or the new file, never half).
+    /// Writes what was learned (a concurrent profile reads the old or the
+    /// new file, never half).
     pub(crate) fn save(&self) {
         if !self.changed {
             return;
@@ -162,18 +162,8 @@ impl NameCache {
         for (start, size, name) in &self.funcs {
             out.push_str(&format!("{start:x} {size:x} {name}\n"));
         }
-        let tmp = format!(".{}.{}.tmp", self.name, std::process::id());
-        let written = crate::fsafe::private_file(&self.dir_fd, &tmp).and_then(|mut f| {
-            f.set_len(0)?;
-            f.write_all(out.as_bytes())
-        });
-        // By path: private_dir checked the directory is root's own 0700 one.
-        if written
-            .and_then(|()| std::fs::rename(self.dir.join(&tmp), self.dir.join(&self.name)))
-            .is_err()
-        {
-            let _ = std::fs::remove_file(self.dir.join(&tmp));
-        }
+        let _ =
+            crate::fsafe::replace_private_file(&self.dir_fd, &self.dir, &self.name, out.as_bytes());
     }
 }
 
