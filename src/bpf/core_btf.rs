@@ -13,8 +13,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString};
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -30,27 +28,25 @@ const FORMAT: &str = "bprof-core-btf 2";
 const MAX_BYTES: u64 = 16 << 20;
 
 /// What the load did for its kernel types (`-v` says it).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) enum Use {
     /// Read from the kernel's BTF; `kept` says where the copy went, or why not.
-    Kernel {
-        kept: std::result::Result<(String, usize), String>,
-    },
+    Kernel { kept: Result<(String, usize)> },
     /// Read from the copy kept earlier this boot.
     Kept(String),
     /// The kept copy failed the load and was removed; the kernel's BTF
     /// served, and `kept` says where a new copy went.
     Refused {
         path: String,
-        kept: std::result::Result<(String, usize), String>,
+        kept: Result<(String, usize)>,
     },
 }
 
 impl std::fmt::Display for Use {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kept = |f: &mut std::fmt::Formatter<'_>, kept: &std::result::Result<_, _>| match kept {
+        let kept = |f: &mut std::fmt::Formatter<'_>, kept: &Result<(String, usize)>| match kept {
             Ok((path, n)) => write!(f, "{n} of its types kept in {path} for the next profiles"),
-            Err(why) => write!(f, "no copy kept: {why}"),
+            Err(why) => write!(f, "no copy kept: {why:#}"),
         };
         match self {
             Use::Kernel { kept: k } => {
@@ -72,7 +68,7 @@ impl std::fmt::Display for Use {
 /// A kept copy, open: libbpf reads it through `/proc/self/fd`, so the file
 /// checked is the file read.
 pub(crate) struct Kept {
-    file: File,
+    checked: crate::fsafe::Checked,
     name: String,
 }
 
@@ -80,41 +76,25 @@ impl Kept {
     /// The copy for this build and boot, when root's state directory holds
     /// one that is a regular file of root's, mode 0600, of a sane size.
     pub(crate) fn find() -> Option<Kept> {
-        let dir = crate::fsafe::private_dir(std::path::Path::new(STATE_DIR)).ok()?;
-        let name = file_name()?;
-        if exists_in(&dir, &refused(&name)) {
-            return None;
-        }
-        let c = CString::new(name.as_str()).ok()?;
-        // SAFETY: a valid directory fd and a NUL-terminated name; the fd is
-        // owned by the File at once.
-        let fd = unsafe {
-            libc::openat(
-                dir.as_raw_fd(),
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
-            )
-        };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: fd is a fresh descriptor nothing else owns.
-        let file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        let meta = file.metadata().ok()?;
         use std::os::unix::fs::MetadataExt;
+        crate::fsafe::private_dir(Path::new(STATE_DIR)).ok()?;
+        let name = file_name()?;
+        if is_refused(&name) {
+            return None;
+        }
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
-        (meta.is_file()
-            && meta.uid() == me
-            && meta.mode() & 0o077 == 0
-            && meta.len() > 0
-            && meta.len() <= MAX_BYTES)
-            .then_some(Kept { file, name })
+        let path = Path::new(STATE_DIR).join(&name);
+        let checked =
+            crate::fsafe::open_untrusted(&path, crate::fsafe::Owner::Exactly(me), MAX_BYTES)
+                .ok()?;
+        let meta = checked.file.metadata().ok()?;
+        (meta.mode() & 0o077 == 0 && meta.len() > 0).then_some(Kept { checked, name })
     }
 
     /// The path libbpf opens.
     pub(crate) fn proc_path(&self) -> CString {
-        CString::new(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+        CString::new(self.checked.fd_path().into_os_string().into_encoded_bytes())
             .expect("a path without NUL")
     }
 
@@ -129,14 +109,17 @@ impl Kept {
     pub(crate) fn remove(self) {
         use std::os::unix::fs::MetadataExt;
         let path = self.path();
-        let same = match (self.file.metadata(), std::fs::symlink_metadata(&path)) {
+        let same = match (
+            self.checked.file.metadata(),
+            std::fs::symlink_metadata(&path),
+        ) {
             (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
             _ => false,
         };
         if same {
             let _ = std::fs::remove_file(&path);
         }
-        if let Ok(dir) = crate::fsafe::private_dir(std::path::Path::new(STATE_DIR)) {
+        if let Ok(dir) = crate::fsafe::private_dir(Path::new(STATE_DIR)) {
             let _ = crate::fsafe::private_file(&dir, &refused(&self.name));
         }
     }
@@ -147,22 +130,11 @@ fn refused(name: &str) -> String {
     format!("{name}.refused")
 }
 
-/// Whether `dir` holds `name`, not following a symlink.
-fn exists_in(dir: &File, name: &str) -> bool {
-    let Ok(c) = CString::new(name) else {
-        return false;
-    };
-    // SAFETY: a valid directory fd, a NUL-terminated name and a stat buffer
-    // the call fills.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::fstatat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &mut st,
-            libc::AT_SYMLINK_NOFOLLOW,
-        ) == 0
-    }
+/// Whether this build's copies were refused this boot. By path, not
+/// following a symlink: private_dir checked the directory is root's own
+/// 0700 one.
+fn is_refused(name: &str) -> bool {
+    std::fs::symlink_metadata(Path::new(STATE_DIR).join(refused(name))).is_ok()
 }
 
 /// `core-<hash of the object and the boot>.btf`; `None` without a boot id.
@@ -183,9 +155,9 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// number of types.
 pub(crate) fn keep(obj: &libbpf_rs::Object) -> Result<(String, usize)> {
     use libbpf_rs::AsRawLibbpf;
-    let dir = crate::fsafe::private_dir(std::path::Path::new(STATE_DIR))?;
+    let dir = crate::fsafe::private_dir(Path::new(STATE_DIR))?;
     let name = file_name().context("no boot id")?;
-    if exists_in(&dir, &refused(&name)) {
+    if is_refused(&name) {
         bail!("a copy failed a load earlier this boot");
     }
     // SAFETY: a loaded object's pointer; its BTF lives as long as it does.

@@ -169,13 +169,13 @@ impl<'obj> ProfileProgram<'obj> {
                     let path = kept.path();
                     kept.remove();
                     let (skel, gens) = Self::open_and_load(second, opts, None, true)?;
-                    let kept = core_btf::keep(skel.object()).map_err(|e| format!("{e:#}"));
+                    let kept = core_btf::keep(skel.object());
                     (skel, gens, core_btf::Use::Refused { path, kept })
                 }
             },
             None => {
                 let (skel, gens) = Self::open_and_load(first, opts, None, true)?;
-                let kept = core_btf::keep(skel.object()).map_err(|e| format!("{e:#}"));
+                let kept = core_btf::keep(skel.object());
                 (skel, gens, core_btf::Use::Kernel { kept })
             }
         };
