@@ -184,7 +184,7 @@ impl Unwinder {
                     } else {
                         anon_slot(start, end)
                     };
-                    self.procmaps.insert(maps, pid, slot);
+                    self.procmaps.insert(maps, pid, slot, 0);
                 }
                 continue;
             }
@@ -214,32 +214,29 @@ impl Unwinder {
                     off,
                     file,
                 };
-                self.procmaps.insert(maps, pid, slot);
+                self.procmaps.insert(maps, pid, slot, 0);
             }
         }
     }
 
     /// Loads the table of a file the side band saw mapped at
-    /// `[start, end)` from file offset `off`, and records the mapping.
-    pub fn add_mapping(
+    /// `[start, end)` from file offset `off`; returns the mapping to record.
+    fn mapped_slot(
         &mut self,
         files: &dyn MapCore,
-        maps: &dyn MapCore,
         m: &Mapping,
         start: u64,
         end: u64,
         off: u64,
-    ) {
+    ) -> Option<procmaps::Slot> {
         let via = PathBuf::from(format!("/proc/{}/map_files/{start:x}-{end:x}", m.pid));
-        if let Some(file) = self.add_file(files, m.pid, &m.path, Some(&via)) {
-            let slot = procmaps::Slot {
-                start,
-                end,
-                off,
-                file,
-            };
-            self.procmaps.insert(maps, m.pid, slot);
-        }
+        let file = self.add_file(files, m.pid, &m.path, Some(&via))?;
+        Some(procmaps::Slot {
+            start,
+            end,
+            off,
+            file,
+        })
     }
 
     /// Opens the file (exactly the mapped one through map_files while the
@@ -566,7 +563,6 @@ impl Unwinder {
         // takes nothing from its parent.
         for (time, change) in std::mem::take(&mut index.changes) {
             let stale = |pid: u32| self.floor.get(&pid).is_some_and(|&f| time < f);
-            self.procmaps.stamp = time;
             match change {
                 Change::Mapped { ref mapping, .. } if stale(mapping.pid) => {}
                 Change::Anon { pid, .. } | Change::Vdso { pid, .. } if stale(pid) => {}
@@ -575,13 +571,17 @@ impl Unwinder {
                     start,
                     end,
                     off,
-                } => self.add_mapping(files, maps, &mapping, start, end, off),
+                } => {
+                    if let Some(slot) = self.mapped_slot(files, &mapping, start, end, off) {
+                        self.procmaps.insert(maps, mapping.pid, slot, time);
+                    }
+                }
                 Change::Anon { pid, start, end } => {
-                    self.procmaps.insert(maps, pid, anon_slot(start, end));
+                    self.procmaps.insert(maps, pid, anon_slot(start, end), time);
                 }
                 Change::Vdso { pid, start, end } => {
                     let slot = self.vdso_slot(start, end);
-                    self.procmaps.insert(maps, pid, slot);
+                    self.procmaps.insert(maps, pid, slot, time);
                 }
                 Change::Forked { child, .. } if stale(child) => {}
                 Change::Forked { child, parent } => self.procmaps.copy(maps, parent, child, time),
@@ -595,7 +595,6 @@ impl Unwinder {
                 }
             }
         }
-        self.procmaps.stamp = 0;
     }
 
     /// Records that `pid`'s mappings before `time` are gone. Kept a few

@@ -31,9 +31,6 @@ pub struct ProcMaps {
     /// from /proc at start).
     chunks: HashMap<(u32, u64), Vec<(Slot, u64)>>,
     by_tgid: HashMap<u32, HashSet<u64>>,
-    /// The time [`Self::insert`] gives what it records: the kernel's time
-    /// of the side-band record being applied.
-    pub stamp: u64,
     /// Mappings pushed out of a full chunk (more than 8 in 2 MiB).
     pub evicted: u64,
     /// Map updates that failed (map full).
@@ -51,8 +48,9 @@ fn key(tgid: u32, chunk: u64) -> abi::unwind_map_key {
 }
 
 impl ProcMaps {
-    /// Records a mapping of `tgid`, replacing what it overlaps.
-    pub fn insert(&mut self, map: &dyn MapCore, tgid: u32, slot: Slot) {
+    /// Records a mapping of `tgid`, replacing what it overlaps; `time`: the
+    /// kernel's time of the record that told it (0: read from /proc).
+    pub fn insert(&mut self, map: &dyn MapCore, tgid: u32, slot: Slot, time: u64) {
         if slot.end <= slot.start {
             return;
         }
@@ -64,7 +62,7 @@ impl ProcMaps {
         for chunk in first..=last {
             let slots = self.chunks.entry((tgid, chunk)).or_default();
             slots.retain(|(s, _)| s.end <= slot.start || s.start >= slot.end);
-            slots.push((slot, self.stamp));
+            slots.push((slot, time));
             if slots.len() > SLOTS {
                 slots.remove(0);
                 self.evicted += 1;
@@ -104,13 +102,7 @@ impl ProcMaps {
     /// would ask the kernel for each, and name a file by the inode it
     /// finds, which on overlayfs is not the one /proc and fstat show.
     pub fn copy(&mut self, map: &dyn MapCore, parent: u32, child: u32, at: u64) {
-        let mut chunks: Vec<u64> = self
-            .by_tgid
-            .get(&parent)
-            .map(|c| c.iter().copied().collect())
-            .unwrap_or_default();
-        chunks.sort_unstable();
-        for chunk in chunks {
+        for chunk in self.chunks_of(parent) {
             let from = self
                 .chunks
                 .get(&(parent, chunk))
@@ -136,12 +128,7 @@ impl ProcMaps {
     /// Forgets what `tgid` mapped before time `at`: an exec replaced its
     /// image then.
     pub fn remove_before(&mut self, map: &dyn MapCore, tgid: u32, at: u64) {
-        let chunks: Vec<u64> = self
-            .by_tgid
-            .get(&tgid)
-            .map(|c| c.iter().copied().collect())
-            .unwrap_or_default();
-        for chunk in chunks {
+        for chunk in self.chunks_of(tgid) {
             let Some(slots) = self.chunks.get_mut(&(tgid, chunk)) else {
                 continue;
             };
@@ -158,6 +145,14 @@ impl ProcMaps {
                 self.write(map, tgid, chunk);
             }
         }
+    }
+
+    /// The chunks `tgid` has mappings in.
+    fn chunks_of(&self, tgid: u32) -> Vec<u64> {
+        self.by_tgid
+            .get(&tgid)
+            .map(|c| c.iter().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Forgets an exited process.
@@ -225,12 +220,10 @@ mod tests {
         let map = chunk_map();
         let mut pm = ProcMaps::default();
         // The parent: A from /proc at start, B mapped at time 50.
-        pm.insert(&map, 10, slot(0x1000, 1));
-        pm.stamp = 50;
-        pm.insert(&map, 10, slot(0x3000, 2));
+        pm.insert(&map, 10, slot(0x1000, 1), 0);
+        pm.insert(&map, 10, slot(0x3000, 2), 50);
         // The child's own mapping at 40 overlaps where A is: its own wins.
-        pm.stamp = 40;
-        pm.insert(&map, 20, slot(0x1800, 3));
+        pm.insert(&map, 20, slot(0x1800, 3), 40);
         // Forked at 30, read after: A (older) would overlap the child's own,
         // B came after the fork.
         pm.copy(&map, 10, 20, 30);
@@ -243,8 +236,7 @@ mod tests {
         // An exec at 70: what the child had from before goes; a mapping of
         // its new image (at 75), read before the exec (another CPU's
         // ring), stays.
-        pm.stamp = 75;
-        pm.insert(&map, 21, slot(0x5000, 4));
+        pm.insert(&map, 21, slot(0x5000, 4), 75);
         pm.remove_before(&map, 21, 70);
         assert_eq!(held(&map, 21), [(0x5000, 4)]);
         pm.remove_before(&map, 21, 80);
