@@ -531,6 +531,107 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 	return 0;
 }
 
+/*
+ * --call-graph dwarf: a target's new code mappings, learned when they are
+ * made (see learn in unwind.bpf.h) rather than at the first walk that
+ * misses them, where bpf_find_vma finds the mm lock taken whenever the
+ * sample interrupted an mmap or an exec, and the process's first ms (all of
+ * a short one's life) would otherwise walk before user space has read its
+ * mmap records.
+ */
+struct learn_ctx {
+	struct profile_stats *st;
+	struct vma_info v;
+	__u64 mm;
+	__u64 first; /* the mapping's first 2 MiB chunk */
+	__u32 tgid;
+	__u32 pad;
+};
+
+static long learn_chunk(__u32 i, struct learn_ctx *l)
+{
+	struct unwind_map_key mk = { .tgid = l->tgid, .chunk = l->first + i };
+
+	if (learn(&mk, &l->v, l->mm))
+		__sync_fetch_and_add(&l->st->unwind_learned, 1);
+	return 0;
+}
+
+/* The mapping at addr of task, if it is file-backed code. */
+static __always_inline void learn_mapping(struct task_struct *task, __u64 addr)
+{
+	struct learn_ctx l = {};
+	__u64 n;
+
+	/* Read, not loaded through the trusted pointer (see vma_cb). */
+	l.tgid = BPF_CORE_READ(task, tgid);
+	if (!is_target(l.tgid, BPF_CORE_READ(task, pid)))
+		return;
+	/* A number, not a pointer, for the global learn. */
+	l.mm = (__u64)BPF_CORE_READ(task, mm);
+	l.st = stats();
+	if (!l.mm || !l.st)
+		return;
+	if (bpf_find_vma(task, addr, vma_cb, &l.v, 0) || !l.v.end || !l.v.key.ino)
+		return;
+	__sync_fetch_and_add(&l.st->unwind_learned_early, 1);
+	l.first = l.v.start >> UNWIND_CHUNK_SHIFT;
+	n = ((l.v.end - 1) >> UNWIND_CHUNK_SHIFT) - l.first + 1;
+	/* 1 GiB of code at most. */
+	if (n > 512)
+		n = 512;
+	bpf_loop(n, learn_chunk, &l, 0);
+}
+
+/* x86-64's mmap syscall number. */
+#define BPROF_NR_MMAP 9
+
+/* Raw tracepoints, not the syscalls: and sched: events: closing a perf
+ * tracepoint event waits out RCU grace periods (~60-75 ms each here) at
+ * every profile's end; a raw tracepoint's link does not. Any hook on a
+ * syscall sends every syscall of the machine down the kernel's traced path
+ * (~100 ns each here, whatever the program does), so user space attaches
+ * this one only for profiles whose new processes matter (-- COMMAND,
+ * system-wide: see ProfileOptions::learns_mmaps). */
+SEC("raw_tp/sys_exit")
+int learn_mmap(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct x86_regs *regs = (struct x86_regs *)ctx->args[0];
+	__s64 ret = ctx->args[1];
+	__u64 nr = 0;
+
+	/* Every syscall of the machine comes here: most return small numbers
+	 * or errors, and only what could be a mapping's address (page-aligned,
+	 * past mmap_min_addr) costs a read of the syscall number (reading it
+	 * first cost ~110 ns a syscall). */
+	if (ret < 0x10000 || (ret & 0xfff))
+		return 0;
+	bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax);
+	if (nr != BPROF_NR_MMAP)
+		return 0;
+	learn_mapping(bpf_get_current_task_btf(), ret);
+	return 0;
+}
+
+/* After exec loaded the program and its interpreter (sched_process_exec
+ * runs in the exec'ing task): the program's text (start_code) and the entry
+ * point the task starts at (the interpreter's, or a static program's own).
+ * raw_tp, not tp_btf: libbpf parses the kernel's whole BTF to attach a
+ * tp_btf program (~8 ms of every start). */
+SEC("raw_tp/sched_process_exec")
+int learn_exec(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct x86_regs *regs = (struct x86_regs *)bpf_task_pt_regs(task);
+	__u64 start_code = BPF_CORE_READ(task, mm, start_code);
+
+	if (start_code)
+		learn_mapping(task, start_code);
+	if (regs)
+		learn_mapping(task, regs->ip);
+	return 0;
+}
+
 /* Follow -- COMMAND's children: a forked process of a target is a target. */
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(follow_fork, struct task_struct *parent, struct task_struct *child)

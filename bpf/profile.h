@@ -97,7 +97,8 @@ struct profile_stats {
 	__u64 unwind_fp_frames;  /* frames left by frame pointer (no table) */
 	__u64 unwind_task_regs;  /* walks started from the task's saved user registers */
 	__u64 unwind_find_vma;   /* mappings found by bpf_find_vma, not unwind_maps */
-	__u64 unwind_learned;    /* ... and kept in unwind_maps for the next samples */
+	__u64 unwind_learned;    /* mapping slots the BPF side kept in unwind_maps */
+	__u64 unwind_learned_early; /* target mappings learned at their mmap or exec */
 	__u64 unwind_reads;      /* bpf_probe_read_user calls of the walks (stack window refills) */
 };
 

@@ -32,15 +32,24 @@ struct unwind_ctx {
 	struct last_walk *last;
 };
 
+/* VM_EXEC: the same bit in every kernel. */
+#define BPROF_VM_EXEC 0x4
+
 static long vma_cb(struct task_struct *task, struct vm_area_struct *vma, struct vma_info *v)
 {
 	/* Read as plain memory, not through the trusted pointer: the verifier
 	 * looks each such pointer load up by name among ~150 000 BTF types. */
 	struct file *f = BPF_CORE_READ(vma, vm_file);
 
-	v->start = vma->vm_start;
-	v->end = vma->vm_end;
-	v->off = vma->vm_pgoff << PAGE_SHIFT_X86;
+	/* Not code: no mapping for a walk (a return address there is garbage)
+	 * nor one to learn. */
+	if (!(BPF_CORE_READ(vma, vm_flags) & BPROF_VM_EXEC)) {
+		v->start = v->end = 0;
+		return 0;
+	}
+	v->start = BPF_CORE_READ(vma, vm_start);
+	v->end = BPF_CORE_READ(vma, vm_end);
+	v->off = BPF_CORE_READ(vma, vm_pgoff) << PAGE_SHIFT_X86;
 	v->key.dev = 0;
 	v->key.ino = 0;
 	if (f) {
@@ -50,32 +59,100 @@ static long vma_cb(struct task_struct *task, struct vm_area_struct *vma, struct 
 	return 0;
 }
 
-/* Keeps what bpf_find_vma found in unwind_maps, so the next samples of the
- * process find it there: a forked child that never execs, or a command in
- * the ms before user space read its mmap records, learns its mappings
- * one per sample. User space's own view replaces the chunk when it comes. */
-static __always_inline void learn(struct unwind_ctx *c, const struct unwind_map_key *mk, const struct vma_info *v)
+/* learn's look at one slot (bpf_loop callbacks: a slot loop unrolled in
+ * learn cost ~5 ms of verification in each program that calls it). */
+struct learn_scan {
+	struct unwind_chunk *ch;
+	const struct vma_info *v;
+	__u32 free;
+	__u32 known;
+};
+
+static long drop_learned(__u32 k, struct learn_scan *ls)
 {
-	struct unwind_chunk *ch = bpf_map_lookup_elem(&unwind_maps, mk);
+	struct unwind_map_slot *sl;
 
-	if (!ch) {
-		bpf_map_update_elem(&unwind_maps, mk, &unwind_zero_chunk, BPF_NOEXIST);
-		ch = bpf_map_lookup_elem(&unwind_maps, mk);
-		if (!ch)
-			return;
+	if (k >= UNWIND_CHUNK_SLOTS)
+		return 1;
+	sl = &ls->ch->slots[k];
+	if (ls->ch->learned >> k & 1) {
+		sl->start = 0;
+		sl->end = 0;
 	}
-	for (int k = 0; k < UNWIND_CHUNK_SLOTS; k++) {
-		struct unwind_map_slot *sl = &ch->slots[k];
+	return 0;
+}
 
-		if (sl->end == 0) {
-			sl->start = v->start;
-			sl->off = v->off;
-			sl->file = v->key;
-			sl->end = v->end;
-			__sync_fetch_and_add(&c->st->unwind_learned, 1);
-			return;
+static long scan_slot(__u32 k, struct learn_scan *ls)
+{
+	const struct vma_info *v = ls->v;
+	struct unwind_map_slot *sl;
+
+	if (k >= UNWIND_CHUNK_SLOTS)
+		return 1;
+	sl = &ls->ch->slots[k];
+	if (sl->end && sl->start < v->end && v->start < sl->end) {
+		if (sl->start == v->start && sl->end == v->end && sl->off == v->off && sl->file.ino == v->key.ino &&
+		    sl->file.dev == v->key.dev) {
+			ls->known = 1;
+			return 1;
 		}
+		sl->start = 0;
+		sl->end = 0;
+		ls->ch->learned &= ~(1U << k);
 	}
+	if (!sl->end && ls->free == UNWIND_CHUNK_SLOTS)
+		ls->free = k;
+	return 0;
+}
+
+/*
+ * Keeps a mapping the kernel showed (bpf_find_vma) in chunk mk of
+ * unwind_maps at a target's mmap or exec (learn_mmap, learn_exec), so that
+ * a process's first ms walk before user space has read its mmap records.
+ * The slot is marked learned for address space mm: learned slots of another
+ * (before an exec, or of a process whose pid this one reuses) are dropped
+ * first, and a slot the new mapping overlaps is replaced (the kernel
+ * unmapped it). User space's own view replaces the chunk when it comes, and
+ * moves unwind_gen on then: until that, the walks' memos can still hold a
+ * replaced mapping, as they did before any learning. Returns 1 when a slot
+ * was added. A global function: verified once, not at each caller.
+ */
+__noinline int learn(const struct unwind_map_key *mk, const struct vma_info *v, __u64 mm)
+{
+	struct learn_scan ls = { .v = v, .free = UNWIND_CHUNK_SLOTS };
+	struct unwind_map_slot *sl;
+	struct unwind_map_key key;
+	__u32 k;
+
+	/* A global function's pointer arguments may be NULL to the verifier,
+	 * which checks it once for all callers; and 6.1's takes a map key only
+	 * from the stack. */
+	if (!mk || !v)
+		return 0;
+	key = *mk;
+	ls.ch = bpf_map_lookup_elem(&unwind_maps, &key);
+	if (!ls.ch) {
+		bpf_map_update_elem(&unwind_maps, &key, &unwind_zero_chunk, BPF_NOEXIST);
+		ls.ch = bpf_map_lookup_elem(&unwind_maps, &key);
+		if (!ls.ch)
+			return 0;
+	}
+	if (ls.ch->learned_mm != mm) {
+		bpf_loop(UNWIND_CHUNK_SLOTS, drop_learned, &ls, 0);
+		ls.ch->learned = 0;
+		ls.ch->learned_mm = mm;
+	}
+	bpf_loop(UNWIND_CHUNK_SLOTS, scan_slot, &ls, 0);
+	k = ls.free;
+	if (ls.known || k >= UNWIND_CHUNK_SLOTS)
+		return 0;
+	sl = &ls.ch->slots[k];
+	sl->start = v->start;
+	sl->off = v->off;
+	sl->file = v->key;
+	sl->end = v->end;
+	ls.ch->learned |= 1U << k;
+	return 1;
 }
 
 /* One halving of find_row's search, as a bpf_loop callback: the verifier
@@ -118,6 +195,8 @@ struct slot_search {
 	/* 64-bit: 6.1's verifier bounds a 32-bit compare's result loosely,
 	 * and the slot's offset (hit * 40) then past the chunk's end. */
 	__u64 hit;
+	__u32 skip; /* slots learned for another address space */
+	__u32 pad;
 };
 
 static long slot_step(__u32 k, struct slot_search *s)
@@ -127,11 +206,56 @@ static long slot_step(__u32 k, struct slot_search *s)
 	if (k >= UNWIND_CHUNK_SLOTS)
 		return 1;
 	sl = &s->ch->slots[k];
-	if (s->ip >= sl->start && s->ip < sl->end) {
+	if (s->ip >= sl->start && s->ip < sl->end && !(s->skip >> k & 1)) {
 		s->hit = k;
 		return 1;
 	}
 	return 0;
+}
+
+/* The slot of chunk ch that holds ip, into v: learned slots only if they
+ * were learned in address space mm. */
+static __always_inline int chunk_slot(struct unwind_chunk *ch, __u64 ip, __u64 mm, struct vma_info *v)
+{
+	struct slot_search ss = { .ch = ch, .ip = ip, .hit = UNWIND_CHUNK_SLOTS };
+	struct unwind_map_slot *sl;
+
+	if (ch->learned_mm != mm)
+		ss.skip = ch->learned;
+	bpf_loop(UNWIND_CHUNK_SLOTS, slot_step, &ss, 0);
+	if (ss.hit >= UNWIND_CHUNK_SLOTS)
+		return -ENOENT;
+	sl = &ch->slots[ss.hit];
+	v->start = sl->start;
+	v->end = sl->end;
+	v->off = sl->off;
+	v->key = sl->file;
+	return 0;
+}
+
+/* A forked child that has not exec'd runs a copy of its parent's image:
+ * until user space has read the fork record and copied the parent's
+ * mappings (the child has no chunk there yet), the parent's chunk serves,
+ * if the parent has not exec'd since either (the exec ids), with *mm set to
+ * the parent's for its learned slots. Without it each of the child's first
+ * samples could ask the kernel for one mapping only (see learn), and a
+ * shell's children would end their walks at the second. */
+static __always_inline struct unwind_chunk *parent_chunk(struct unwind_ctx *c, __u64 chunk, __u64 *mm)
+{
+	struct task_struct *task = c->task, *parent;
+	struct unwind_map_key pk = { .chunk = chunk };
+	__u64 id = BPF_CORE_READ(task, parent_exec_id);
+
+	if (BPF_CORE_READ(task, self_exec_id) != id)
+		return 0;
+	parent = BPF_CORE_READ(task, real_parent);
+	if (!parent || BPF_CORE_READ(parent, self_exec_id) != id)
+		return 0;
+	pk.tgid = BPF_CORE_READ(parent, tgid);
+	if (pk.tgid == task->tgid)
+		return 0;
+	*mm = (__u64)BPF_CORE_READ(parent, mm);
+	return bpf_map_lookup_elem(&unwind_maps, &pk);
 }
 
 static __always_inline struct unwind_row *find_row(const struct unwind_file *f, __u64 off)
@@ -242,6 +366,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 			&c->maps->e[((c->s->mm >> 6 ^ mk.chunk) * 0x9e3779b97f4a7c15ULL) >> (64 - MAP_MEMO_BITS)];
 		struct unwind_chunk *ch;
 		struct vma_info v = {};
+		__u64 mm;
 
 		if (me->mm == c->s->mm && me->gen == c->s->gen && me->tgid == mk.tgid && c->s->ip >= me->vma.start &&
 		    c->s->ip < me->vma.end) {
@@ -252,28 +377,28 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 			goto mapped;
 		}
 		ch = bpf_map_lookup_elem(&unwind_maps, &mk);
-		err = -ENOENT;
-		if (ch) {
-			struct slot_search ss = { .ch = ch, .ip = c->s->ip, .hit = UNWIND_CHUNK_SLOTS };
-
-			bpf_loop(UNWIND_CHUNK_SLOTS, slot_step, &ss, 0);
-			if (ss.hit < UNWIND_CHUNK_SLOTS) {
-				struct unwind_map_slot *sl = &ch->slots[ss.hit];
-
-				v.start = sl->start;
-				v.end = sl->end;
-				v.off = sl->off;
-				v.key = sl->file;
-				err = 0;
-			}
-		}
-		/* Not seen by user space yet: ask the kernel (once per run). */
+		mm = c->s->mm;
+		if (!ch)
+			ch = parent_chunk(c, mk.chunk, &mm);
+		err = ch ? chunk_slot(ch, c->s->ip, mm, &v) : -ENOENT;
+		/* Neither user space nor learn_mmap has it: ask the kernel (once
+		 * per run). */
 		if (err) {
 			err = bpf_find_vma(c->task, c->s->ip, vma_cb, &v, 0);
+			if (!err && !v.end)
+				err = -ENOENT;
+			/* Kept in unwind_maps after the walk (a call of the
+			 * global learn from here took do_sample's combined stack
+			 * past 6.1's 512 bytes): the kernel serves one lookup per
+			 * program run, so a new process learns one mapping per
+			 * sample where learn_mmap does not run (-p, -t). */
 			if (!err) {
 				__sync_fetch_and_add(&c->st->unwind_find_vma, 1);
-				if (v.key.ino)
-					learn(c, &mk, &v);
+				if (v.key.ino && !c->s->learn) {
+					c->s->learn = 1;
+					c->s->learn_key = mk;
+					c->s->learn_vma = v;
+				}
 			}
 		}
 		if (err) {
@@ -499,7 +624,10 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	s->hash2 = 0x84222325cbf29ce4ULL;
 	s->vma.end = 0;
 	us->nr = 0;
+	s->learn = 0;
 	bpf_loop(BPROF_UNWIND_DEPTH + 1, unwind_step, &c, 0);
+	if (s->learn && learn(&s->learn_key, &s->learn_vma, s->mm))
+		__sync_fetch_and_add(&st->unwind_learned, 1);
 	end = s->end ? s->end - 1 : UNWIND_END_DEPTH;
 	__sync_fetch_and_add(&st->unwind_frames, us->nr); /* before a truncation mark */
 	__sync_fetch_and_add(&st->unwind_fp_frames, s->fp_frames);

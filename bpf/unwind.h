@@ -88,8 +88,16 @@ struct unwind_map_slot {
 	struct unwind_file_key file;
 };
 
+/* User space writes whole chunks (learned 0). The BPF side adds what it
+ * learns from the kernel (at a target's mmap and exec, or when a walk finds
+ * a mapping missing), marked in `learned` and valid only for the address
+ * space it was learned in: after an exec, or in a process reusing the pid,
+ * those slots are ignored and recycled. */
 struct unwind_chunk {
 	struct unwind_map_slot slots[UNWIND_CHUNK_SLOTS];
+	__u64 learned_mm; /* the mm_struct the learned slots are of */
+	__u32 learned;    /* bit k: slot k was learned by the BPF side */
+	__u32 pad;
 };
 
 /* One file's table: rows [first_row, first_row + nr_rows) of unwind_rows,

@@ -161,7 +161,9 @@ struct walk_state {
 	__u32 exact; /* ip is where the frame is, not a return address */
 	__u32 end;   /* enum unwind_end + 1 once the walk ended */
 	__u32 reads; /* bpf_probe_read_user calls */
-	__u32 pad;
+	__u32 learn; /* learn_key and learn_vma hold what bpf_find_vma found */
+	struct unwind_map_key learn_key;
+	struct vma_info learn_vma;
 };
 
 struct {

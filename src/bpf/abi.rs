@@ -118,5 +118,5 @@ const _: () = {
     assert!(size_of::<unwind_page>() == 8);
     assert!(size_of::<unwind_file>() == 6 * 4 + 20);
     assert!(size_of::<unwind_map_key>() == 16);
-    assert!(size_of::<unwind_chunk>() == UNWIND_CHUNK_SLOTS * 5 * 8);
+    assert!(size_of::<unwind_chunk>() == UNWIND_CHUNK_SLOTS * 5 * 8 + 16);
 };

@@ -162,6 +162,7 @@ pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
         s.unwind_task_regs += c.unwind_task_regs;
         s.unwind_find_vma += c.unwind_find_vma;
         s.unwind_learned += c.unwind_learned;
+        s.unwind_learned_early += c.unwind_learned_early;
         s.unwind_reads += c.unwind_reads;
     }
     Ok(s)

@@ -64,6 +64,19 @@ impl ProfileOptions {
     pub fn matches_tgids(&self) -> bool {
         !self.tgids.is_empty() || self.follow_children
     }
+
+    fn dwarf(&self) -> bool {
+        self.call_graph == crate::unwind::CallGraph::Dwarf && self.user_stacks
+    }
+
+    /// Whether targets' mmaps are learned as they happen (learn_mmap): for
+    /// `-- COMMAND` and system-wide profiles, whose new processes walk in
+    /// their first ms. Its hook on every syscall's exit costs each syscall
+    /// of the machine ~100 ns here (the kernel's traced-syscall path), which
+    /// `-p` and `-t` profiles of running processes are spared.
+    pub fn learns_mmaps(&self) -> bool {
+        self.dwarf() && (self.follow_children || (self.tgids.is_empty() && self.tids.is_empty()))
+    }
 }
 
 /// Encodes a parsed filter as the map entries profile.bpf.c walks:
@@ -140,6 +153,12 @@ pub struct ProfileProgram<'obj> {
     /// bprof's own generation was wanted but its tracepoints would not
     /// attach (no tracefs): the raw-stack cache is off.
     layout_gens_missing: bool,
+    /// `--call-graph dwarf`: learn targets' code mappings at exec, and at
+    /// mmap where [`ProfileOptions::learns_mmaps`].
+    learn_mappings: bool,
+    learn_mmaps: bool,
+    /// Why those programs would not attach.
+    learners_missing: Option<anyhow::Error>,
     core_btf: core_btf::Use,
 }
 
@@ -192,6 +211,9 @@ impl<'obj> ProfileProgram<'obj> {
             collector,
             layout_gens,
             layout_gens_missing: false,
+            learn_mappings: opts.dwarf(),
+            learn_mmaps: opts.learns_mmaps(),
+            learners_missing: None,
             core_btf,
         };
         for &tgid in &opts.tgids {
@@ -265,7 +287,7 @@ impl<'obj> ProfileProgram<'obj> {
         rodata.cfg.kernel_threads = opts.kernel_threads.into();
         rodata.cfg.min_block_ns = opts.min_block_ns;
         rodata.cfg.max_block_ns = opts.max_block_ns;
-        let dwarf = opts.call_graph == crate::unwind::CallGraph::Dwarf && opts.user_stacks;
+        let dwarf = opts.dwarf();
         rodata.cfg.dwarf = dwarf.into();
         rodata.cfg.cgroups = opts.cgroups.into();
         rodata.cfg.map_totals = opts.map_totals.into();
@@ -324,6 +346,12 @@ impl<'obj> ProfileProgram<'obj> {
         if !opts.mode.off_cpu() {
             open.progs.offcpu_switch.set_autoload(false);
         }
+        if !dwarf {
+            open.progs.learn_exec.set_autoload(false);
+        }
+        if !opts.learns_mmaps() {
+            open.progs.learn_mmap.set_autoload(false);
+        }
         if !layout_gens {
             open.progs.layout_enter.set_autoload(false);
             open.progs.layout_exit.set_autoload(false);
@@ -364,6 +392,9 @@ impl<'obj> ProfileProgram<'obj> {
     pub fn attach(&mut self, events: Vec<OwnedFd>, follow_children: bool) -> Result<()> {
         if self.layout_gens {
             self.attach_layout_gens()?;
+        }
+        if self.learn_mappings {
+            self.attach_learners();
         }
         if follow_children {
             let progs = &self.skel.progs;
@@ -420,6 +451,38 @@ impl<'obj> ProfileProgram<'obj> {
         // SAFETY: a plain store into the mmapped .bss; the program reads it.
         unsafe { std::ptr::write_volatile(&mut bss.layout_gens_on, 1) };
         Ok(())
+    }
+
+    /// Attaches the programs that learn a target's code mappings at its
+    /// mmap and exec (see learn_mmap in profile.bpf.c). Without them walks
+    /// still ask the kernel for a mapping user space has not read yet, as
+    /// they would anyway.
+    fn attach_learners(&mut self) {
+        let progs = &self.skel.progs;
+        let mut links = vec![progs
+            .learn_exec
+            .attach_raw_tracepoint("sched_process_exec")
+            .context("raw tracepoint sched_process_exec")];
+        if self.learn_mmaps {
+            links.push(
+                progs
+                    .learn_mmap
+                    .attach_raw_tracepoint("sys_exit")
+                    .context("raw tracepoint sys_exit"),
+            );
+        }
+        for link in links {
+            match link {
+                Ok(l) => self.links.push(l),
+                Err(e) => self.learners_missing = Some(e),
+            }
+        }
+    }
+
+    /// Why the mapping learners did not attach, if they did not (known
+    /// once [`Self::attach`] has run).
+    pub fn learners_missing(&self) -> Option<&anyhow::Error> {
+        self.learners_missing.as_ref()
     }
 
     /// Whether bprof's own layout generation was needed (6.1 to 6.3,

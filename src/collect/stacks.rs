@@ -97,8 +97,11 @@ pub struct Stats {
     pub unwind_task_regs: u64,
     /// `--call-graph dwarf`: mappings found by the kernel, not the table.
     pub unwind_find_vma: u64,
-    /// `--call-graph dwarf`: of those, kept in the mapping table.
+    /// `--call-graph dwarf`: mapping slots the BPF side kept in the mapping
+    /// table (from walks' lookups and from targets' mmaps and execs).
     pub unwind_learned: u64,
+    /// `--call-graph dwarf`: target mappings learned at their mmap or exec.
+    pub unwind_learned_early: u64,
     /// `--call-graph dwarf`: reads of user stack memory (window refills).
     pub unwind_reads: u64,
 }

@@ -390,6 +390,11 @@ fn attach(
             "bprof: no syscall tracepoints (is tracefs mounted?): on this kernel every user stack takes the build-ID walk, uncached"
         );
     }
+    if let (Some(e), true) = (prog.learners_missing(), settings.verbose) {
+        eprintln!(
+            "bprof: mappings are not learned at mmap and exec ({e:#}): a process's first ms may walk before its mappings are known"
+        );
+    }
     if mode.off_cpu() {
         let skip = prog.attach_offcpu(settings.stack_skip, symbolizer, settings.verbose)?;
         if settings.verbose {

@@ -563,6 +563,19 @@ impl Unwinder {
         // takes nothing from its parent.
         for (time, change) in std::mem::take(&mut index.changes) {
             let stale = |pid: u32| self.floor.get(&pid).is_some_and(|&f| time < f);
+            // The BPF side may have learned this mapping at its mmap (see
+            // learn in bpf/unwind.bpf.h), even where no slot is written
+            // here (the process gone before its file could be opened):
+            // its chunks go when the process does.
+            if let Change::Mapped {
+                ref mapping,
+                start,
+                end,
+                ..
+            } = change
+            {
+                self.procmaps.claim(mapping.pid, start, end);
+            }
             match change {
                 Change::Mapped { ref mapping, .. } if stale(mapping.pid) => {}
                 Change::Anon { pid, .. } | Change::Vdso { pid, .. } if stale(pid) => {}
@@ -647,12 +660,13 @@ pub fn describe_ends(stats: &crate::collect::stacks::Stats) -> String {
         }
     }
     format!(
-        "bprof: dwarf unwinding: {walks} walks, {} frames ({} by frame pointer), {} stack reads, {} from the task's saved registers, {} mappings asked of the kernel ({} kept); ended: {}",
+        "bprof: dwarf unwinding: {walks} walks, {} frames ({} by frame pointer), {} stack reads, {} from the task's saved registers, {} mappings asked of the kernel by walks and {} at a target's mmap or exec ({} kept); ended: {}",
         stats.unwind_frames,
         stats.unwind_fp_frames,
         stats.unwind_reads,
         stats.unwind_task_regs,
         stats.unwind_find_vma,
+        stats.unwind_learned_early,
         stats.unwind_learned,
         if parts.is_empty() { "-".to_string() } else { parts.join(", ") }
     )

@@ -47,18 +47,23 @@ fn key(tgid: u32, chunk: u64) -> abi::unwind_map_key {
     }
 }
 
+/// The first and last chunk of `[start, end)`, unless empty or over 256
+/// GiB (not code).
+fn chunk_range(start: u64, end: u64) -> Option<(u64, u64)> {
+    if end <= start {
+        return None;
+    }
+    let (first, last) = (start >> CHUNK_SHIFT, (end - 1) >> CHUNK_SHIFT);
+    (last - first <= 1 << 17).then_some((first, last))
+}
+
 impl ProcMaps {
     /// Records a mapping of `tgid`, replacing what it overlaps; `time`: the
     /// kernel's time of the record that told it (0: read from /proc).
     pub fn insert(&mut self, map: &dyn MapCore, tgid: u32, slot: Slot, time: u64) {
-        if slot.end <= slot.start {
+        let Some((first, last)) = chunk_range(slot.start, slot.end) else {
             return;
-        }
-        let (first, last) = (slot.start >> CHUNK_SHIFT, (slot.end - 1) >> CHUNK_SHIFT);
-        // A mapping over 256 GiB is not code.
-        if last - first > 1 << 17 {
-            return;
-        }
+        };
         for chunk in first..=last {
             let slots = self.chunks.entry((tgid, chunk)).or_default();
             slots.retain(|(s, _)| s.end <= slot.start || s.start >= slot.end);
@@ -70,6 +75,16 @@ impl ProcMaps {
             self.by_tgid.entry(tgid).or_default().insert(chunk);
             self.write(map, tgid, chunk);
         }
+    }
+
+    /// Notes that `tgid`'s chunks over `[start, end)` may be in the BPF
+    /// map (the BPF side learns a target's mappings at its mmap), so that
+    /// [`Self::remove`] deletes them when the process exits.
+    pub fn claim(&mut self, tgid: u32, start: u64, end: u64) {
+        let Some((first, last)) = chunk_range(start, end) else {
+            return;
+        };
+        self.by_tgid.entry(tgid).or_default().extend(first..=last);
     }
 
     /// Writes chunk `(tgid, chunk)` to the BPF map as held here.
