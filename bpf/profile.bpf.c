@@ -590,9 +590,9 @@ static __always_inline void learn_mapping(struct task_struct *task, __u64 addr)
  * tracepoint event waits out RCU grace periods (~60-75 ms each here) at
  * every profile's end; a raw tracepoint's link does not. Any hook on a
  * syscall sends every syscall of the machine down the kernel's traced path
- * (~100 ns each here, whatever the program does), so user space attaches
- * this one only for profiles whose new processes matter (-- COMMAND,
- * system-wide: see ProfileOptions::learns_mmaps). */
+ * (~100-200 ns each here, whatever the program does), so user space
+ * attaches this one only to -- COMMAND profiles (see
+ * ProfileOptions::learns_mmaps). */
 SEC("raw_tp/sys_exit")
 int learn_mmap(struct bpf_raw_tracepoint_args *ctx)
 {

@@ -70,12 +70,13 @@ impl ProfileOptions {
     }
 
     /// Whether targets' mmaps are learned as they happen (learn_mmap): for
-    /// `-- COMMAND` and system-wide profiles, whose new processes walk in
-    /// their first ms. Its hook on every syscall's exit costs each syscall
-    /// of the machine ~100 ns here (the kernel's traced-syscall path), which
-    /// `-p` and `-t` profiles of running processes are spared.
+    /// `-- COMMAND`, whose children (a build's compilers, a script's
+    /// tools) are often short-lived. Its hook on every syscall's exit costs
+    /// each syscall of the machine ~100-200 ns here (the kernel's
+    /// traced-syscall path), which system-wide, `-p` and `-t` profiles do
+    /// not impose on the processes they watch.
     pub fn learns_mmaps(&self) -> bool {
-        self.dwarf() && (self.follow_children || (self.tgids.is_empty() && self.tids.is_empty()))
+        self.dwarf() && self.follow_children
     }
 }
 

@@ -264,4 +264,41 @@ mod tests {
         assert!(held(&map, 20).is_empty());
         assert_eq!(held(&map, 10).len(), 2);
     }
+
+    #[test]
+    fn an_exit_deletes_the_chunks_the_bpf_side_learned_where_none_was_written() {
+        let map = chunk_map();
+        let mut pm = ProcMaps::default();
+        // Mappings of process 30 whose files user space could not open (it
+        // was gone): no slot written, but the BPF side learned them at
+        // their mmap, in chunks 0 and 5..=6.
+        pm.claim(30, 0x1000, 0x2000);
+        pm.claim(30, 5 << CHUNK_SHIFT, (6 << CHUNK_SHIFT) + 0x1000);
+        let learned = abi::unwind_chunk {
+            learned_mm: 0xffff_8880_0000_1000,
+            learned: 1,
+            ..Default::default()
+        };
+        for chunk in [0, 5, 6] {
+            maps::put(&map, &key(30, chunk), &learned).unwrap();
+        }
+        // Another process's chunk stays.
+        maps::put(&map, &key(31, 0), &learned).unwrap();
+        pm.remove(&map, 30);
+        for chunk in [0, 5, 6] {
+            let k = key(30, chunk);
+            assert!(map
+                .lookup(abi::plain_bytes(&k), MapFlags::ANY)
+                .unwrap()
+                .is_none());
+        }
+        assert!(map
+            .lookup(abi::plain_bytes(&key(31, 0)), MapFlags::ANY)
+            .unwrap()
+            .is_some());
+        // An empty or absurd range claims nothing.
+        pm.claim(32, 0x2000, 0x2000);
+        pm.claim(32, 0, u64::MAX);
+        assert!(pm.chunks_of(32).is_empty());
+    }
 }
