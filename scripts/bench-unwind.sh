@@ -22,13 +22,16 @@
 #     on: bprof's BPF program there, perf's sample with its 8 KiB stack
 #     copy, each beside the same profiler taking bare samples. Section 4's
 #     own CPU leaves perf's out (it is charged to the workload).
-# Usage: scripts/bench-unwind.sh [BPROF]   (sections: BENCH_UNWIND=1,2,3,4,5)
+#  6. Short processes (150 x gzip -1 of 1.5 MB and ls, under -- sh -c):
+#     completeness against perf, and the cost of the syscall hook that
+#     learns their mappings at mmap, on a one-byte dd (4 M syscalls).
+# Usage: scripts/bench-unwind.sh [BPROF]   (sections: BENCH_UNWIND=1,...,6)
 # On a machine shared with others, wrap it in their lock (here:
 # flock /tmp/bprof-tests.lock scripts/bench-unwind.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BPROF=${1:-target/release/bprof}
-SECTIONS=${BENCH_UNWIND:-1,2,3,4,5}
+SECTIONS=${BENCH_UNWIND:-1,2,3,4,5,6}
 [ -x "$BPROF" ] || cargo build --release --quiet
 BPROF=$(realpath "$BPROF")
 PY=/usr/bin/python3
@@ -297,6 +300,43 @@ BT
         d=$(callback_ns bk "$BPROF" -F 999 -K -o "$tmp/h2.folded" --)
         e=$(callback_ns bd "$BPROF" -F 999 -o "$tmp/h3.folded" --)
         echo "| $i | $a | $b | $c | $d | $e |"
+    done
+    echo
+fi
+
+if want 6; then
+    # Short processes (150 gzip -1 of 1.5 MB, ~60 ms each, and 150 ls)
+    # under -- sh -c: what the mappings learned at exec and mmap give, and
+    # what the syscall hook that learns them costs a syscall-bound command
+    # (one-byte dd: 4 M syscalls).
+    head -c 1500000 "$tmp/data20" >"$tmp/d1m"
+    loop="for i in \$(seq 150); do gzip -1 -c $tmp/d1m >/dev/null; ls / >/dev/null; done"
+    echo "| 150 x (gzip -1 1.5 MB; ls) | samples | reach libc start / thread root | user frames (mean) | how bprof's walks ended |"
+    echo "|---|---:|---:|---:|---|"
+    "$BPROF" -v -d -F 999 -o "$tmp/b.folded" -- sh -c "$loop" 2>"$tmp/b.err"
+    ends=$(sed -n 's/.*dwarf unwinding: \([0-9]*\) walks.*ended: \(.*\)/\1 walks: \2/p' "$tmp/b.err")
+    grep '^gzip;' "$tmp/b.folded" >"$tmp/bg.folded" || true
+    echo "| bprof (gzip's samples) | $(fold_stats "$tmp/bg.folded") | $ends |"
+    perf record -q --no-bpf-event --call-graph dwarf -F 999 -o "$tmp/p.data" -- sh -c "$loop" 2>/dev/null
+    perf script -i "$tmp/p.data" --comms gzip >"$tmp/p.txt" 2>/dev/null
+    echo "| perf --call-graph dwarf (gzip's samples) | $(perf_stats "$tmp/p.txt") | |"
+    echo
+    dd_s() { /usr/bin/time -f "%e" "$@" dd if=/dev/zero of=/dev/null bs=1 count=2M 2>&1 | tail -1; }
+    echo "| run | dd alone, s | bprof -p of a sleeper (no syscall hook) | bprof -- dd (hook) | perf record --call-graph dwarf -- dd |"
+    echo "|---|---:|---:|---:|---:|"
+    sleep 600 &
+    bg+=($!)
+    for i in 1 2 3; do
+        a=$(dd_s)
+        "$BPROF" -F 99 -p "${bg[-1]}" -o "$tmp/s.folded" 30 2>/dev/null &
+        pid=$!
+        sleep 1.5
+        b=$(dd_s)
+        kill -INT "$pid"
+        wait "$pid" || true
+        c=$(dd_s "$BPROF" -F 999 -o "$tmp/d.folded" --)
+        d=$(dd_s perf record -q --no-bpf-event --call-graph dwarf -F 999 -o "$tmp/d.data" --)
+        echo "| $i | $a | $b | $c | $d |"
     done
     echo
 fi
