@@ -159,6 +159,14 @@ pub struct ProfileArgs {
     #[arg(long = "call-graph", value_name = "fp|dwarf", default_value = "dwarf")]
     pub call_graph: String,
 
+    /// --call-graph dwarf: learn a target's new code mappings at its mmaps
+    /// (a hook on every syscall's exit), so that its first ms walk whole
+    /// before bprof has read them. Every syscall of the machine then takes
+    /// the kernel's traced path (~100-200 ns each on a nested VM). "auto":
+    /// for -- COMMAND profiles only (builds, scripts: short-lived children).
+    #[arg(long = "mmap-hook", value_name = "auto|on|off", default_value = "auto")]
+    pub mmap_hook: String,
+
     /// Capacity of the unwind table map in rows (8 bytes each, allocated
     /// at start, plus N/8 page-index entries of 8 bytes and 512 KiB of
     /// rules): --call-graph dwarf only.

@@ -44,6 +44,8 @@ pub struct ProfileOptions {
     pub kernel_threads: bool,
     /// How user stacks are walked.
     pub call_graph: crate::unwind::CallGraph,
+    /// `--mmap-hook`.
+    pub mmap_hook: crate::unwind::MmapHook,
     /// `--call-graph dwarf`: rows of the unwind table map.
     pub unwind_rows: u32,
     /// Off-CPU: ignore blocks shorter than this (ns).
@@ -69,14 +71,20 @@ impl ProfileOptions {
         self.call_graph == crate::unwind::CallGraph::Dwarf && self.user_stacks
     }
 
-    /// Whether targets' mmaps are learned as they happen (learn_mmap): for
-    /// `-- COMMAND`, whose children (a build's compilers, a script's
-    /// tools) are often short-lived. Its hook on every syscall's exit costs
-    /// each syscall of the machine ~100-200 ns here (the kernel's
-    /// traced-syscall path), which system-wide, `-p` and `-t` profiles do
-    /// not impose on the processes they watch.
+    /// Whether targets' mmaps are learned as they happen (learn_mmap). By
+    /// default for `-- COMMAND`, whose children (a build's compilers, a
+    /// script's tools) are often short-lived. Its hook on every syscall's
+    /// exit costs each syscall of the machine ~100-200 ns here (the
+    /// kernel's traced-syscall path), which system-wide, `-p` and `-t`
+    /// profiles do not impose on the processes they watch unless asked.
     pub fn learns_mmaps(&self) -> bool {
-        self.dwarf() && self.follow_children
+        use crate::unwind::MmapHook;
+        self.dwarf()
+            && match self.mmap_hook {
+                MmapHook::Auto => self.follow_children,
+                MmapHook::On => true,
+                MmapHook::Off => false,
+            }
     }
 }
 

@@ -82,6 +82,7 @@ impl ProfileSettings {
         let kernel_stacks = !cli.user_stacks_only;
         let user_stacks = !cli.kernel_stacks_only;
         let call_graph = crate::unwind::CallGraph::parse(&cli.call_graph)?;
+        let mmap_hook = crate::unwind::MmapHook::parse(&cli.mmap_hook)?;
         let unwind_rows = parse_u64(&cli.unwind_rows, "--unwind-rows")?;
         if unwind_rows == 0 || unwind_rows > crate::unwind::MAX_ROWS as u64 {
             bail!(
@@ -103,6 +104,7 @@ impl ProfileSettings {
                 mode,
                 kernel_threads: cli.kernel_threads,
                 call_graph,
+                mmap_hook,
                 unwind_rows: unwind_rows as u32,
                 min_block_ns: blocks.min_ns,
                 max_block_ns: blocks.max_ns,

@@ -50,6 +50,31 @@ impl CallGraph {
     }
 }
 
+/// Whether targets' mmaps are learned in the BPF side as they happen
+/// (`--mmap-hook`): a hook on every syscall's exit, which sends each syscall
+/// of the machine down the kernel's traced path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MmapHook {
+    /// For `-- COMMAND` profiles only.
+    Auto,
+    /// For every `--call-graph dwarf` profile.
+    On,
+    /// Never.
+    Off,
+}
+
+impl MmapHook {
+    /// Parses `auto`, `on` or `off`.
+    pub fn parse(s: &str) -> Result<MmapHook> {
+        match s {
+            "auto" => Ok(MmapHook::Auto),
+            "on" => Ok(MmapHook::On),
+            "off" => Ok(MmapHook::Off),
+            _ => bail!("invalid --mmap-hook '{s}': expected auto, on or off"),
+        }
+    }
+}
+
 /// Most rows `--unwind-rows` accepts (8 bytes each: 512 MiB).
 pub const MAX_ROWS: u32 = 1 << 26;
 /// `unwind_pages` entries for `rows` rows: one page of 4 KiB of code holds

@@ -735,4 +735,12 @@ fn short_lived_commands_walk_whole_from_their_first_ms_as_perf_does() {
     let line = dwarf_line(&stderr);
     let learned = number_before(line, " at a target's mmap or exec");
     assert!(learned >= 3 * runs, "{line}");
+    // Without the mmap hook only the program and ld.so, at each exec
+    let (_, stderr) = bprof_stacks("fx_unwind", &["-F", "999", "--mmap-hook", "off"], &argv);
+    let line = dwarf_line(&stderr);
+    let learned = number_before(line, " at a target's mmap or exec");
+    // (sh and seq exec too.)
+    assert!(learned <= 2 * (runs + 2), "{line}");
+    let bad = run(bprof().args(["--mmap-hook", "maybe", "--", "true"]));
+    crate::common::assert_one_line_error(&bad);
 }
