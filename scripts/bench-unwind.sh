@@ -106,11 +106,14 @@ EOF
 
 # Folded stacks (-d: "-" between user and kernel frames) → samples, share
 # reaching the root, mean user frames.
+# ROOTS: the frames a complete stack reaches (section 6 adds ld.so's
+# _start, the root of a process's first ms).
+ROOTS='__libc_start_call_main|start_thread|clone3'
 fold_stats() {
-    awk '{
+    awk -v roots="^($ROOTS)\$" '{
         c = $NF; n += c; sub(/ [0-9]+$/, ""); nf = split($0, f, ";"); d = 0; root = 0; cut = 0
         for (i = 2; i <= nf && f[i] != "-"; i++) {
-            if (f[i] ~ /^(__libc_start_call_main|start_thread|clone3)$/) root = 1
+            if (f[i] ~ roots) root = 1
             if (f[i] == "[truncated]") cut = 1; else d++
         }
         if (cut) root = 0
@@ -120,11 +123,11 @@ fold_stats() {
 # perf script's output → the same (inlined frames not counted: bprof's
 # folded output does not expand them either).
 perf_stats() {
-    awk '/^[^ \t]/ { if (inS) fin(); inS = 1; d = 0; root = 0; next }
+    awk -v roots=" ($ROOTS)[+]" '/^[^ \t]/ { if (inS) fin(); inS = 1; d = 0; root = 0; next }
         /^[ \t]*$/ { if (inS) fin(); inS = 0; next }
         {
             if ($0 !~ /kernel\.kallsyms/ && $0 !~ /\(inlined\)$/) d++
-            if ($0 ~ / (__libc_start_call_main|start_thread|clone3)\+/) root = 1
+            if ($0 ~ roots) root = 1
         }
         function fin() { n++; D += d; R += root }
         END { if (inS) fin(); if (n) printf "%d | %.1f%% | %.1f", n, 100 * R / n, D / n }' "$1"
@@ -310,6 +313,7 @@ if want 6; then
     # what the syscall hook that learns them costs a syscall-bound command
     # (one-byte dd: 4 M syscalls).
     head -c 1500000 "$tmp/data20" >"$tmp/d1m"
+    ROOTS="$ROOTS|_start"
     loop="for i in \$(seq 150); do gzip -1 -c $tmp/d1m >/dev/null; ls / >/dev/null; done"
     echo "| 150 x (gzip -1 1.5 MB; ls) | samples | reach libc start / thread root | user frames (mean) | how bprof's walks ended |"
     echo "|---|---:|---:|---:|---|"
