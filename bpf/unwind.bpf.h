@@ -107,8 +107,9 @@ static long scan_slot(__u32 k, struct learn_scan *ls)
 
 /*
  * Keeps a mapping the kernel showed (bpf_find_vma) in chunk mk of
- * unwind_maps at a target's mmap or exec (learn_mmap, learn_exec), so that
- * a process's first ms walk before user space has read its mmap records.
+ * unwind_maps, at a target's mmap or exec (learn_mmap, learn_exec) or after
+ * a walk that had to ask for it, so that a process's first ms walk before
+ * user space has read its mmap records.
  * The slot is marked learned for address space mm: learned slots of another
  * (before an exec, or of a process whose pid this one reuses) are dropped
  * first, and a slot the new mapping overlaps is replaced (the kernel
@@ -391,7 +392,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 			 * global learn from here took do_sample's combined stack
 			 * past 6.1's 512 bytes): the kernel serves one lookup per
 			 * program run, so a new process learns one mapping per
-			 * sample where learn_mmap does not run (-p, -t). */
+			 * sample where learn_mmap does not run (--mmap-hook). */
 			if (!err) {
 				__sync_fetch_and_add(&c->st->unwind_find_vma, 1);
 				if (v.key.ino && !c->s->learn) {
