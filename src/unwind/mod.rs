@@ -11,7 +11,7 @@
 pub mod procmaps;
 pub mod table;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::mem::size_of;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
@@ -133,6 +133,8 @@ pub struct Unwinder {
     bytes_read: u64,
     /// `unwind_files` changed since [`Unwinder::publish`].
     files_changed: bool,
+    /// Kernel names (dev, ino) given a file's entry by [`Self::alias`].
+    aliased: HashSet<(u64, u64)>,
     /// The last generation written to `unwind_gen`.
     gen: u64,
 }
@@ -172,6 +174,7 @@ impl Unwinder {
             build_time: Duration::ZERO,
             bytes_read: 0,
             files_changed: false,
+            aliased: HashSet::new(),
             gen: 0,
         })
     }
@@ -350,6 +353,35 @@ impl Unwinder {
         Some(key)
     }
 
+    /// Gives the kernel's name of a file (`kernel`, as the BPF side learned
+    /// it) the `unwind_files` entry of the same file as user space keyed it,
+    /// so that mappings learned from the kernel find its table: on overlayfs
+    /// a new process's first ms would otherwise walk without one.
+    fn alias(&mut self, files: &dyn MapCore, kernel: (u64, u64), user: (u64, u64)) {
+        if self.files.contains_key(&kernel)
+            || self.aliased.contains(&kernel)
+            || !self.files.contains_key(&user)
+        {
+            return;
+        }
+        let k = |(dev, ino): (u64, u64)| abi::unwind_file_key { dev, ino };
+        let Ok(Some(entry)) = files.lookup(abi::plain_bytes(&k(user)), libbpf_rs::MapFlags::ANY)
+        else {
+            return;
+        };
+        if files
+            .update(
+                abi::plain_bytes(&k(kernel)),
+                &entry,
+                libbpf_rs::MapFlags::ANY,
+            )
+            .is_ok()
+        {
+            self.aliased.insert(kernel);
+            self.files_changed = true;
+        }
+    }
+
     /// Writes a file's rows, page index and `unwind_files` entry (with its
     /// build ID, when it has one, frames there are (build ID, offset)).
     fn load(
@@ -485,6 +517,12 @@ impl Unwinder {
         if self.unsupported > 0 {
             s += &format!("; {} rows with unsupported rules", self.unsupported);
         }
+        if !self.aliased.is_empty() {
+            s += &format!(
+                "; {} files also keyed by the inode the kernel names (overlayfs layers)",
+                self.aliased.len()
+            );
+        }
         s += &format!("; {} address chunks of mappings", self.procmaps.len());
         if self.procmaps.evicted + self.procmaps.failed > 0 {
             s += &format!(
@@ -611,6 +649,9 @@ impl Unwinder {
                     off,
                 } => {
                     if let Some(slot) = self.mapped_slot(files, &mapping, start, end, off) {
+                        for name in self.procmaps.kernel_names(maps, mapping.pid, &slot) {
+                            self.alias(files, name, slot.file);
+                        }
                         self.procmaps.insert(maps, mapping.pid, slot, time);
                     }
                 }

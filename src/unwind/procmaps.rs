@@ -77,6 +77,31 @@ impl ProcMaps {
         }
     }
 
+    /// The files the BPF side learned `slot`'s mapping of `tgid` as (the
+    /// kernel's inode of the mapped file), where that is not the file user
+    /// space knows it by: on overlayfs the kernel names the layer's inode,
+    /// /proc and fstat the overlay's.
+    pub fn kernel_names(&self, map: &dyn MapCore, tgid: u32, slot: &Slot) -> Vec<(u64, u64)> {
+        let k = key(tgid, slot.start >> CHUNK_SHIFT);
+        let Ok(Some(bytes)) = map.lookup(abi::plain_bytes(&k), libbpf_rs::MapFlags::ANY) else {
+            return Vec::new();
+        };
+        let Some(ch) = abi::read_plain::<abi::unwind_chunk>(&bytes) else {
+            return Vec::new();
+        };
+        ch.slots
+            .iter()
+            .enumerate()
+            .filter(|&(i, s)| {
+                ch.learned >> i & 1 == 1
+                    && (s.start, s.end, s.off) == (slot.start, slot.end, slot.off)
+                    && (s.file.dev, s.file.ino) != slot.file
+                    && s.file.ino != 0
+            })
+            .map(|(_, s)| (s.file.dev, s.file.ino))
+            .collect()
+    }
+
     /// Notes that `tgid`'s chunks over `[start, end)` may be in the BPF
     /// map (the BPF side learns a target's mappings at its mmap), so that
     /// [`Self::remove`] deletes them when the process exits.

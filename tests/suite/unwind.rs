@@ -625,16 +625,9 @@ impl Drop for Overlay {
     }
 }
 
-/// A child forked without exec runs its parent's mappings; the side band's
-/// fork record gives it them. On overlayfs (containers) that matters: the
-/// kernel's own answer (bpf_find_vma) names the file by the layer's inode,
-/// not the dev:inode /proc and fstat show, so without its parent's
-/// mappings the child's every walk ended at its first frame, unnamed.
-#[test]
-fn a_forked_child_on_overlayfs_walks_with_its_parents_mappings_as_perf_does() {
-    root_or_skip!();
-    let _g = exclusive();
-    let dir = scratch("unwind_overlay");
+/// An overlay mounted under `dir` whose lower layer holds a copy of `bin`
+/// named `name`: (the merged directory, its unmounting guard).
+fn overlay_of(dir: &Path, bin: &Path, name: &str) -> (PathBuf, Overlay) {
     let (lower, upper, work, merged) = (
         dir.join("lower"),
         dir.join("upper"),
@@ -644,7 +637,7 @@ fn a_forked_child_on_overlayfs_walks_with_its_parents_mappings_as_perf_does() {
     for d in [&lower, &upper, &work, &merged] {
         std::fs::create_dir_all(d).unwrap();
     }
-    std::fs::copy(crate::common::fixture("forker"), lower.join("fx_forker")).unwrap();
+    std::fs::copy(bin, lower.join(name)).unwrap();
     let options = format!(
         "lowerdir={},upperdir={},workdir={}",
         lower.display(),
@@ -657,8 +650,20 @@ fn a_forked_child_on_overlayfs_walks_with_its_parents_mappings_as_perf_does() {
         .status()
         .expect("run mount");
     assert!(st.success(), "mounting an overlay at {}", merged.display());
-    let _mounted = Overlay(merged.clone());
+    (merged.clone(), Overlay(merged))
+}
 
+/// A child forked without exec runs its parent's mappings; the side band's
+/// fork record gives it them. On overlayfs (containers) that matters: the
+/// kernel's own answer (bpf_find_vma) names the file by the layer's inode,
+/// not the dev:inode /proc and fstat show, so without its parent's
+/// mappings the child's every walk ended at its first frame, unnamed.
+#[test]
+fn a_forked_child_on_overlayfs_walks_with_its_parents_mappings_as_perf_does() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("unwind_overlay");
+    let (merged, _mounted) = overlay_of(&dir, &crate::common::fixture("forker"), "fx_forker");
     let argv = [merged.join("fx_forker").display().to_string(), "2".into()];
     let (ours, stderr) = bprof_stacks("fx_forker", &["-F", "999"], &argv);
     let theirs = perf_stacks(&dir, "fx_forker", &argv);
@@ -743,4 +748,44 @@ fn short_lived_commands_walk_whole_from_their_first_ms_as_perf_does() {
     assert!(learned <= 2 * (runs + 2), "{line}");
     let bad = run(bprof().args(["--mmap-hook", "maybe", "--", "true"]));
     crate::common::assert_one_line_error(&bad);
+}
+
+/// Short-lived processes of a program on overlayfs (a container's): the
+/// BPF side learns the program's mapping at exec under the layer's inode,
+/// which user space gives the table it built under the overlay's (the
+/// dev:inode /proc and fstat show), so from the second process on their
+/// first ms walk whole too.
+#[test]
+fn short_lived_commands_on_overlayfs_walk_whole_from_their_first_ms_as_perf_does() {
+    root_or_skip!();
+    let _g = exclusive();
+    let (exe, _) = fixtures();
+    let dir = scratch("unwind_overlay_short");
+    let (merged, _mounted) = overlay_of(&dir, &exe, "fx_unwind");
+    let argv = [
+        "sh".to_string(),
+        "-c".into(),
+        format!(
+            "for i in $(seq 100); do {} plt 0.02; done",
+            merged.join("fx_unwind").display()
+        ),
+    ];
+    let (ours, stderr) = bprof_stacks("fx_unwind", &["-F", "999"], &argv);
+    let theirs = perf_stacks(&dir, "fx_unwind", &argv);
+    let through = ["__libc_start_call_main", "main", "chain8", "lib_entry"];
+    let (whole, total) = whole_share(&ours, "lib_spin", &through);
+    let (p_whole, p_total) = whole_share(&theirs, "lib_spin", &through);
+    assert!(
+        total >= 800 && p_total >= 800,
+        "{total} and {p_total} samples in lib_spin\n{stderr}"
+    );
+    // Stop 24's build: ~73%.
+    assert!(
+        whole * 1000 >= total * 985 && whole * p_total * 100 >= p_whole * total * 98,
+        "bprof {whole} of {total} whole, perf {p_whole} of {p_total}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("1 files also keyed by the inode the kernel names"),
+        "{stderr}"
+    );
 }
