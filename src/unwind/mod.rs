@@ -135,6 +135,8 @@ pub struct Unwinder {
     files_changed: bool,
     /// Kernel names (dev, ino) given a file's entry by [`Self::alias`].
     aliased: HashSet<(u64, u64)>,
+    /// Files opened on overlayfs.
+    overlay: HashSet<(u64, u64)>,
     /// The last generation written to `unwind_gen`.
     gen: u64,
 }
@@ -175,6 +177,7 @@ impl Unwinder {
             bytes_read: 0,
             files_changed: false,
             aliased: HashSet::new(),
+            overlay: HashSet::new(),
             gen: 0,
         })
     }
@@ -308,6 +311,9 @@ impl Unwinder {
             return None;
         };
         let key = (kernel_dev(meta.dev()), meta.ino());
+        if on_overlayfs(checked.file.as_fd()) {
+            self.overlay.insert(key);
+        }
         if self.files.contains_key(&key) {
             return Some(key);
         }
@@ -358,7 +364,14 @@ impl Unwinder {
     /// so that mappings learned from the kernel find its table: on overlayfs
     /// a new process's first ms would otherwise walk without one.
     fn alias(&mut self, files: &dyn MapCore, kernel: (u64, u64), user: (u64, u64)) {
-        if self.files.contains_key(&kernel)
+        // Only a layer's name of an overlay's file: overlayfs shows the
+        // layer's inode number under its own device. (A process that
+        // remaps the range before its record is read could otherwise lend
+        // one file's table to another.)
+        if kernel.1 != user.1
+            || kernel.0 == user.0
+            || !self.overlay.contains(&user)
+            || self.files.contains_key(&kernel)
             || self.aliased.contains(&kernel)
             || !self.files.contains_key(&user)
         {
@@ -714,6 +727,16 @@ impl Unwinder {
             let _ = self.add_file(files, std::process::id(), &path, None);
         }
     }
+}
+
+/// Whether `fd` is a file on overlayfs.
+fn on_overlayfs(fd: std::os::fd::BorrowedFd) -> bool {
+    const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: fstatfs writes a statfs into st on success; read only then.
+    let ok = unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(&fd), st.as_mut_ptr()) } == 0;
+    // SAFETY: initialized by the successful call.
+    ok && unsafe { st.assume_init() }.f_type == OVERLAYFS_SUPER_MAGIC
 }
 
 /// The `-v` line of how walks ended.
