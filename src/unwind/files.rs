@@ -1,0 +1,260 @@
+//! Each mapped file's unwind table: opened as the process maps it (its
+//! map_files link, else its path in the process's root), built once per
+//! dev:inode with gimli (table.rs), and loaded into the BPF side's maps
+//! (see bpf/unwind.h).
+
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use libbpf_rs::MapCore;
+
+use super::{kernel_dev, parse_range, table, Unwinder};
+use crate::bpf::abi;
+use crate::bpf::maps;
+use crate::fsafe::{self, Owner};
+use crate::mmap::Mmap;
+
+/// Largest file bprof reads to build a table.
+const MAX_FILE: u64 = 2 << 30;
+/// The `unwind_files` key of the vDSO's table: no file has inode
+/// u64::MAX on device 0.
+pub(super) const VDSO_KEY: (u64, u64) = (0, u64::MAX);
+
+/// bprof's own vDSO image, read from /proc/self/mem.
+fn own_vdso() -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let (start, end) = parse_range(line.split_whitespace().next()?)?;
+    let mut mem = std::fs::File::open("/proc/self/mem").ok()?;
+    mem.seek(SeekFrom::Start(start)).ok()?;
+    let mut image = vec![0u8; usize::try_from(end.checked_sub(start)?).ok()?];
+    mem.read_exact(&mut image).ok()?;
+    Some(image)
+}
+
+/// Whether `fd` is a file on overlayfs.
+fn on_overlayfs(fd: std::os::fd::BorrowedFd) -> bool {
+    const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: fstatfs writes a statfs into st on success; read only then.
+    let ok = unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(&fd), st.as_mut_ptr()) } == 0;
+    // SAFETY: initialized by the successful call.
+    ok && unsafe { st.assume_init() }.f_type == OVERLAYFS_SUPER_MAGIC
+}
+
+impl Unwinder {
+    /// Opens the file (exactly the mapped one through map_files while the
+    /// mapping lives, else by path in the process's root), builds and loads
+    /// its table unless its dev:inode is loaded already.
+    // Long on purpose: open, check, parse and load one file's table: each step's failure is counted under its own reason.
+    pub(super) fn add_file(
+        &mut self,
+        files: &dyn MapCore,
+        pid: u32,
+        path: &Path,
+        via: Option<&Path>,
+    ) -> Option<(u64, u64)> {
+        if self.failed.contains_key(path) {
+            return None;
+        }
+        let opened = via
+            .and_then(|v| fsafe::open_untrusted(v, Owner::Any, MAX_FILE).ok())
+            .map(Ok)
+            .unwrap_or_else(|| {
+                let root = PathBuf::from(format!("/proc/{pid}/root"));
+                let rel = path.strip_prefix("/").unwrap_or(path);
+                fsafe::open_untrusted_in_root(&root, rel, Owner::Any, MAX_FILE)
+            });
+        let checked = match opened {
+            Ok(c) => c,
+            // Not remembered by path: the process was most often gone (a
+            // short-lived one whose mmap record came after its exit), and
+            // the next process mapping the same path must still have its
+            // mapping recorded, or its every sample asks the kernel.
+            Err(fsafe::Refused::Io(_)) => {
+                self.unreachable += 1;
+                return None;
+            }
+            Err(e) => {
+                self.failed.insert(path.to_path_buf(), e.to_string());
+                return None;
+            }
+        };
+        let Ok(meta) = checked.file.metadata() else {
+            return None;
+        };
+        let key = (kernel_dev(meta.dev()), meta.ino());
+        if on_overlayfs(checked.file.as_fd()) {
+            self.overlay.insert(key);
+        }
+        if self.files.contains_key(&key) {
+            return Some(key);
+        }
+        let t0 = Instant::now();
+        // SAFETY: a read-only private mapping of a regular file of at most
+        // MAX_FILE bytes; a file truncated meanwhile could fault, as for any
+        // mmap reader (perf, blazesym do the same).
+        let data = match unsafe { Mmap::read_only(checked.file.as_fd(), meta.len() as usize) } {
+            Ok(d) => d,
+            Err(e) => {
+                self.failed.insert(path.to_path_buf(), e.to_string());
+                return None;
+            }
+        };
+        self.bytes_read += data.len() as u64;
+        let room = (self.rows.capacity() - self.rows.used()) as usize;
+        let built = table::build(data.bytes(), room.max(1));
+        let (rows, build_id) = match built {
+            Ok(t) => {
+                self.unsupported += t.unsupported;
+                (t.rows, t.build_id)
+            }
+            Err(table::NoTable::TooLarge(_)) => {
+                self.full += 1;
+                (Vec::new(), table::build_id_only(data.bytes()))
+            }
+            Err(table::NoTable::NotElf(_)) => {
+                self.failed
+                    .insert(path.to_path_buf(), "not an x86-64 ELF file".into());
+                return None;
+            }
+            Err(_) => (Vec::new(), table::build_id_only(data.bytes())),
+        };
+        if rows.is_empty() {
+            self.no_table += 1;
+        }
+        if let Err(e) = self.load(files, key, &rows, build_id.as_deref()) {
+            self.failed.insert(path.to_path_buf(), e);
+            return None;
+        }
+        self.files.insert(key, !rows.is_empty());
+        self.build_time += t0.elapsed();
+        Some(key)
+    }
+
+    /// Gives the kernel's name of a file (`kernel`, as the BPF side learned
+    /// it) the `unwind_files` entry of the same file as user space keyed it,
+    /// so that mappings learned from the kernel find its table: on overlayfs
+    /// a new process's first ms would otherwise walk without one.
+    pub(super) fn alias(&mut self, files: &dyn MapCore, kernel: (u64, u64), user: (u64, u64)) {
+        // Only a layer's name of an overlay's file: overlayfs shows the
+        // layer's inode number under its own device. (A process that
+        // remaps the range before its record is read could otherwise lend
+        // one file's table to another.)
+        if kernel.1 != user.1
+            || kernel.0 == user.0
+            || !self.overlay.contains(&user)
+            || self.files.contains_key(&kernel)
+            || self.aliased.contains(&kernel)
+            || !self.files.contains_key(&user)
+        {
+            return;
+        }
+        let k = |(dev, ino): (u64, u64)| abi::unwind_file_key { dev, ino };
+        let Ok(Some(entry)) = files.lookup(abi::plain_bytes(&k(user)), libbpf_rs::MapFlags::ANY)
+        else {
+            return;
+        };
+        if files
+            .update(
+                abi::plain_bytes(&k(kernel)),
+                &entry,
+                libbpf_rs::MapFlags::ANY,
+            )
+            .is_ok()
+        {
+            self.aliased.insert(kernel);
+            self.files_changed = true;
+        }
+    }
+
+    /// Writes a file's rows, page index and `unwind_files` entry (with its
+    /// build ID, when it has one, frames there are (build ID, offset)).
+    fn load(
+        &mut self,
+        files: &dyn MapCore,
+        key: (u64, u64),
+        rows: &[table::Row],
+        build_id: Option<&[u8]>,
+    ) -> Result<(), String> {
+        let mut value = abi::unwind_file {
+            first_row: self.rows.used(),
+            nr_rows: rows.len() as u32,
+            ..Default::default()
+        };
+        let Some(abi_rows) = self.name_rules(rows) else {
+            return Err(format!(
+                "unwind_rules: more than {} distinct rules",
+                abi::UNWIND_MAX_RULES
+            ));
+        };
+        self.rows
+            .append(&abi_rows)
+            .map_err(|e| format!("unwind_rows: {e}"))?;
+        // Without room for its page index the file is still walked, by a
+        // search over all its rows.
+        let (base, pages) = table::page_index(rows);
+        if (self.pages.capacity() - self.pages.used()) as usize >= pages.len() {
+            value.first_page = self.pages.used();
+            if self.pages.append(&pages).is_ok() {
+                value.nr_pages = pages.len() as u32;
+                value.page_base = base;
+            }
+        }
+        if let Some(id) = build_id {
+            let n = id.len().min(value.build_id.len());
+            value.flags = abi::UNWIND_FILE_BUILD_ID;
+            value.build_id[..n].copy_from_slice(&id[..n]);
+        }
+        let k = abi::unwind_file_key {
+            dev: key.0,
+            ino: key.1,
+        };
+        maps::put(files, &k, &value).map_err(|e| format!("unwind_files: {e}"))?;
+        self.files_changed = true;
+        self.files.insert(key, !rows.is_empty());
+        Ok(())
+    }
+
+    /// Loads the table of bprof's own vDSO, the one every 64-bit process
+    /// of this kernel maps, under [`VDSO_KEY`] (without a build ID: its
+    /// frames stay addresses, named as before).
+    pub fn load_vdso(&mut self, files: &dyn MapCore) {
+        let Some(image) = own_vdso() else {
+            return;
+        };
+        let Ok(t) = table::build(&image, (self.rows.capacity() - self.rows.used()) as usize) else {
+            return;
+        };
+        if self.load(files, VDSO_KEY, &t.rows, None).is_ok() {
+            self.vdso_len = Some(image.len() as u64);
+        }
+    }
+
+    /// The rows as the BPF side reads them, each naming its rule in
+    /// `unwind_rules`; rules not stored yet are appended. `None` when
+    /// `unwind_rules` cannot hold them.
+    fn name_rules(&mut self, rows: &[table::Row]) -> Option<Vec<abi::unwind_row>> {
+        let mut new = Vec::new();
+        let mut next = self.rules.used();
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let key = (r.cfa_off, r.rbp_off, r.cfa_type, r.rbp_type);
+            let id = *self.rule_ids.entry(key).or_insert_with(|| {
+                new.push(r.rule());
+                next += 1;
+                next - 1
+            });
+            out.push(abi::unwind_row { pc: r.pc, rule: id });
+        }
+        if self.rules.append(&new).is_err() {
+            // Forget the ids handed out for rules that were not stored.
+            self.rule_ids.retain(|_, id| *id < self.rules.used());
+            return None;
+        }
+        Some(out)
+    }
+}
