@@ -190,32 +190,55 @@ counted:
 
 #include "stacks.bpf.h"
 
+#include "unwind.bpf.h"
+
 /* The raw-stack cache's layout generations (stacks.bpf.h), on kernels
  * without mm_lock_seq: these mark the address space busy while a syscall
- * that changes it runs, and move its generation when the syscall ends. */
-SEC("tracepoint")
-int layout_enter(void *ctx)
+ * that changes it runs, and move its generation when the syscall ends.
+ * Raw tracepoints on every syscall's entry and exit, filtered here by
+ * number: twelve perf syscall tracepoint events each waited out RCU grace
+ * periods when closed, at every profile's end. */
+static __always_inline int moves_code(__u64 nr)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct layout_gen *g;
+	/* x86-64: mmap, munmap, mremap, shmat, shmdt, remap_file_pages */
+	return nr == 9 || nr == 11 || nr == 25 || nr == 30 || nr == 67 || nr == 216;
+}
 
-	if (!task->mm)
+SEC("raw_tp/sys_enter")
+int layout_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *task;
+	struct layout_gen *g;
+	__u64 mm;
+
+	if (!moves_code(ctx->args[1]))
 		return 0;
-	g = layout_gen_of((__u64)task->mm);
+	task = bpf_get_current_task_btf();
+	mm = (__u64)BPF_CORE_READ(task, mm);
+	if (!mm)
+		return 0;
+	g = layout_gen_of(mm);
 	if (g)
 		__sync_fetch_and_add(&g->busy, 1);
 	return 0;
 }
 
-SEC("tracepoint")
-int layout_exit(void *ctx)
+SEC("raw_tp/sys_exit")
+int layout_exit(struct bpf_raw_tracepoint_args *ctx)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct x86_regs *regs = (struct x86_regs *)ctx->args[0];
+	struct task_struct *task;
 	struct layout_gen *g;
+	__u64 nr = 0, mm;
 
-	if (!task->mm)
+	bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax);
+	if (!moves_code(nr))
 		return 0;
-	g = layout_gen_of((__u64)task->mm);
+	task = bpf_get_current_task_btf();
+	mm = (__u64)BPF_CORE_READ(task, mm);
+	if (!mm)
+		return 0;
+	g = layout_gen_of(mm);
 	if (!g)
 		return 0;
 	g->gen = __sync_fetch_and_add(&next_layout_gen, 1);
@@ -224,8 +247,6 @@ int layout_exit(void *ctx)
 		__sync_fetch_and_add(&g->busy, -1);
 	return 0;
 }
-
-#include "unwind.bpf.h"
 
 /*
  * The ids of the user stacks this CPU's context interned lately, by the
@@ -325,10 +346,9 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 
 		if (!layout_gens_on)
 			return store_user_stack(ctx, st, slot);
-		/* A 32-bit task's (ia32, x32) syscalls do not fire the syscalls
-		 * tracepoints (trace_get_syscall_nr skips compat ones): its
-		 * mmaps would leave the generation alone. Its address space
-		 * ends at 4 GiB. */
+		/* A 32-bit task's (ia32, x32) syscalls have other numbers than
+		 * layout_enter/layout_exit watch for: its mmaps would leave the
+		 * generation alone. Its address space ends at 4 GiB. */
 		if (mm->task_size <= (1ULL << 32))
 			return store_user_stack(ctx, st, slot);
 		g = layout_gen_of((__u64)mm);

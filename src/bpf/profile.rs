@@ -6,7 +6,7 @@ use std::os::fd::{IntoRawFd, OwnedFd};
 use anyhow::{Context, Result};
 use blazesym::symbolize::Symbolizer;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, TracepointCategory};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use crate::bpf::abi::plain_bytes;
 use crate::bpf::core_btf;
@@ -160,7 +160,7 @@ pub struct ProfileProgram<'obj> {
     /// The kernel keeps no layout generation: bprof's own is attached.
     layout_gens: bool,
     /// bprof's own generation was wanted but its tracepoints would not
-    /// attach (no tracefs): the raw-stack cache is off.
+    /// attach: the raw-stack cache is off.
     layout_gens_missing: bool,
     /// `--call-graph dwarf`: learn targets' code mappings at exec, and at
     /// mmap where [`ProfileOptions::learns_mmaps`].
@@ -424,38 +424,22 @@ impl<'obj> ProfileProgram<'obj> {
         Ok(())
     }
 
-    /// Attaches bprof's layout generation to the syscalls that can unmap or
-    /// move code, then turns it on (see layout_gens in profile.bpf.c). A
-    /// kernel without syscall tracepoints only loses the cache: every sample
-    /// takes the build-ID walk, as without any generation.
+    /// Attaches bprof's layout generation to every syscall's entry and exit
+    /// (raw tracepoints; the programs keep to the syscalls that can unmap
+    /// or move code), then turns it on (see layout_gens in stacks.bpf.h).
+    /// If they would not attach, the cache is off: every sample takes the
+    /// build-ID walk, as without any generation.
     fn attach_layout_gens(&mut self) -> Result<()> {
-        const SYSCALLS: [&str; 6] = [
-            "mmap",
-            "munmap",
-            "mremap",
-            "shmat",
-            "shmdt",
-            "remap_file_pages",
-        ];
         let progs = &self.skel.progs;
-        let links: Result<Vec<Link>, _> = SYSCALLS
-            .iter()
-            .flat_map(|sc| {
-                [
-                    progs
-                        .layout_enter
-                        .attach_tracepoint(TracepointCategory::Syscalls, format!("sys_enter_{sc}")),
-                    progs
-                        .layout_exit
-                        .attach_tracepoint(TracepointCategory::Syscalls, format!("sys_exit_{sc}")),
-                ]
-            })
-            .collect();
-        let Ok(links) = links else {
+        let links = [
+            progs.layout_enter.attach_raw_tracepoint("sys_enter"),
+            progs.layout_exit.attach_raw_tracepoint("sys_exit"),
+        ];
+        if links.iter().any(|l| l.is_err()) {
             self.layout_gens_missing = true;
             return Ok(());
-        };
-        self.links.extend(links);
+        }
+        self.links.extend(links.into_iter().flatten());
         let bss = self.bss_mut()?;
         // SAFETY: a plain store into the mmapped .bss; the program reads it.
         unsafe { std::ptr::write_volatile(&mut bss.layout_gens_on, 1) };

@@ -387,7 +387,7 @@ fn attach(
     prog.attach(fds, settings.program.follow_children)?;
     if prog.layout_gens_missing() {
         eprintln!(
-            "bprof: no syscall tracepoints (is tracefs mounted?): on this kernel every user stack takes the build-ID walk, uncached"
+            "bprof: the syscall raw tracepoints would not attach: on this kernel every user stack takes the build-ID walk, uncached"
         );
     }
     if let (Some(e), true) = (prog.learners_missing(), settings.verbose) {
