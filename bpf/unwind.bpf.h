@@ -59,28 +59,17 @@ static long vma_cb(struct task_struct *task, struct vm_area_struct *vma, struct 
 	return 0;
 }
 
-/* learn's look at one slot (bpf_loop callbacks: a slot loop unrolled in
- * learn cost ~5 ms of verification in each program that calls it). */
+/* learn's look at one slot (a bpf_loop callback: the slot loop unrolled
+ * in learn cost ~5 ms of verification in each program that calls it). */
 struct learn_scan {
 	struct unwind_chunk *ch;
 	const struct vma_info *v;
-	__u32 free;
+	/* 64-bit, as slot_search's hit: 6.1's verifier bounds a 32-bit one
+	 * too loosely for the slot's offset. */
+	__u64 free;
 	__u32 known;
+	__u32 drop; /* slots learned for another address space */
 };
-
-static long drop_learned(__u32 k, struct learn_scan *ls)
-{
-	struct unwind_map_slot *sl;
-
-	if (k >= UNWIND_CHUNK_SLOTS)
-		return 1;
-	sl = &ls->ch->slots[k];
-	if (ls->ch->learned >> k & 1) {
-		sl->start = 0;
-		sl->end = 0;
-	}
-	return 0;
-}
 
 static long scan_slot(__u32 k, struct learn_scan *ls)
 {
@@ -90,7 +79,10 @@ static long scan_slot(__u32 k, struct learn_scan *ls)
 	if (k >= UNWIND_CHUNK_SLOTS)
 		return 1;
 	sl = &ls->ch->slots[k];
-	if (sl->end && sl->start < v->end && v->start < sl->end) {
+	if (ls->drop >> k & 1) {
+		sl->start = 0;
+		sl->end = 0;
+	} else if (sl->end && sl->start < v->end && v->start < sl->end) {
 		if (sl->start == v->start && sl->end == v->end && sl->off == v->off && sl->file.ino == v->key.ino &&
 		    sl->file.dev == v->key.dev) {
 			ls->known = 1;
@@ -123,7 +115,7 @@ __noinline int learn(const struct unwind_map_key *mk, const struct vma_info *v, 
 	struct learn_scan ls = { .v = v, .free = UNWIND_CHUNK_SLOTS };
 	struct unwind_map_slot *sl;
 	struct unwind_map_key key;
-	__u32 k;
+	__u64 k;
 
 	/* A global function's pointer arguments may be NULL to the verifier,
 	 * which checks it once for all callers; and 6.1's takes a map key only
@@ -139,7 +131,7 @@ __noinline int learn(const struct unwind_map_key *mk, const struct vma_info *v, 
 			return 0;
 	}
 	if (ls.ch->learned_mm != mm) {
-		bpf_loop(UNWIND_CHUNK_SLOTS, drop_learned, &ls, 0);
+		ls.drop = ls.ch->learned;
 		ls.ch->learned = 0;
 		ls.ch->learned_mm = mm;
 	}
