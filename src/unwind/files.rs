@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use libbpf_rs::MapCore;
 
+use super::procmaps::Slot;
 use super::{kernel_dev, parse_range, table, Unwinder};
 use crate::bpf::abi;
 use crate::bpf::maps;
@@ -87,11 +88,12 @@ impl Unwinder {
             return None;
         };
         let key = (kernel_dev(meta.dev()), meta.ino());
-        if on_overlayfs(checked.file.as_fd()) {
-            self.overlay.insert(key);
-        }
         if self.files.contains_key(&key) {
             return Some(key);
+        }
+        // Once per file, as its table is built (see alias_kernel_names).
+        if on_overlayfs(checked.file.as_fd()) {
+            self.overlay.insert(key);
         }
         let t0 = Instant::now();
         // SAFETY: a read-only private mapping of a regular file of at most
@@ -135,39 +137,53 @@ impl Unwinder {
         Some(key)
     }
 
-    /// Gives the kernel's name of a file (`kernel`, as the BPF side learned
-    /// it) the `unwind_files` entry of the same file as user space keyed it,
-    /// so that mappings learned from the kernel find its table: on overlayfs
-    /// a new process's first ms would otherwise walk without one.
-    pub(super) fn alias(&mut self, files: &dyn MapCore, kernel: (u64, u64), user: (u64, u64)) {
-        // Only a layer's name of an overlay's file: overlayfs shows the
-        // layer's inode number under its own device. (A process that
+    /// Gives the names the BPF side learned `slot`'s mapping of `pid` by (the
+    /// kernel's inode of the file) the `unwind_files` entry of the same file
+    /// as user space keyed it, so that mappings learned from the kernel find
+    /// its table: on overlayfs the kernel names the layer's inode, /proc and
+    /// fstat the overlay's, and a new process's first ms would otherwise
+    /// walk without one.
+    pub(super) fn alias_kernel_names(
+        &mut self,
+        files: &dyn MapCore,
+        maps: &dyn MapCore,
+        pid: u32,
+        slot: &Slot,
+    ) {
+        let user = slot.file;
+        // Only an overlay's file (checked first: the chunk's lookup is a
+        // syscall per mapping record) under a layer's name: overlayfs shows
+        // the layer's inode number under its own device. (A process that
         // remaps the range before its record is read could otherwise lend
         // one file's table to another.)
-        if kernel.1 != user.1
-            || kernel.0 == user.0
-            || !self.overlay.contains(&user)
-            || self.files.contains_key(&kernel)
-            || self.aliased.contains(&kernel)
-            || !self.files.contains_key(&user)
-        {
+        if !self.overlay.contains(&user) {
             return;
         }
         let k = |(dev, ino): (u64, u64)| abi::unwind_file_key { dev, ino };
-        let Ok(Some(entry)) = files.lookup(abi::plain_bytes(&k(user)), libbpf_rs::MapFlags::ANY)
-        else {
-            return;
-        };
-        if files
-            .update(
-                abi::plain_bytes(&k(kernel)),
-                &entry,
-                libbpf_rs::MapFlags::ANY,
-            )
-            .is_ok()
-        {
-            self.aliased.insert(kernel);
-            self.files_changed = true;
+        for kernel in self.procmaps.kernel_names(maps, pid, slot) {
+            if kernel.1 != user.1
+                || kernel.0 == user.0
+                || self.files.contains_key(&kernel)
+                || self.aliased.contains(&kernel)
+            {
+                continue;
+            }
+            let Ok(Some(entry)) =
+                files.lookup(abi::plain_bytes(&k(user)), libbpf_rs::MapFlags::ANY)
+            else {
+                return;
+            };
+            if files
+                .update(
+                    abi::plain_bytes(&k(kernel)),
+                    &entry,
+                    libbpf_rs::MapFlags::ANY,
+                )
+                .is_ok()
+            {
+                self.aliased.insert(kernel);
+                self.files_changed = true;
+            }
         }
     }
 

@@ -430,9 +430,7 @@ impl Unwinder {
                     off,
                 } => {
                     if let Some(slot) = self.mapped_slot(files, &mapping, start, end, off) {
-                        for name in self.procmaps.kernel_names(maps, mapping.pid, &slot) {
-                            self.alias(files, name, slot.file);
-                        }
+                        self.alias_kernel_names(files, maps, mapping.pid, &slot);
                         self.procmaps.insert(maps, mapping.pid, slot, time);
                     }
                 }
