@@ -185,6 +185,7 @@ impl Periodic {
         self.sym.unknown_frames += sym.unknown_frames;
         self.sym.sampled_frames += sym.sampled_frames;
         self.sym.sampled_unknown += sym.sampled_unknown;
+        self.sym.kallsyms_live |= sym.kallsyms_live;
         if lines.is_empty() {
             self.empty += 1;
             return Ok(());

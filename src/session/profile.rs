@@ -130,6 +130,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     }
     let drains = prog.collector.stats;
     let drained_total = prog.collector.total();
+    symbolize::keep_bpf_names(&raw);
     drop(prog);
     let t_maps = Instant::now();
 
@@ -161,6 +162,14 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
             sym_stats.unique_frames,
             ms(t_maps, t_sym),
             ms(t_end, Instant::now())
+        );
+        eprintln!(
+            "bprof: kernel frames named from {}",
+            if sym_stats.kallsyms_live {
+                "the live /proc/kallsyms (an address outside the core text and the loaded BPF programs)"
+            } else {
+                "this boot's copy of the core kernel's symbols and the loaded BPF programs"
+            }
         );
         eprintln!(
             "bprof: side band: {} mapping, fork, exec and exit records read, {} of them other processes' (skipped)",

@@ -9,12 +9,14 @@ use blazesym::MaybeDefault;
 
 use crate::symbolize::kallsyms;
 
+/// Each address with its symbol, and whether the live /proc/kallsyms was
+/// read for them.
 pub(super) fn symbolize_kernel(
     symbolizer: &Symbolizer,
     addrs: &[u64],
-) -> Vec<(u64, Option<Symbolized<'static>>)> {
+) -> (Vec<(u64, Option<Symbolized<'static>>)>, bool) {
     if addrs.is_empty() {
-        return Vec::new();
+        return (Vec::new(), false);
     }
     // kallsyms only: reading a vmlinux image would be slow and is rarely
     // present. The per-boot copy of the core text's symbols when it covers
@@ -32,17 +34,19 @@ pub(super) fn symbolize_kernel(
     let res = symbolizer
         .symbolize(&Source::Kernel(kernel), Input::AbsAddr(addrs))
         .unwrap_or_default();
-    addrs
+    let named = addrs
         .iter()
         .enumerate()
         .map(|(i, &a)| (a, res.get(i).map(|s| own(s.clone()))))
-        .collect()
+        .collect();
+    (named, selected.is_none())
 }
 
 /// Names of kernel addresses (exact, not return addresses), `None` when
 /// kallsyms has no symbol.
 pub(crate) fn kernel_names(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Option<String>> {
     symbolize_kernel(symbolizer, addrs)
+        .0
         .into_iter()
         .map(|(_, s)| s.and_then(|s| s.into_sym()).map(|s| s.name.into_owned()))
         .collect()

@@ -153,6 +153,9 @@ pub struct SymbolStats {
     pub sampled_frames: u64,
     /// Of those, the unknown ones: the share a user sees in the graph.
     pub sampled_unknown: u64,
+    /// Kernel frames needed the live /proc/kallsyms (a module's or a
+    /// trampoline's address), not the per-boot copy and the BPF programs.
+    pub kallsyms_live: bool,
 }
 
 /// How a frame inside a file that has no symbol for it is shown.
@@ -203,6 +206,14 @@ fn user_keys(s: &RawStack) -> impl Iterator<Item = UserKey> + '_ {
 
 fn kernel_keys(s: &RawStack) -> impl Iterator<Item = u64> + '_ {
     s.kernel.iter().enumerate().map(|(i, &a)| caller(a, i == 0))
+}
+
+/// Keeps the names of the BPF functions among `raw`'s kernel frames: call
+/// it while the profile's programs (whose hooks run in its targets) are
+/// still loaded.
+pub(crate) fn keep_bpf_names(raw: &[RawStack]) {
+    let addrs: BTreeSet<u64> = raw.iter().flat_map(kernel_keys).collect();
+    kallsyms::keep_bpf_functions(&addrs.into_iter().collect::<Vec<_>>());
 }
 
 /// The symbolizer for one profile. Reuse it for every stage (off-CPU
@@ -324,7 +335,9 @@ pub(crate) fn symbolize_frames(
         data_cache: HashMap::new(),
     };
     let kaddrs: BTreeSet<u64> = raw.iter().flat_map(kernel_keys).collect();
-    let kernel = symbolize_kernel(symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
+    let (kernel, kallsyms_live) =
+        symbolize_kernel(symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
+    pass.names.stats.kallsyms_live = kallsyms_live;
 
     let ukeys: BTreeSet<UserKey> = raw.iter().flat_map(user_keys).collect();
     let mut by_file: HashMap<([u8; BUILD_ID_SIZE], u32), Vec<u64>> = HashMap::new();

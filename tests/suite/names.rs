@@ -438,3 +438,56 @@ fn a_debug_files_functions_are_kept_per_boot_and_forgotten_when_it_changes() {
     assert!(with_frame(&lines, "fx_w631s", "heavy") > 150, "{lines:?}");
     assert_eq!(with_frame(&lines, "fx_w631s", "heavy_as_kept"), 0);
 }
+
+/// bprof's own hooks run in its targets (the mmap learner at each mmap's
+/// return): a sample there shows their code, named as the kernel names it
+/// (`bpf_prog_<tag>_<function>`, what its kallsyms lists while they are
+/// loaded) from the loaded programs' info, without making the kernel print
+/// the whole live /proc/kallsyms (~40 ms of system time) for them.
+#[test]
+fn bprofs_own_bpf_frames_are_named_as_kallsyms_names_them_without_reading_it() {
+    root_or_skip!();
+    let _g = exclusive();
+    let bin = fixture("mmapchurn");
+    let child = bprof()
+        .args(["-v", "-F", "4999", "-f", "--mmap-hook", "on", "--"])
+        .args([bin.to_str().unwrap(), "3"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn bprof");
+    // The kernel's own names of the loaded BPF functions, mid-profile.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("kallsyms");
+    let loaded: std::collections::HashSet<&str> = kallsyms
+        .lines()
+        .filter(|l| l.ends_with("[bpf]"))
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    let out = child.wait_with_output().expect("bprof");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert_totals(&stderr, &lines);
+    let mut bpf_frames = 0;
+    for l in &lines {
+        for f in l.frames.iter().filter(|f| f.starts_with("bpf_prog_")) {
+            assert!(
+                loaded.contains(f.as_str()),
+                "{f} is not a kallsyms name: {loaded:?}"
+            );
+            bpf_frames += l.count;
+        }
+    }
+    assert!(bpf_frames > 0, "no sample in bprof's hooks\n{stderr}");
+    let learner = lines.iter().any(|l| {
+        l.frames
+            .iter()
+            .any(|f| f.starts_with("bpf_prog_") && f.ends_with("_learn_mmap"))
+    });
+    assert!(learner, "no sample in the mmap learner\n{stderr}");
+    assert!(
+        stderr.contains("kernel frames named from this boot's copy of the core kernel's symbols and the loaded BPF programs"),
+        "{stderr}"
+    );
+}
