@@ -209,6 +209,30 @@ pub fn private_file(dir: &File, name: &str) -> io::Result<File> {
     Ok(file)
 }
 
+/// Opens the existing regular file `name` inside a directory checked by
+/// [`private_dir`] for reading, never following a symlink; `None` when
+/// there is none (or something else is there).
+pub fn private_file_existing(dir: &File, name: &str) -> Option<File> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: a valid directory fd and a NUL-terminated name; the returned fd
+    // is checked and then owned by the File.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: fd is a fresh descriptor nothing else owns.
+    let file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    file.metadata()
+        .is_ok_and(|m| m.file_type().is_file())
+        .then_some(file)
+}
+
 /// Replaces the file `name` in `dir` (checked by [`private_dir`], at
 /// `dir_path`) with `bytes`, through a temporary file renamed into place: a
 /// concurrent reader sees the old file or the new one, never half. By

@@ -81,6 +81,14 @@ impl FileId {
             ctime: (m.ctime(), m.ctime_nsec()),
         }
     }
+
+    /// The identity as a file name: every field, in hex.
+    pub(crate) fn key(&self) -> String {
+        format!(
+            "{:x}-{:x}-{:x}-{:x}.{:x}-{:x}.{:x}",
+            self.dev, self.ino, self.size, self.mtime.0, self.mtime.1, self.ctime.0, self.ctime.1
+        )
+    }
 }
 
 thread_local! {

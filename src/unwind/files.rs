@@ -16,6 +16,7 @@ use crate::bpf::abi;
 use crate::bpf::maps;
 use crate::fsafe::{self, Owner};
 use crate::mmap::Mmap;
+use crate::symbolize::elfcheck::FileId;
 
 /// Largest file bprof reads to build a table.
 const MAX_FILE: u64 = 2 << 30;
@@ -108,7 +109,22 @@ impl Unwinder {
         };
         self.bytes_read += data.len() as u64;
         let room = (self.rows.capacity() - self.rows.used()) as usize;
-        let built = table::build(data.bytes(), room.max(1));
+        let id = FileId::of(&meta);
+        let kept = self
+            .cache
+            .as_mut()
+            .and_then(|c| c.get(&id, room.max(1), || table::build_id_only(data.bytes())));
+        let built = match kept {
+            Some(t) => Ok(t),
+            None => {
+                let built = table::build(data.bytes(), room.max(1));
+                self.parsed += 1;
+                if let (Ok(t), Some(c)) = (&built, self.cache.as_mut()) {
+                    c.put(&id, t);
+                }
+                built
+            }
+        };
         let (rows, build_id) = match built {
             Ok(t) => {
                 self.unsupported += t.unsupported;

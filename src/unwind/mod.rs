@@ -8,6 +8,7 @@
 //! /proc/PID/maps for running processes and from the side band's mmap
 //! records for new mappings.
 
+mod cache;
 mod files;
 pub mod procmaps;
 pub mod table;
@@ -128,6 +129,10 @@ pub struct Unwinder {
     full: usize,
     build_time: Duration,
     bytes_read: u64,
+    /// This boot's kept tables (none if root's state directory is unusable).
+    cache: Option<cache::TableCache>,
+    /// Files whose CFI was parsed (not kept from an earlier profile).
+    parsed: usize,
     /// `unwind_files` changed since [`Unwinder::publish`].
     files_changed: bool,
     /// Kernel names (dev, ino) given a file's entry by [`Self::alias`].
@@ -172,6 +177,8 @@ impl Unwinder {
             full: 0,
             build_time: Duration::ZERO,
             bytes_read: 0,
+            cache: cache::TableCache::open(),
+            parsed: 0,
             files_changed: false,
             aliased: HashSet::new(),
             overlay: HashSet::new(),
@@ -291,7 +298,7 @@ impl Unwinder {
         let (row, page) = (size_of::<abi::unwind_row>(), size_of::<abi::unwind_page>());
         let rule = size_of::<abi::unwind_rule>();
         let mut s = format!(
-            "bprof: unwind tables: {with} files, {} rows, {} distinct rules and {} index pages ({:.1} MiB of {:.1} MiB kernel memory), built in {:.0} ms from {:.1} MiB of ELF",
+            "bprof: unwind tables: {with} files, {} rows, {} distinct rules and {} index pages ({:.1} MiB of {:.1} MiB kernel memory), built in {:.0} ms from {:.1} MiB of ELF ({} parsed, {} kept from an earlier profile this boot)",
             self.rows.used(),
             self.rules.used(),
             self.pages.used(),
@@ -299,6 +306,8 @@ impl Unwinder {
             cap(&self.rows, row) + cap(&self.pages, page) + cap(&self.rules, rule),
             self.build_time.as_secs_f64() * 1000.0,
             self.bytes_read as f64 / (1 << 20) as f64,
+            self.parsed,
+            self.cache.as_ref().map_or(0, |c| c.hits),
         );
         if self.no_table > 0 {
             s += &format!(

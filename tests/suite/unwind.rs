@@ -208,6 +208,67 @@ fn same_as_perf_in(mode: &str, leaf: &[&str], ours_args: &[&str], perf_event: &[
     assert!(stderr.contains("dwarf unwinding:"), "{stderr}");
 }
 
+/// Tables are kept per boot: a later profile of the same file reads its
+/// table instead of parsing .eh_frame again and walks the stacks perf
+/// walks; a file changed since (a new mtime and ctime) is parsed anew.
+#[test]
+fn unwind_tables_kept_from_an_earlier_profile_walk_as_perf_does_until_the_file_changes() {
+    root_or_skip!();
+    let _g = exclusive();
+    let (exe, _) = fixtures();
+    let dir = scratch("unwind_kept");
+    // A new inode: no earlier profile kept its table.
+    let copy = dir.join("fx_unwind");
+    std::fs::copy(&exe, &copy).unwrap();
+    let argv = vec![copy.display().to_string(), "chain".into(), "2".into()];
+    let leaf = ["chain8", "leaf_spin"];
+    let theirs = perf_stacks_of(&dir, "fx_unwind", &argv, &["-F", "999"]);
+    let (perfs, _, _) = hottest(&theirs);
+    let profile = || {
+        let (ours, stderr) = bprof_stacks("fx_unwind", &["-F", "999"], &argv);
+        let (mine, _, total) = hottest(&ours);
+        assert_eq!(mine, perfs, "bprof vs perf --call-graph dwarf\n{stderr}");
+        assert!(mine.ends_with(&leaf.map(String::from)), "{mine:?}");
+        let rooted: u64 = ours
+            .iter()
+            .filter(|(s, _)| s.first().is_some_and(|f| f == "_start"))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            rooted * 100 >= total * 99,
+            "{rooted} of {total} rooted\n{stderr}"
+        );
+        let line = stderr
+            .lines()
+            .find(|l| l.contains("unwind tables:"))
+            .expect("-v")
+            .to_string();
+        (
+            number_before(&line, " parsed,"),
+            number_before(&line, " kept from an earlier profile"),
+        )
+    };
+    let (parsed, _) = profile();
+    assert!(parsed >= 1, "the copy's table was kept before it existed");
+    // Every table kept: none parsed.
+    let (parsed, kept) = profile();
+    assert_eq!(parsed, 0, "tables parsed again");
+    // Written since: its identity changed, so its table is built again.
+    let f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&copy)
+        .unwrap();
+    f.set_len(f.metadata().unwrap().len()).unwrap();
+    std::fs::File::set_modified(&f, std::time::SystemTime::now()).unwrap();
+    drop(f);
+    let (parsed, kept_after) = profile();
+    assert_eq!(
+        (parsed, kept_after),
+        (1, kept - 1),
+        "a changed file's old table was used"
+    );
+}
+
 #[test]
 fn unwind_chain_without_frame_pointers_matches_perf_dwarf() {
     same_as_perf("chain", &["chain8", "leaf_spin"]);
