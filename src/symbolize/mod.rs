@@ -16,6 +16,7 @@ pub(crate) mod kallsyms;
 mod kernel;
 mod namecache;
 pub(crate) mod perfmap;
+pub(crate) mod vdso;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -418,6 +419,24 @@ impl<'a> Pass<'a> {
         offsets: &[u64],
     ) {
         let mut resolved: Vec<Option<Found<'a>>> = vec![None; offsets.len()];
+        if path.is_none() && vdso::is_vdso(&id) {
+            let names = vdso::symbols(self.symbolizer, offsets);
+            for (r, s) in resolved.iter_mut().zip(names) {
+                *r = s.map(Found::Sym);
+            }
+            let module_id = self.frames.module(Module::File {
+                build_id: id,
+                path: Some(PathBuf::from("[vdso]")),
+            });
+            return self.place_file_frames(
+                id,
+                tgid,
+                offsets,
+                &resolved,
+                Some("[vdso]".into()),
+                module_id,
+            );
+        }
         // Names only: a debug file kept by build ID first, through the
         // per-boot cache of the functions it named before (its DWARF is what
         // the file itself would lead blazesym to, by .gnu_debuglink).
@@ -462,6 +481,19 @@ impl<'a> Pass<'a> {
             build_id: id,
             path: file,
         });
+        self.place_file_frames(id, tgid, offsets, &resolved, module, module_id);
+    }
+
+    /// Names the frames of one file (`resolved`, else `module`+offset).
+    fn place_file_frames(
+        &mut self,
+        id: [u8; BUILD_ID_SIZE],
+        tgid: u32,
+        offsets: &[u64],
+        resolved: &[Option<Found<'a>>],
+        module: Option<String>,
+        module_id: u32,
+    ) {
         for (i, &off) in offsets.iter().enumerate() {
             let key = UserKey::File(id, tgid, off);
             let frame = match (&resolved[i], &module) {

@@ -11,7 +11,7 @@ use std::time::Instant;
 use libbpf_rs::MapCore;
 
 use super::procmaps::Slot;
-use super::{kernel_dev, parse_range, table, Unwinder};
+use super::{kernel_dev, table, Unwinder};
 use crate::bpf::abi;
 use crate::bpf::maps;
 use crate::fsafe::{self, Owner};
@@ -23,19 +23,6 @@ const MAX_FILE: u64 = 2 << 30;
 /// The `unwind_files` key of the vDSO's table: no file has inode
 /// u64::MAX on device 0.
 pub(super) const VDSO_KEY: (u64, u64) = (0, u64::MAX);
-
-/// bprof's own vDSO image, read from /proc/self/mem.
-fn own_vdso() -> Option<Vec<u8>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-    let (start, end) = parse_range(line.split_whitespace().next()?)?;
-    let mut mem = std::fs::File::open("/proc/self/mem").ok()?;
-    mem.seek(SeekFrom::Start(start)).ok()?;
-    let mut image = vec![0u8; usize::try_from(end.checked_sub(start)?).ok()?];
-    mem.read_exact(&mut image).ok()?;
-    Some(image)
-}
 
 /// Whether `fd` is a file on overlayfs.
 fn on_overlayfs(fd: std::os::fd::BorrowedFd) -> bool {
@@ -255,14 +242,19 @@ impl Unwinder {
     /// of this kernel maps, under [`VDSO_KEY`] (without a build ID: its
     /// frames stay addresses, named as before).
     pub fn load_vdso(&mut self, files: &dyn MapCore) {
-        let Some(image) = own_vdso() else {
+        let Some(own) = crate::symbolize::vdso::own() else {
             return;
         };
-        let Ok(t) = table::build(&image, (self.rows.capacity() - self.rows.used()) as usize) else {
+        let room = (self.rows.capacity() - self.rows.used()) as usize;
+        let Ok(t) = table::build(&own.image, room) else {
             return;
         };
-        if self.load(files, VDSO_KEY, &t.rows, None).is_ok() {
-            self.vdso_len = Some(image.len() as u64);
+        // Its frames as (build ID, offset), named from bprof's own image.
+        if self
+            .load(files, VDSO_KEY, &t.rows, t.build_id.as_deref())
+            .is_ok()
+        {
+            self.vdso_len = Some(own.image.len() as u64);
         }
     }
 

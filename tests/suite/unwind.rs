@@ -8,8 +8,8 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use crate::common::{
-    assert_totals, bprof, dwarf_line, exclusive, number_before, parse_folded, perf_record_with,
-    run, scratch, scratch_root,
+    assert_totals, bprof, dwarf_line, exclusive, number_before, parse_folded, pct,
+    perf_record_with, run, scratch, scratch_root,
 };
 
 /// fixtures/unwind.c and its library, built -O2 -fomit-frame-pointer:
@@ -334,6 +334,38 @@ fn unwind_through_the_vdso_by_its_table() {
         .expect("frame-pointer count");
     assert!(fp * 100 <= total, "{fp} frames by frame pointer\n{stderr}");
     assert!(stderr.contains("unwind tables:"), "{stderr}");
+    // The vDSO's frames are named (from bprof's own image: the process has
+    // exited), as perf names them from its copy: the same share of samples
+    // in the vDSO's clock_gettime.
+    let in_vdso = |stacks: &BTreeMap<Vec<String>, u64>| -> (u64, u64) {
+        let (mut called, mut named) = (0, 0);
+        for (s, n) in stacks {
+            let Some(at) = s.iter().position(|f| f == "__GI___clock_gettime") else {
+                continue;
+            };
+            if let Some(callee) = s.get(at + 1) {
+                called += n;
+                if callee.ends_with("clock_gettime") {
+                    named += n;
+                }
+            }
+        }
+        (called, named)
+    };
+    let (called, named) = in_vdso(&ours);
+    assert!(
+        called * 2 >= total && named * 100 >= called * 97,
+        "{named} of {called} vDSO frames named\n{ours:?}"
+    );
+    let dir = scratch("unwind_vdso");
+    let theirs = perf_stacks_of(&dir, "fx_unwind", &argv, &["-F", "999"]);
+    let (_, perf_named) = in_vdso(&theirs);
+    let perf_total: u64 = theirs.values().sum();
+    let (ours_pct, perf_pct) = (pct(named, total), pct(perf_named, perf_total));
+    assert!(
+        (ours_pct - perf_pct).abs() <= 10.0,
+        "in the vDSO: bprof {ours_pct:.1}%, perf {perf_pct:.1}%"
+    );
 }
 
 #[test]
