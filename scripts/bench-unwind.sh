@@ -11,7 +11,8 @@
 #     --call-graph dwarf + perf script on the same work.
 #  3. Table build per file (libc, python3, a ~20 MB Rust binary) and for
 #     the whole running system (bprof system-wide while python3, perl, bash
-#     and rustc run, with the default table map and a 64 MiB one).
+#     and rustc run, with a 16 MiB table map and the default, none of the
+#     tables kept from an earlier profile; then the default again, warm).
 #  4. End-to-end CPU beyond the workload's own, and peak RSS: bprof against
 #     perf record --call-graph dwarf + perf script, each attached (-p) to a
 #     separately started xz -6, then to the Rust fixture built -O -g: ~12 s
@@ -175,7 +176,16 @@ if want 3; then
     sleep 2
     echo "| system-wide, $(ls -d /proc/[0-9]* | wc -l) processes | start to recording | tables (bprof -v) | unwind maps, kernel memlock |"
     echo "|---|---:|---|---:|"
-    for rows in 2097152 4194304; do
+    # Cold: no table kept from an earlier profile this boot (see
+    # src/unwind/cache.rs); then the default map again, warm.
+    for rows in 2097152 4194304 warm; do
+        label="--unwind-rows $rows"
+        if [ "$rows" = warm ]; then
+            rows=4194304
+            label="--unwind-rows $rows, tables kept from the run above"
+        else
+            rm -rf /run/bprof/unwind-*
+        fi
         rm -f "$tmp/ready"
         t0=$(date +%s%N)
         "$BPROF" -v -F 99 --unwind-rows "$rows" --ready-file "$tmp/ready" 3 >/dev/null 2>"$tmp/s.err" &
@@ -186,7 +196,7 @@ if want 3; then
         wait "$pid" || true
         tables=$(sed -n 's/^bprof: unwind tables: \(.*\); [0-9]* address chunks.*/\1/p' "$tmp/s.err")
         ends=$(sed -n 's/.*dwarf unwinding: \([0-9]*\) walks.*ended: \(.*\)/\1 walks: \2/p' "$tmp/s.err")
-        echo "| --unwind-rows $rows | $(((t1 - t0) / 1000000)) ms | $tables; $ends | $mem |"
+        echo "| $label | $(((t1 - t0) / 1000000)) ms | $tables; $ends | $mem |"
     done
     for p in "${bg[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
     bg=()
