@@ -205,7 +205,7 @@ fi
 
 if want 4; then
     # The profilers attach (-p) to a separately started workload, so
-    # /usr/bin/time of the profiler counts the profiler's own CPU only. The
+    # the profiler's rusage counts the profiler's own CPU only. The
     # sampling itself (timer interrupt, bprof's BPF program, perf's 8 KiB
     # stack copy) is charged to the workload: that is its CPU time beyond
     # its time alone. bprof's BPF time is read from bpf_stats.
@@ -213,62 +213,64 @@ if want 4; then
     # DWARF to read) and the Rust fixture built -O -g without frame pointers
     # (perf script resolves inlined frames from its DWARF).
     rustc -O -g -o "$tmp/fx_rust" fixtures/rust_work.rs
-    bpf_ns() { # run_time_ns summed over every loaded program
-        bpftool prog show 2>/dev/null | awk '/run_time_ns/ { for (i = 1; i <= NF; i++) if ($i == "run_time_ns") s += $(i+1) } END { print s + 0 }'
-    }
+    # rusage OUT CMD...: runs CMD; OUT gets its "user sys peak-RSS-KiB", to
+    # the microsecond (GNU time prints hundredths: bprof's own CPU on a 12 s
+    # profile is a few of them).
+    # Not a function: run in the background, CMD is then a child of the
+    # process $! names.
+    rusage=("$PY" -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[2:])
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write("%.4f %.4f %d\n" % (r.ru_utime, r.ru_stime, r.ru_maxrss))')
     e2e() { # NAME CMD...: one table for CMD alone, under bprof and under perf
         local name=$1
         shift
         work_start() { # OUT CMD...: OUT gets the work's "user sys"; sets wpid, tpid
             local out=$1
             shift
-            /usr/bin/time -f "%U %S" -o "$out" "$@" >/dev/null &
+            "${rusage[@]}" "$out" "$@" >/dev/null &
             tpid=$!
-            sleep 0.05
-            wpid=$(pgrep -P "$tpid")
+            wpid=
+            while [ -z "$wpid" ]; do
+                sleep 0.01
+                wpid=$(pgrep -P "$tpid" || true)
+            done
         }
-        /usr/bin/time -f "%U %S" -o "$tmp/alone" "$@" >/dev/null
-        alone=$(awk '{ print $1 + $2 }' "$tmp/alone")
+        "${rusage[@]}" "$tmp/alone" "$@" >/dev/null
+        alone=$(awk '{ printf "%.2f", $1 + $2 }' "$tmp/alone")
 
+        # bprof reads its programs' run time itself after detaching them
+        # (--stats-json): polling bpftool meanwhile cost bprof ~1.7 ms of
+        # CPU a second (bpftool walks every process's files).
         sysctl -q kernel.bpf_stats_enabled=1
-        base_ns=$(bpf_ns)
         work_start "$tmp/w_b" "$@"
-        /usr/bin/time -f "%U %S %M" -o "$tmp/tb" "$BPROF" -F 999 -p "$wpid" -o "$tmp/b.folded" 2>/dev/null &
-        bpid=$!
-        bpf_total=0
-        # Polled: bprof's programs go with it (the last 0.2 s is not
-        # counted); the other programs' counters are taken off.
-        while kill -0 "$bpid" 2>/dev/null; do
-            ns=$(($(bpf_ns) - base_ns))
-            [ "$ns" -gt "$bpf_total" ] && bpf_total=$ns
-            sleep 0.2
-        done
-        wait "$bpid" || true
+        "${rusage[@]}" "$tmp/tb" "$BPROF" -F 999 -p "$wpid" -o "$tmp/b.folded" --stats-json "$tmp/b.json" 2>/dev/null
         wait "$tpid" || true
         sysctl -q kernel.bpf_stats_enabled=0
+        bpf_total=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["bpf"]["run_time_ns"])' "$tmp/b.json")
 
         work_start "$tmp/w_p" "$@"
-        /usr/bin/time -f "%U %S %M" -o "$tmp/tr" perf record -q --no-bpf-event --call-graph dwarf -F 999 -p "$wpid" -o "$tmp/p.data" 2>/dev/null
+        "${rusage[@]}" "$tmp/tr" perf record -q --no-bpf-event --call-graph dwarf -F 999 -p "$wpid" -o "$tmp/p.data" 2>/dev/null
         wait "$tpid" || true
-        /usr/bin/time -f "%U %S %M" -o "$tmp/ts" perf script -i "$tmp/p.data" >/dev/null 2>&1
+        "${rusage[@]}" "$tmp/ts" perf script -i "$tmp/p.data" >/dev/null 2>&1
 
         echo "$name alone: $alone CPU s"
         echo
         echo "| profiler (999 Hz, attached to $name) | own CPU s | BPF (bpf_stats) s | counted: own + BPF | work's CPU beyond alone (noisy) | peak RSS MiB |"
         echo "|---|---:|---:|---:|---:|---:|"
-        # Each file holds one line: "user sys [peak RSS KiB]".
-        read -r xu xs <"$tmp/w_b"
+        # Each file holds one line: "user sys peak-RSS-KiB".
+        read -r xu xs _ <"$tmp/w_b"
         read -r bu bs brss <"$tmp/tb"
         awk -v a="$alone" -v bpf="$bpf_total" -v x="$xu $xs" -v own="$bu $bs" -v r="$brss" 'BEGIN {
             split(x, xv, " "); split(own, ov, " "); x = xv[1] + xv[2] - a; own = ov[1] + ov[2]; bpf /= 1e9
-            printf "| bprof --call-graph dwarf | %.2f | %.3f | %.2f | %.2f | %.0f |\n", own, bpf, own + bpf, x, r / 1024 }' | tee "$tmp/bline"
-        read -r xu xs <"$tmp/w_p"
+            printf "| bprof --call-graph dwarf | %.3f | %.3f | %.3f | %.2f | %.0f |\n", own, bpf, own + bpf, x, r / 1024 }' | tee "$tmp/bline"
+        read -r xu xs _ <"$tmp/w_p"
         read -r ru rs r1 <"$tmp/tr"
         read -r su ss r2 <"$tmp/ts"
         awk -v a="$alone" -v x="$xu $xs" -v rec="$ru $rs" -v scr="$su $ss" -v r1="$r1" -v r2="$r2" 'BEGIN {
             split(x, xv, " "); split(rec, rv, " "); split(scr, sv, " ")
             x = xv[1] + xv[2] - a; rec = rv[1] + rv[2]; scr = sv[1] + sv[2]
-            printf "| perf record (%.2f) + perf script (%.2f) --call-graph dwarf | %.2f | - | %.2f | %.2f | %.0f |\n", rec, scr, rec + scr, rec + scr, x, (r1 > r2 ? r1 : r2) / 1024 }' | tee "$tmp/pline"
+            printf "| perf record (%.3f) + perf script (%.3f) --call-graph dwarf | %.3f | - | %.3f | %.2f | %.0f |\n", rec, scr, rec + scr, rec + scr, x, (r1 > r2 ? r1 : r2) / 1024 }' | tee "$tmp/pline"
         b=$(awk -F'|' '{ print $5 }' "$tmp/bline")
         p=$(awk -F'|' '{ print $5 }' "$tmp/pline")
         echo

@@ -606,6 +606,36 @@ impl<'obj> ProfileProgram<'obj> {
         self.collector.take_interval(&maps, &stats)
     }
 
+    /// The kernel's run time (ns) and run count of this profile's programs,
+    /// or `None` when the kernel does not time them
+    /// (`kernel.bpf_stats_enabled` off). After `detach`, none is left out.
+    pub fn bpf_time(&self) -> Option<(u64, u64)> {
+        let on = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+            .is_ok_and(|s| s.trim() != "0");
+        if !on {
+            return None;
+        }
+        let mut total = (0, 0);
+        for p in self.skel.object().progs().filter(|p| p.autoload()) {
+            let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+            let mut len = std::mem::size_of_val(&info) as u32;
+            // SAFETY: a loaded program's fd, and an info struct of `len`
+            // bytes for the kernel to fill (no array pointers set).
+            let r = unsafe {
+                libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
+                    std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(&p)),
+                    &mut info,
+                    &mut len,
+                )
+            };
+            if r == 0 {
+                total.0 += info.run_time_ns;
+                total.1 += info.run_cnt;
+            }
+        }
+        Some(total)
+    }
+
     /// After `detach`: the last drain, then the final counters (consistent
     /// with it, see `Collector::finish`) and every aggregated stack.
     pub fn finish(&mut self) -> Result<(Stats, Vec<RawStack>)> {

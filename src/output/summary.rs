@@ -29,6 +29,9 @@ pub(crate) struct Summary {
     pub(crate) interrupted: bool,
     /// Milliseconds from the end of recording to the first output.
     pub(crate) first_output_ms: f64,
+    /// bprof's programs' run time in the kernel (ns) and run count, when
+    /// the kernel timed them (`kernel.bpf_stats_enabled`).
+    pub(crate) bpf: Option<(u64, u64)>,
 }
 
 impl Summary {
@@ -182,6 +185,10 @@ impl Summary {
                 "unknown_percent": self.unknown_pct(),
             },
             "first_output_ms": self.first_output_ms,
+            "bpf": self.bpf.map(|(ns, runs)| serde_json::json!({
+                "run_time_ns": ns,
+                "runs": runs,
+            })),
         })
     }
 }
@@ -221,6 +228,7 @@ mod tests {
             elapsed: Duration::from_millis(2500),
             interrupted: false,
             first_output_ms: 12.5,
+            bpf: Some((5_000_000, 1000)),
         }
     }
 
@@ -245,5 +253,7 @@ mod tests {
         assert_eq!(j["samples"]["lost"], 2);
         assert_eq!(j["unique_stacks"], 7);
         assert_eq!(j["frames"]["unknown_percent"], 2.5);
+        assert_eq!(j["bpf"]["run_time_ns"], 5_000_000);
+        assert_eq!(j["bpf"]["runs"], 1000);
     }
 }

@@ -131,6 +131,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     let drains = prog.collector.stats;
     let drained_total = prog.collector.total();
     symbolize::keep_bpf_names(&raw);
+    let bpf_time = prog.bpf_time();
     drop(prog);
     let t_maps = Instant::now();
 
@@ -163,6 +164,16 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
             ms(t_maps, t_sym),
             ms(t_end, Instant::now())
         );
+        match bpf_time {
+            Some((ns, runs)) => eprintln!(
+                "bprof: its BPF programs ran {runs} times, {:.1} ms in the kernel ({:.0} ns a run)",
+                ns as f64 / 1e6,
+                ns as f64 / runs.max(1) as f64
+            ),
+            None => eprintln!(
+                "bprof: its BPF programs' time is not known (sysctl kernel.bpf_stats_enabled=1 has the kernel time them)"
+            ),
+        }
         eprintln!(
             "bprof: kernel frames named from {}",
             if sym_stats.kallsyms_live {
@@ -191,6 +202,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
         elapsed: recorded.elapsed,
         interrupted: recorded.end == End::Signal,
         first_output_ms: ms(t_end, Instant::now()),
+        bpf: bpf_time,
     };
     let unwritten = write_outputs(
         &settings, files, &summary, &stacks, &frames, &lines, &recorded,

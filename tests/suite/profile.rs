@@ -885,3 +885,58 @@ fn other_processes_mappings_are_skipped_when_the_profile_has_targets() {
     drop(busy);
     drop(target);
 }
+
+/// bprof's own cost in the kernel, as the kernel times its programs
+/// (`kernel.bpf_stats_enabled`): in `--stats-json` and `-v`, every run
+/// counted (the sample program's runs are the summary's program runs; the
+/// exec learner runs at every exec of the machine), and `null` with a
+/// one-line hint when the kernel does not time them.
+#[test]
+fn bprofs_own_bpf_time_is_reported_when_the_kernel_times_it() {
+    root_or_skip!();
+    let _g = exclusive();
+    let sysctl = "/proc/sys/kernel/bpf_stats_enabled";
+    let before = std::fs::read_to_string(sysctl).expect("bpf_stats_enabled");
+    let json = scratch_root().join("bpf-time.json");
+    let profile = |stats: &str| {
+        std::fs::write(sysctl, stats).expect("set bpf_stats_enabled");
+        let target = Workload::start(Command::new(fixture("work631")).arg("3"));
+        let pid = target.0.id().to_string();
+        let out = run(bprof()
+            .args(["-v", "-F", "999", "-o", "/dev/null", "--stats-json"])
+            .arg(&json)
+            .args(["-p", &pid, "1"]));
+        std::fs::write(sysctl, before.trim()).expect("restore bpf_stats_enabled");
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{stderr}");
+        let j: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        (j, stderr)
+    };
+    let (j, stderr) = profile("1");
+    let runs = j["bpf"]["runs"].as_u64().expect("bpf.runs");
+    let ns = j["bpf"]["run_time_ns"].as_u64().expect("bpf.run_time_ns");
+    let program_runs = j["samples"]["program_runs"].as_u64().unwrap();
+    assert!(program_runs > 500, "{stderr}");
+    assert!(
+        runs >= program_runs,
+        "{runs} runs timed, {program_runs} sample program runs"
+    );
+    // A few execs elsewhere on the machine at most, in 1 s.
+    assert!(
+        runs <= program_runs + 200,
+        "{runs} runs timed, {program_runs} sample program runs"
+    );
+    let per_run = ns / runs;
+    assert!((100..100_000).contains(&per_run), "{per_run} ns a run");
+    assert!(
+        stderr.contains(&format!("its BPF programs ran {runs} times")),
+        "{stderr}"
+    );
+    let (j, stderr) = profile("0");
+    assert!(j["bpf"].is_null(), "{j}");
+    assert!(
+        stderr.contains("sysctl kernel.bpf_stats_enabled=1"),
+        "{stderr}"
+    );
+}
