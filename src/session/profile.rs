@@ -70,6 +70,8 @@ pub(super) struct Recorded {
     status: Option<crate::target::ExitStatus>,
     /// `--call-graph dwarf`: the `-v` line on the unwind tables.
     unwind: Option<String>,
+    /// Files whose unwind table did not fit the table map.
+    unwind_full: usize,
     /// When recording started (the pprof files' start time).
     pub(super) started_at: SystemTime,
     /// `--every`: the intervals written so far.
@@ -245,6 +247,12 @@ fn report_end(
             eprintln!("{}", crate::unwind::describe_ends(&summary.stats));
         }
     }
+    if recorded.unwind_full > 0 {
+        eprintln!(
+            "bprof: {} files' unwind tables did not fit the table map; their frames were walked by frame pointer (raise --unwind-rows)",
+            recorded.unwind_full
+        );
+    }
     if drains.unresolved > 0 {
         eprintln!(
             "bprof: {} stacks had no content left to read; those samples show [Missed ... Stack]",
@@ -336,6 +344,7 @@ fn record(
         event,
         counts: counts.as_deref().and_then(cycles_text),
         status: runner.finish(end),
+        unwind_full: unwinder.as_ref().map_or(0, |u| u.full()),
         unwind: unwinder.map(|u| u.report()),
         started_at,
         periodic,

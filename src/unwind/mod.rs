@@ -289,6 +289,11 @@ impl Unwinder {
         }
     }
 
+    /// Files not loaded because the table map was full.
+    pub fn full(&self) -> usize {
+        self.full
+    }
+
     /// The `-v` lines: files, rows, time, memory.
     pub fn report(&self) -> String {
         let with = self.files.values().filter(|&&t| t).count();

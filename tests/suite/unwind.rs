@@ -269,6 +269,39 @@ fn unwind_tables_kept_from_an_earlier_profile_walk_as_perf_does_until_the_file_c
     );
 }
 
+/// A table map too small for the targets' files: theirs are walked by
+/// frame pointer, the stacks end in a visible `[truncated]`, every sample
+/// is still counted, and bprof says so without `-v`.
+#[test]
+fn files_whose_tables_do_not_fit_are_said_and_their_stacks_marked() {
+    root_or_skip!();
+    let _g = exclusive();
+    let (exe, _) = fixtures();
+    let out = run(bprof()
+        .args(["-F", "999", "-f", "--unwind-rows", "1000", "--"])
+        .arg(&exe)
+        .args(["chain", "1"]));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let total = assert_totals(&stderr, &lines);
+    let said = stderr
+        .lines()
+        .find(|l| l.contains("unwind tables did not fit the table map"))
+        .unwrap_or_else(|| panic!("not said: {stderr}"));
+    assert!(number_before(said, " files' unwind tables") >= 1, "{said}");
+    // The program's own table fits (chain8's callers are found), libc's
+    // does not: the walk stops in it, marked.
+    let marked: u64 = lines
+        .iter()
+        .filter(|l| {
+            l.frames.iter().any(|f| f == "chain8") && l.frames.iter().any(|f| f == "[truncated]")
+        })
+        .map(|l| l.count)
+        .sum();
+    assert!(marked * 100 >= total * 90, "{marked} of {total}\n{lines:?}");
+}
+
 #[test]
 fn unwind_chain_without_frame_pointers_matches_perf_dwarf() {
     same_as_perf("chain", &["chain8", "leaf_spin"]);
