@@ -195,11 +195,7 @@ fn same_as_perf_in(mode: &str, leaf: &[&str], ours_args: &[&str], perf_event: &[
     assert!(mine.iter().any(|f| f == "chain1") && mine.iter().any(|f| f == "chain8"));
     // The stacks that reach the root, over all samples (the first ms of a
     // command, before its mappings are known, may end early: counted).
-    let rooted: u64 = ours
-        .iter()
-        .filter(|(s, _)| s.first().is_some_and(|f| f == "_start"))
-        .map(|(_, n)| n)
-        .sum();
+    let rooted = samples_where(&ours, |s| s.first().is_some_and(|f| f == "_start"));
     assert!(
         rooted * 100 >= total * 90,
         "{rooted} of {total} rooted\n{stderr}"
@@ -229,11 +225,7 @@ fn unwind_tables_kept_from_an_earlier_profile_walk_as_perf_does_until_the_file_c
         let (mine, _, total) = hottest(&ours);
         assert_eq!(mine, perfs, "bprof vs perf --call-graph dwarf\n{stderr}");
         assert!(mine.ends_with(&leaf.map(String::from)), "{mine:?}");
-        let rooted: u64 = ours
-            .iter()
-            .filter(|(s, _)| s.first().is_some_and(|f| f == "_start"))
-            .map(|(_, n)| n)
-            .sum();
+        let rooted = samples_where(&ours, |s| s.first().is_some_and(|f| f == "_start"));
         assert!(
             rooted * 100 >= total * 99,
             "{rooted} of {total} rooted\n{stderr}"
@@ -334,22 +326,14 @@ fn unwind_through_the_vdso_by_its_table() {
     let argv = [exe.display().to_string(), "vdso".into(), "2".into()];
     let (ours, stderr) = bprof_stacks("fx_unwind", &["-F", "999"], &argv);
     let total: u64 = ours.values().sum();
-    let in_clock: u64 = ours
-        .iter()
-        .filter(|(s, _)| s.iter().any(|f| f.contains("clock_gettime")))
-        .map(|(_, n)| n)
-        .sum();
+    let in_clock = samples_where(&ours, |s| s.iter().any(|f| f.contains("clock_gettime")));
     assert!(
         in_clock * 100 >= total * 50,
         "{in_clock} of {total} in the clock\n{stderr}"
     );
-    let rooted: u64 = ours
-        .iter()
-        .filter(|(s, _)| {
-            s.first().is_some_and(|f| f == "_start") && s.iter().any(|f| f == "chain8")
-        })
-        .map(|(_, n)| n)
-        .sum();
+    let rooted = samples_where(&ours, |s| {
+        s.first().is_some_and(|f| f == "_start") && s.iter().any(|f| f == "chain8")
+    });
     assert!(
         rooted * 100 >= total * 97,
         "{rooted} of {total} rooted\n{stderr}"
@@ -559,14 +543,15 @@ fn unwind_rust_release_binary_matches_perf_dwarf() {
     other_binary_same_as_perf("fx_rust_nofp", &argv, &dir);
 }
 
+/// The samples of `stacks` whose frames (root first) `keep` accepts.
+fn samples_where(stacks: &BTreeMap<Vec<String>, u64>, keep: impl Fn(&[String]) -> bool) -> u64 {
+    stacks.iter().filter(|(s, _)| keep(s)).map(|(_, n)| n).sum()
+}
+
 /// Percent of the samples whose stack holds every frame of `through`.
 fn share_through(stacks: &BTreeMap<Vec<String>, u64>, through: &[&str]) -> f64 {
     let total: u64 = stacks.values().sum();
-    let with: u64 = stacks
-        .iter()
-        .filter(|(s, _)| through.iter().all(|f| s.iter().any(|x| x == f)))
-        .map(|(_, n)| n)
-        .sum();
+    let with = samples_where(stacks, |s| through.iter().all(|f| s.iter().any(|x| x == f)));
     crate::common::pct(with, total)
 }
 
