@@ -231,10 +231,11 @@ open(sys.argv[1], "w").write("%.4f %.4f %d\n" % (r.ru_utime, r.ru_stime, r.ru_ma
             "${rusage[@]}" "$out" "$@" >/dev/null &
             tpid=$!
             wpid=
-            while [ -z "$wpid" ]; do
+            while [ -z "$wpid" ] && kill -0 "$tpid" 2>/dev/null; do
                 sleep 0.01
                 wpid=$(pgrep -P "$tpid" || true)
             done
+            [ -n "$wpid" ] || { echo "the work did not start: $*" >&2; exit 1; }
         }
         "${rusage[@]}" "$tmp/alone" "$@" >/dev/null
         alone=$(awk '{ printf "%.2f", $1 + $2 }' "$tmp/alone")
@@ -244,10 +245,16 @@ open(sys.argv[1], "w").write("%.4f %.4f %d\n" % (r.ru_utime, r.ru_stime, r.ru_ma
         # CPU a second (bpftool walks every process's files).
         sysctl -q kernel.bpf_stats_enabled=1
         work_start "$tmp/w_b" "$@"
-        "${rusage[@]}" "$tmp/tb" "$BPROF" -F 999 -p "$wpid" -o "$tmp/b.folded" --stats-json "$tmp/b.json" 2>/dev/null
+        rm -f "$tmp/b.json"
+        "${rusage[@]}" "$tmp/tb" "$BPROF" -F 999 -p "$wpid" -o "$tmp/b.folded" --stats-json "$tmp/b.json" 2>/dev/null || true
         wait "$tpid" || true
         sysctl -q kernel.bpf_stats_enabled=0
-        bpf_total=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["bpf"]["run_time_ns"])' "$tmp/b.json")
+        # bpf is null unless every run was timed: then the row says nan.
+        bpf_total=$("$PY" -c 'import json, sys
+try:
+    print(json.load(open(sys.argv[1]))["bpf"]["run_time_ns"])
+except Exception:
+    print("nan")' "$tmp/b.json")
 
         work_start "$tmp/w_p" "$@"
         "${rusage[@]}" "$tmp/tr" perf record -q --no-bpf-event --call-graph dwarf -F 999 -p "$wpid" -o "$tmp/p.data" 2>/dev/null

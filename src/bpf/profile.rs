@@ -607,14 +607,12 @@ impl<'obj> ProfileProgram<'obj> {
     }
 
     /// The kernel's run time (ns) and run count of this profile's programs,
-    /// or `None` when the kernel does not time them
-    /// (`kernel.bpf_stats_enabled` off). After `detach`, none is left out.
+    /// or `None` when the kernel did not time them
+    /// (`kernel.bpf_stats_enabled`, or another program's BPF_ENABLE_STATS,
+    /// on only while they ran). After `detach`, none is left out.
     pub fn bpf_time(&self) -> Option<(u64, u64)> {
         let on = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
             .is_ok_and(|s| s.trim() != "0");
-        if !on {
-            return None;
-        }
         let mut total = (0, 0);
         for p in self.skel.object().progs().filter(|p| p.autoload()) {
             let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
@@ -633,7 +631,7 @@ impl<'obj> ProfileProgram<'obj> {
                 total.1 += info.run_cnt;
             }
         }
-        Some(total)
+        (on || total.1 > 0).then_some(total)
     }
 
     /// After `detach`: the last drain, then the final counters (consistent

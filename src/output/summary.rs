@@ -214,7 +214,7 @@ mod tests {
                 unknown_frames: 4,
                 sampled_frames: 400,
                 sampled_unknown: 10,
-                kallsyms_live: false,
+                kallsyms_live: None,
             },
             unique_stacks: 7,
             sideband_lost: 0,

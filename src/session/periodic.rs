@@ -185,7 +185,10 @@ impl Periodic {
         self.sym.unknown_frames += sym.unknown_frames;
         self.sym.sampled_frames += sym.sampled_frames;
         self.sym.sampled_unknown += sym.sampled_unknown;
-        self.sym.kallsyms_live |= sym.kallsyms_live;
+        self.sym.kallsyms_live = match (self.sym.kallsyms_live, sym.kallsyms_live) {
+            (Some(a), Some(b)) => Some(a || b),
+            (a, b) => a.or(b),
+        };
         if lines.is_empty() {
             self.empty += 1;
             return Ok(());

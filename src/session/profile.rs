@@ -167,6 +167,12 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
             ms(t_end, Instant::now())
         );
         match bpf_time {
+            // The sample program alone ran stats.samples times: fewer timed
+            // runs mean the kernel timed only part of the profile.
+            Some((_, runs)) if runs < stats.samples => eprintln!(
+                "bprof: its BPF programs were timed for part of the profile only ({runs} runs of {} or more; sysctl kernel.bpf_stats_enabled=1 before it starts)",
+                stats.samples
+            ),
             Some((ns, runs)) => eprintln!(
                 "bprof: its BPF programs ran {runs} times, {:.1} ms in the kernel ({:.0} ns a run)",
                 ns as f64 / 1e6,
@@ -176,14 +182,15 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
                 "bprof: its BPF programs' time is not known (sysctl kernel.bpf_stats_enabled=1 has the kernel time them)"
             ),
         }
-        eprintln!(
-            "bprof: kernel frames named from {}",
-            if sym_stats.kallsyms_live {
-                "the live /proc/kallsyms (an address outside the core text and the loaded BPF programs)"
-            } else {
-                "this boot's copy of the core kernel's symbols and the loaded BPF programs"
-            }
-        );
+        match sym_stats.kallsyms_live {
+            Some(true) => eprintln!(
+                "bprof: kernel frames named from the live /proc/kallsyms (an address outside the core text and the BPF programs, or no per-boot copy)"
+            ),
+            Some(false) => eprintln!(
+                "bprof: kernel frames named from this boot's copy of the core kernel's symbols and the BPF programs"
+            ),
+            None => {}
+        }
         eprintln!(
             "bprof: side band: {} mapping, fork, exec and exit records read, {} of them other processes' (skipped)",
             sideband.index.records, sideband.index.skipped
@@ -204,7 +211,8 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
         elapsed: recorded.elapsed,
         interrupted: recorded.end == End::Signal,
         first_output_ms: ms(t_end, Instant::now()),
-        bpf: bpf_time,
+        // Reported only when every run was timed (see the -v line).
+        bpf: bpf_time.filter(|&(_, runs)| runs >= stats.samples),
     };
     let unwritten = write_outputs(
         &settings, files, &summary, &stacks, &frames, &lines, &recorded,

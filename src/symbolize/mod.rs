@@ -151,9 +151,10 @@ pub struct SymbolStats {
     pub sampled_frames: u64,
     /// Of those, the unknown ones: the share a user sees in the graph.
     pub sampled_unknown: u64,
-    /// Kernel frames needed the live /proc/kallsyms (a module's or a
-    /// trampoline's address), not the per-boot copy and the BPF programs.
-    pub kallsyms_live: bool,
+    /// Whether kernel frames were named from the live /proc/kallsyms (a
+    /// module's or a trampoline's address, or no per-boot copy), not the
+    /// copy and the BPF programs; `None`: no kernel frame.
+    pub kallsyms_live: Option<bool>,
 }
 
 /// How a frame inside a file that has no symbol for it is shown.
@@ -335,7 +336,7 @@ pub(crate) fn symbolize_frames(
     let kaddrs: BTreeSet<u64> = raw.iter().flat_map(kernel_keys).collect();
     let (kernel, kallsyms_live) =
         symbolize_kernel(symbolizer, &kaddrs.into_iter().collect::<Vec<_>>());
-    pass.names.stats.kallsyms_live = kallsyms_live;
+    pass.names.stats.kallsyms_live = (!kernel.is_empty()).then_some(kallsyms_live);
 
     let ukeys: BTreeSet<UserKey> = raw.iter().flat_map(user_keys).collect();
     let mut by_file: HashMap<([u8; BUILD_ID_SIZE], u32), Vec<u64>> = HashMap::new();

@@ -20,8 +20,11 @@ use crate::unwind::table::{Row, Table};
 
 /// A kept table's first bytes: the format.
 const MAGIC: &[u8; 8] = b"bprofut1";
-/// What this cache may hold in all, in bytes (it lives in /run, memory).
+/// What this cache may hold in all, in bytes (it lives in /run, memory),
+/// and at most this share of its file system (1/SHARE), whose free space
+/// must stay above that share too.
 const MAX_TOTAL: u64 = 128 << 20;
+const SHARE: u64 = 20;
 /// Bytes of one row in a kept table.
 const ROW_BYTES: usize = 12;
 /// The directory's name in [`STATE_DIR`], before the boot ID.
@@ -85,17 +88,35 @@ impl TableCache {
         Some(table)
     }
 
-    /// Keeps `table` for the file `id` names, if the cache has room.
+    /// Keeps `table` for the file `id` names, if the cache has room: any
+    /// user's files can be profiled, and /run is memory other services
+    /// need.
     pub(crate) fn put(&mut self, id: &FileId, table: &Table) {
         let bytes = encode(table, &id.key());
         let used = *self.used.get_or_insert_with(|| dir_bytes(&self.dir));
-        if used + bytes.len() as u64 > MAX_TOTAL {
+        let after = used.saturating_add(bytes.len() as u64);
+        if after > MAX_TOTAL || !room_on_fs(&self.dir_fd, after, bytes.len() as u64) {
             return;
         }
         if crate::fsafe::replace_private_file(&self.dir_fd, &self.dir, &id.key(), &bytes).is_ok() {
             self.used = Some(used + bytes.len() as u64);
         }
     }
+}
+
+/// Whether the cache's file system can take `more` bytes with the cache at
+/// `total`: the cache within 1/SHARE of its size, and as much left free.
+fn room_on_fs(dir: &File, total: u64, more: u64) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: fstatvfs writes a statvfs into st on success; read only then.
+    if unsafe { libc::fstatvfs(std::os::fd::AsRawFd::as_raw_fd(dir), st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: initialized by the successful call.
+    let st = unsafe { st.assume_init() };
+    let size = st.f_blocks.saturating_mul(st.f_frsize);
+    let free = st.f_bavail.saturating_mul(st.f_frsize);
+    total <= size / SHARE && free.saturating_sub(more) >= size / SHARE
 }
 
 /// This boot's ID (a UUID), checked to be one.

@@ -27,11 +27,24 @@ pub(super) const VDSO_KEY: (u64, u64) = (0, u64::MAX);
 /// Whether `fd` is a file on overlayfs.
 fn on_overlayfs(fd: std::os::fd::BorrowedFd) -> bool {
     const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
+    fs_type(fd) == Some(OVERLAYFS_SUPER_MAGIC)
+}
+
+/// Whether `fd` is a file on FUSE: its server, any user's program, says
+/// what its inode numbers, sizes and times are, so they identify nothing
+/// (its tables are not kept, see cache.rs).
+fn on_fuse(fd: std::os::fd::BorrowedFd) -> bool {
+    const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+    fs_type(fd) == Some(FUSE_SUPER_MAGIC)
+}
+
+/// The file system type (`statfs.f_type`) of `fd`'s file.
+fn fs_type(fd: std::os::fd::BorrowedFd) -> Option<i64> {
     let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
     // SAFETY: fstatfs writes a statfs into st on success; read only then.
     let ok = unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(&fd), st.as_mut_ptr()) } == 0;
     // SAFETY: initialized by the successful call.
-    ok && unsafe { st.assume_init() }.f_type == OVERLAYFS_SUPER_MAGIC
+    ok.then(|| unsafe { st.assume_init() }.f_type)
 }
 
 impl Unwinder {
@@ -97,19 +110,25 @@ impl Unwinder {
         self.bytes_read += data.len() as u64;
         let room = (self.rows.capacity() - self.rows.used()) as usize;
         let id = FileId::of(&meta);
-        let kept = self
+        let cache = self
             .cache
             .as_mut()
-            .and_then(|c| c.get(&id, room.max(1), || table::build_id_only(data.bytes())));
-        let built = match kept {
-            Some(t) => Ok(t),
-            None => {
-                let built = table::build(data.bytes(), room.max(1));
-                self.parsed += 1;
-                if let (Ok(t), Some(c)) = (&built, self.cache.as_mut()) {
-                    c.put(&id, t);
+            .filter(|_| !on_fuse(checked.file.as_fd()));
+        let built = match cache {
+            Some(c) => match c.get(&id, room.max(1), || table::build_id_only(data.bytes())) {
+                Some(t) => Ok(t),
+                None => {
+                    let built = table::build(data.bytes(), room.max(1));
+                    if let Ok(t) = &built {
+                        c.put(&id, t);
+                    }
+                    self.parsed += 1;
+                    built
                 }
-                built
+            },
+            None => {
+                self.parsed += 1;
+                table::build(data.bytes(), room.max(1))
             }
         };
         let (rows, build_id) = match built {
@@ -239,8 +258,8 @@ impl Unwinder {
     }
 
     /// Loads the table of bprof's own vDSO, the one every 64-bit process
-    /// of this kernel maps, under [`VDSO_KEY`] (without a build ID: its
-    /// frames stay addresses, named as before).
+    /// of this kernel maps, under [`VDSO_KEY`] with its build ID: its
+    /// frames are (build ID, offset), named from bprof's own image.
     pub fn load_vdso(&mut self, files: &dyn MapCore) {
         let Some(own) = crate::symbolize::vdso::own() else {
             return;

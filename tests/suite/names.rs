@@ -486,8 +486,15 @@ fn bprofs_own_bpf_frames_are_named_as_kallsyms_names_them_without_reading_it() {
             .any(|f| f.starts_with("bpf_prog_") && f.ends_with("_learn_mmap"))
     });
     assert!(learner, "no sample in the mmap learner\n{stderr}");
-    assert!(
-        stderr.contains("kernel frames named from this boot's copy of the core kernel's symbols and the loaded BPF programs"),
-        "{stderr}"
-    );
+    // A module's code would need the live file; this kernel has none
+    // loaded (or no modules at all).
+    let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
+    if modules.trim().is_empty() {
+        assert!(
+            stderr.contains(
+                "kernel frames named from this boot's copy of the core kernel's symbols and the BPF programs"
+            ),
+            "{stderr}"
+        );
+    }
 }

@@ -922,9 +922,10 @@ fn bprofs_own_bpf_time_is_reported_when_the_kernel_times_it() {
         runs >= program_runs,
         "{runs} runs timed, {program_runs} sample program runs"
     );
-    // A few execs elsewhere on the machine at most, in 1 s.
+    // The exec learner runs at every exec of the machine; no other
+    // program's runs are counted.
     assert!(
-        runs <= program_runs + 200,
+        runs <= 2 * program_runs + 1000,
         "{runs} runs timed, {program_runs} sample program runs"
     );
     let per_run = ns / runs;
