@@ -6,6 +6,7 @@
 //! Only frames the kernel could not tie to a file (JIT code, a busy mm lock)
 //! need the live process (`/proc/PID/maps`, perf-PID.map).
 
+pub(crate) mod bpfsyms;
 pub mod buildid;
 pub(crate) mod debuginfod;
 pub(crate) mod elfcheck;
@@ -212,7 +213,7 @@ fn kernel_keys(s: &RawStack) -> impl Iterator<Item = u64> + '_ {
 /// still loaded.
 pub(crate) fn keep_bpf_names(raw: &[RawStack]) {
     let addrs: BTreeSet<u64> = raw.iter().flat_map(kernel_keys).collect();
-    kallsyms::keep_bpf_functions(&addrs.into_iter().collect::<Vec<_>>());
+    bpfsyms::keep_bpf_functions(&addrs.into_iter().collect::<Vec<_>>());
 }
 
 /// The symbolizer for one profile. Reuse it for every stage (off-CPU
