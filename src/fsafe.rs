@@ -233,6 +233,36 @@ pub fn private_file_existing(dir: &File, name: &str) -> Option<File> {
         .then_some(file)
 }
 
+/// This boot's ID (a UUID, checked to be one): what names per-boot state
+/// in root's state directory.
+pub fn boot_id() -> Option<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = id.trim();
+    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-'))
+        .then(|| id.to_string())
+}
+
+/// Removes the entries of `dir` (checked by [`private_dir`]) whose names
+/// start with `prefix`, other than `keep`: earlier boots' state, of no use
+/// now (/run is usually a tmpfs anyway). By path: the directory is root's
+/// own 0700 one, so no one else can swap a name in it.
+pub fn remove_other_boots(dir: &Path, prefix: &str, keep: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if !name.starts_with(prefix) || name == keep {
+            continue;
+        }
+        let _ = match e.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(e.path()),
+            _ => std::fs::remove_file(e.path()),
+        };
+    }
+}
+
 /// Replaces the file `name` in `dir` (checked by [`private_dir`], at
 /// `dir_path`) with `bytes`, through a temporary file renamed into place: a
 /// concurrent reader sees the old file or the new one, never half. By

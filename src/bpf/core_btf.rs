@@ -139,8 +139,8 @@ fn is_refused(name: &str) -> bool {
 
 /// `core-<hash of the object and the boot>.btf`; `None` without a boot id.
 fn file_name() -> Option<String> {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let key = fnv1a(format!("{FORMAT} {OBJECT_HASH} {}", boot.trim()).as_bytes());
+    let boot = crate::fsafe::boot_id()?;
+    let key = fnv1a(format!("{FORMAT} {OBJECT_HASH} {boot}").as_bytes());
     Some(format!("core-{key:016x}.btf"))
 }
 

@@ -20,8 +20,11 @@ use crate::bpf::shared_counters::STATE_DIR;
 
 /// The copy's name in [`STATE_DIR`], one per boot.
 fn copy_name(boot_id: &str) -> String {
-    format!("kallsyms-core-{boot_id}")
+    format!("{COPY_PREFIX}{boot_id}")
 }
+
+/// A copy's name before the boot ID.
+const COPY_PREFIX: &str = "kallsyms-core-";
 
 /// The copy's first line, before the symbols: `HEADER lo hi`.
 const HEADER: &str = "bprof-core-text";
@@ -107,13 +110,9 @@ impl Copy {
 
 /// This boot's copy, written from `live` first if there is none yet.
 fn load(dir: &Path, live: &Path) -> Option<Copy> {
-    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let boot_id = boot_id.trim();
-    if boot_id.is_empty() || !boot_id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
-        return None;
-    }
+    let boot_id = crate::fsafe::boot_id()?;
     let dir_fd = crate::fsafe::private_dir(dir).ok()?;
-    let name = copy_name(boot_id);
+    let name = copy_name(&boot_id);
     let text = match map_copy(&dir.join(&name)) {
         Some(c) => c,
         None => {
@@ -316,22 +315,8 @@ fn write_copy(dir_fd: &File, dir: &Path, name: &str, live: &Path) -> Option<()> 
         out.push('\n');
     }
     crate::fsafe::replace_private_file(dir_fd, dir, name, out.as_bytes()).ok()?;
-    remove_other_boots(dir, name);
+    crate::fsafe::remove_other_boots(dir, COPY_PREFIX, name);
     Some(())
-}
-
-/// Earlier boots' copies are of no use (/run is usually a tmpfs anyway).
-fn remove_other_boots(dir: &Path, keep: &str) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let n = e.file_name();
-        let n = n.to_string_lossy();
-        if n.starts_with("kallsyms-core-") && n != keep {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
 }
 
 #[cfg(test)]

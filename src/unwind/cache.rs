@@ -44,7 +44,7 @@ pub(crate) struct TableCache {
 impl TableCache {
     /// This boot's cache; `None` when root's state directory is unusable.
     pub(crate) fn open() -> Option<TableCache> {
-        Self::open_in(Path::new(STATE_DIR), &boot_id()?)
+        Self::open_in(Path::new(STATE_DIR), &crate::fsafe::boot_id()?)
     }
 
     fn open_in(state: &Path, boot: &str) -> Option<TableCache> {
@@ -55,7 +55,7 @@ impl TableCache {
             Ok(fd) => fd,
             Err(_) => return None,
         };
-        remove_other_boots(state, &name);
+        crate::fsafe::remove_other_boots(state, DIR_PREFIX, &name);
         Some(TableCache {
             dir,
             dir_fd,
@@ -117,29 +117,6 @@ fn room_on_fs(dir: &File, total: u64, more: u64) -> bool {
     let size = st.f_blocks.saturating_mul(st.f_frsize);
     let free = st.f_bavail.saturating_mul(st.f_frsize);
     total <= size / SHARE && free.saturating_sub(more) >= size / SHARE
-}
-
-/// This boot's ID (a UUID), checked to be one.
-fn boot_id() -> Option<String> {
-    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let id = id.trim();
-    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-'))
-        .then(|| id.to_string())
-}
-
-/// Earlier boots' directories: their inode numbers name nothing now.
-fn remove_other_boots(state: &Path, keep: &str) {
-    let Ok(entries) = std::fs::read_dir(state) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let n = e.file_name();
-        let n = n.to_string_lossy();
-        // Root's own 0700 directory: no one else can swap a name in it.
-        if n.starts_with(DIR_PREFIX) && n != keep {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
 }
 
 /// The bytes of the files in `dir`.
