@@ -25,10 +25,16 @@ pub fn read(path: &Path) -> Option<BuildId> {
     let id = std::panic::catch_unwind(|| blazesym::helper::read_elf_build_id(path))
         .ok()?
         .ok()??;
+    Some(padded(&id))
+}
+
+/// A build ID as the kernel records it: zero-padded (or cut) to
+/// BUILD_ID_SIZE bytes.
+pub(crate) fn padded(id: &[u8]) -> BuildId {
     let mut padded = [0u8; BUILD_ID_SIZE];
     let n = id.len().min(BUILD_ID_SIZE);
     padded[..n].copy_from_slice(&id[..n]);
-    Some(padded)
+    padded
 }
 
 /// Finds files by build ID: first the files the side band saw mapped with

@@ -32,20 +32,14 @@ fn read_own() -> Option<OwnVdso> {
     use std::io::{Read, Seek, SeekFrom};
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-    let (start, end) = line.split_whitespace().next()?.split_once('-')?;
-    let start = u64::from_str_radix(start, 16).ok()?;
-    let end = u64::from_str_radix(end, 16).ok()?;
+    let (start, end) = crate::unwind::parse_range(line.split_whitespace().next()?)?;
     let mut mem = std::fs::File::open("/proc/self/mem").ok()?;
     mem.seek(SeekFrom::Start(start)).ok()?;
     let mut image = vec![0u8; usize::try_from(end.checked_sub(start)?).ok()?];
     mem.read_exact(&mut image).ok()?;
     let build_id = crate::unwind::table::build_id_only(&image)
         .filter(|id| !id.is_empty() && id.len() <= BUILD_ID_SIZE)
-        .map(|id| {
-            let mut padded = [0u8; BUILD_ID_SIZE];
-            padded[..id.len()].copy_from_slice(&id);
-            padded
-        });
+        .map(|id| crate::symbolize::buildid::padded(&id));
     Some(OwnVdso {
         start,
         image,

@@ -110,25 +110,23 @@ impl Unwinder {
         self.bytes_read += data.len() as u64;
         let room = (self.rows.capacity() - self.rows.used()) as usize;
         let id = FileId::of(&meta);
-        let cache = self
+        let limit = room.max(1);
+        let mut cache = self
             .cache
             .as_mut()
             .filter(|_| !on_fuse(checked.file.as_fd()));
-        let built = match cache {
-            Some(c) => match c.get(&id, room.max(1), || table::build_id_only(data.bytes())) {
-                Some(t) => Ok(t),
-                None => {
-                    let built = table::build(data.bytes(), room.max(1));
-                    if let Ok(t) = &built {
-                        c.put(&id, t);
-                    }
-                    self.parsed += 1;
-                    built
-                }
-            },
+        let kept = cache
+            .as_mut()
+            .and_then(|c| c.get(&id, limit, || table::build_id_only(data.bytes())));
+        let built = match kept {
+            Some(t) => Ok(t),
             None => {
                 self.parsed += 1;
-                table::build(data.bytes(), room.max(1))
+                let built = table::build(data.bytes(), limit);
+                if let (Ok(t), Some(c)) = (&built, cache) {
+                    c.put(&id, t);
+                }
+                built
             }
         };
         let (rows, build_id) = match built {

@@ -358,8 +358,8 @@ impl Unwinder {
     }
 }
 
-/// "7f00-7f10" (hex) → (start, end).
-fn parse_range(s: &str) -> Option<(u64, u64)> {
+/// "7f00-7f10" (hex) → (start, end), as /proc/PID/maps writes a range.
+pub(crate) fn parse_range(s: &str) -> Option<(u64, u64)> {
     let (a, b) = s.split_once('-')?;
     Some((
         u64::from_str_radix(a, 16).ok()?,
