@@ -198,10 +198,24 @@ counted:
  * Raw tracepoints on every syscall's entry and exit, filtered here by
  * number: twelve perf syscall tracepoint events each waited out RCU grace
  * periods when closed, at every profile's end. */
+/* x86-64's mmap syscall number. */
+#define BPROF_NR_MMAP 9
+
 static __always_inline int moves_code(__u64 nr)
 {
 	/* x86-64: mmap, munmap, mremap, shmat, shmdt, remap_file_pages */
-	return nr == 9 || nr == 11 || nr == 25 || nr == 30 || nr == 67 || nr == 216;
+	return nr == BPROF_NR_MMAP || nr == 11 || nr == 25 || nr == 30 || nr == 67 || nr == 216;
+}
+
+/* The syscall a raw sys_exit tracepoint fires after (its pt_regs' orig_ax;
+ * the tracepoint's own arguments are the regs and the return value). */
+static __always_inline __u64 exiting_syscall(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct x86_regs *regs = (struct x86_regs *)ctx->args[0];
+	__u64 nr = 0;
+
+	bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax);
+	return nr;
 }
 
 SEC("raw_tp/sys_enter")
@@ -226,13 +240,11 @@ int layout_enter(struct bpf_raw_tracepoint_args *ctx)
 SEC("raw_tp/sys_exit")
 int layout_exit(struct bpf_raw_tracepoint_args *ctx)
 {
-	struct x86_regs *regs = (struct x86_regs *)ctx->args[0];
 	struct task_struct *task;
 	struct layout_gen *g;
-	__u64 nr = 0, mm;
+	__u64 mm;
 
-	bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax);
-	if (!moves_code(nr))
+	if (!moves_code(exiting_syscall(ctx)))
 		return 0;
 	task = bpf_get_current_task_btf();
 	mm = (__u64)BPF_CORE_READ(task, mm);
@@ -603,9 +615,6 @@ static __always_inline void learn_mapping(struct task_struct *task, __u64 addr)
 	bpf_loop(n, learn_chunk, &l, 0);
 }
 
-/* x86-64's mmap syscall number. */
-#define BPROF_NR_MMAP 9
-
 /* Raw tracepoints, not the syscalls: and sched: events: closing a perf
  * tracepoint event waits out RCU grace periods (~60-75 ms each here) at
  * every profile's end; a raw tracepoint's link does not. Any hook on a
@@ -616,9 +625,7 @@ static __always_inline void learn_mapping(struct task_struct *task, __u64 addr)
 SEC("raw_tp/sys_exit")
 int learn_mmap(struct bpf_raw_tracepoint_args *ctx)
 {
-	struct x86_regs *regs = (struct x86_regs *)ctx->args[0];
 	__s64 ret = ctx->args[1];
-	__u64 nr = 0;
 
 	/* Every syscall of the machine comes here: most return small numbers
 	 * or errors, and only what could be a mapping's address (page-aligned,
@@ -626,8 +633,7 @@ int learn_mmap(struct bpf_raw_tracepoint_args *ctx)
 	 * first cost ~110 ns a syscall). */
 	if (ret < 0x10000 || (ret & 0xfff))
 		return 0;
-	bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax);
-	if (nr != BPROF_NR_MMAP)
+	if (exiting_syscall(ctx) != BPROF_NR_MMAP)
 		return 0;
 	learn_mapping(bpf_get_current_task_btf(), ret);
 	return 0;
