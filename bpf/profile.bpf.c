@@ -50,7 +50,10 @@ __u32 offcpu_armed = 0;
  */
 struct count_map {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384); /* user space creates them, --stack-storage-size */
+	/* Only a template: user space creates the count maps with
+	 * --stack-storage-size entries (a hash inner map's size may differ),
+	 * and a larger one here was preallocated at every start for nothing. */
+	__uint(max_entries, 1);
 	__uint(key_size, sizeof(struct sample_key));
 	__uint(value_size, sizeof(__u64));
 };
@@ -339,17 +342,23 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 					    struct frame_record *leaf)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct mm_struct *mm = task->mm;
+	struct mm_struct *mm;
 	struct ustack_key k = {};
 	struct words_ctx w = { .h = 0xcbf29ce484222325ULL };
 	__u64 *ips;
 	__s32 *cached, id;
 	long n;
 
+	if (cfg.dwarf) {
+		__u64 m = (__u64)BPF_CORE_READ(task, mm);
+
+		if (!m)
+			return -EFAULT; /* a kernel thread has no user stack */
+		return unwound_stack_id(st, ur, slot, leaf, m);
+	}
+	mm = task->mm;
 	if (!mm)
-		return -EFAULT; /* a kernel thread has no user stack */
-	if (cfg.dwarf)
-		return unwound_stack_id(st, ur, slot, leaf, (__u64)mm);
+		return -EFAULT;
 	/* Without the kernel's layout generation (no per-VMA locks), bprof's
 	 * own (layout_gens); without either, nothing says when a cached stack
 	 * went stale: take the build-ID walk. */
