@@ -8,7 +8,7 @@
  *
  * Per frame: the PC's mapping (bpf_find_vma, cached while the PC stays in
  * it) names the file by (dev, inode); unwind_files gives its build ID and
- * its rows in unwind_rows; a binary search finds the row of the PC, whose
+ * its rows in unwind_segs; a binary search finds the row of the PC, whose
  * rule gives the CFA (the caller's rsp), the return address at CFA - 8 and
  * where the caller's rbp was saved. A PC without a table (JIT code, the vDSO,
  * a file not loaded yet) is walked by its frame pointer. Every early end is
@@ -153,19 +153,23 @@ __noinline int learn(const struct unwind_map_key *mk, const struct vma_info *v, 
  * it: a third of the program's verification), a callback once. */
 struct row_search {
 	__u64 off;
-	__u32 first_row, lo, hi, fault;
+	__u32 seg, first_row, lo, hi, fault;
 };
 
 static long search_step(__u32 i, struct row_search *r)
 {
 	struct unwind_row *row;
-	__u32 mid, idx;
+	__u32 mid, idx, s = r->seg;
+	void *seg;
 
 	if (r->hi - r->lo <= 1)
 		return 1;
 	mid = r->lo + (r->hi - r->lo) / 2;
 	idx = r->first_row + mid;
-	row = bpf_map_lookup_elem(&unwind_rows, &idx);
+	/* Looked up again, not passed: a map pointer kept in the caller's
+	 * frame is one more thing older verifiers may not follow. */
+	seg = bpf_map_lookup_elem(&unwind_segs, &s);
+	row = seg ? bpf_map_lookup_elem(seg, &idx) : 0;
 	if (!row) {
 		r->fault = 1;
 		return 1;
@@ -177,8 +181,6 @@ static long search_step(__u32 i, struct row_search *r)
 	return 0;
 }
 
-/* The row of file offset `off`: the last one with pc <= off. The page
- * index narrows the search to the rows of off's page. */
 /* Which slot of a chunk holds `ip`, as a bpf_loop callback: unrolled, the
  * eight ways out of the search were eight states the verifier carried
  * through the rest of the frame. */
@@ -251,12 +253,17 @@ static __always_inline struct unwind_chunk *parent_chunk(struct unwind_ctx *c, _
 	return bpf_map_lookup_elem(&unwind_maps, &pk);
 }
 
+/* The row of file offset `off`: the last one with pc <= off. The page
+ * index narrows the search to the rows of off's page. */
 static __always_inline struct unwind_row *find_row(const struct unwind_file *f, __u64 off)
 {
-	struct row_search r = { .off = off, .first_row = f->first_row, .hi = f->nr_rows };
+	struct row_search r = { .off = off, .seg = f->seg, .first_row = f->first_row, .hi = f->nr_rows };
 	struct unwind_row *row;
-	__u32 idx;
+	__u32 idx, s = f->seg;
+	void *seg = bpf_map_lookup_elem(&unwind_segs, &s);
 
+	if (!seg)
+		return 0;
 	if (f->nr_pages) {
 		__u64 page = off >> UNWIND_PAGE_SHIFT;
 
@@ -267,7 +274,7 @@ static __always_inline struct unwind_row *find_row(const struct unwind_file *f, 
 			struct unwind_page *pg;
 
 			idx = f->first_page + (__u32)page;
-			pg = bpf_map_lookup_elem(&unwind_pages, &idx);
+			pg = (struct unwind_page *)bpf_map_lookup_elem(seg, &idx);
 			if (!pg)
 				return 0;
 			r.lo = pg->lo;
@@ -279,7 +286,7 @@ static __always_inline struct unwind_row *find_row(const struct unwind_file *f, 
 	if (r.hi > f->nr_rows || r.lo >= r.hi)
 		return 0;
 	idx = f->first_row + r.lo;
-	row = bpf_map_lookup_elem(&unwind_rows, &idx);
+	row = bpf_map_lookup_elem(seg, &idx);
 	if (!row || row->pc > off)
 		return 0;
 	/* 24 halvings: up to 16M rows per file. */
@@ -287,7 +294,7 @@ static __always_inline struct unwind_row *find_row(const struct unwind_file *f, 
 	if (r.fault)
 		return 0;
 	idx = f->first_row + r.lo;
-	return bpf_map_lookup_elem(&unwind_rows, &idx);
+	return bpf_map_lookup_elem(seg, &idx);
 }
 
 static __always_inline long stop(struct unwind_ctx *c, enum unwind_end why)
@@ -451,9 +458,9 @@ mapped:
 			r = lw->f[k].rule;
 			found = 1;
 		} else {
-			/* Rows are never rewritten, so (the file's first row,
-			 * offset) names one rule for the whole session. */
-			__u64 tag = ((__u64)file->first_row << 32 | (__u32)lookup) + 1;
+			/* (table, offset) names one rule for the whole
+			 * session (see unwind_file). */
+			__u64 tag = ((__u64)file->table << 32 | (__u32)lookup) + 1;
 			struct rule_memo *m = &c->memo->e[(tag * 0x9e3779b97f4a7c15ULL) >> (64 - UNWIND_MEMO_BITS)];
 
 			if (m->tag == tag) {

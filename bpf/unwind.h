@@ -22,6 +22,8 @@ enum unwind_limits {
 	UNWIND_FILE_BUILD_ID = 1,
 	/* Distinct rules unwind_rules holds (8 bytes each: 512 KiB). */
 	UNWIND_MAX_RULES = 65536,
+	/* Table segments unwind_segs holds. */
+	UNWIND_SEGMENTS = 32,
 };
 
 /* How the canonical frame address (the caller's rsp) is found. */
@@ -100,12 +102,17 @@ struct unwind_chunk {
 	__u32 pad;
 };
 
-/* One file's table: rows [first_row, first_row + nr_rows) of unwind_rows,
- * sorted by pc. nr_rows 0: no table, frame pointers there. Its page index
- * is entries [first_page, first_page + nr_pages) of unwind_pages, for the
- * pages from page_base (rows[0].pc >> UNWIND_PAGE_SHIFT) on; nr_pages 0:
- * no index (unwind_pages full), the whole table is searched. */
+/* One file's table: in segment `seg` of unwind_segs, rows [first_row,
+ * first_row + nr_rows), sorted by pc; nr_rows 0: no table, frame pointers
+ * there. Its page index is entries [first_page, first_page + nr_pages) of
+ * the same segment (struct unwind_page), for the pages from page_base
+ * (rows[0].pc >> UNWIND_PAGE_SHIFT) on; nr_pages 0: no index (no room
+ * for one), the whole table is searched. `table` numbers the loaded tables
+ * (rows are never rewritten, so (table, offset) names one rule for the
+ * whole session: the rule memo's key). */
 struct unwind_file {
+	__u32 seg;
+	__u32 table;
 	__u32 first_row;
 	__u32 nr_rows;
 	__u32 first_page;

@@ -15,15 +15,30 @@
 #define ENOENT 2
 #define EBUSY 16
 
-/* All files' rows, each file's sorted by pc; sized and written (through
- * mmap, far faster than map updates) by user space. */
-struct {
+/* The files' tables: each file's page index followed by its rows (both 8
+ * bytes an entry), in one of the segments user space creates as tables
+ * arrive (from 2 MiB on, up to --unwind-rows in all) and writes through
+ * mmap, far faster than map updates. Allocating the whole budget up front
+ * cost every start ~8 ms of zeroed pages for tables that mostly take a
+ * few hundred KiB. */
+struct unwind_seg {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, 1); /* set by user space, --unwind-rows */
+	/* INNER_MAP: the segments differ in size. */
+	__uint(map_flags, BPF_F_MMAPABLE | BPF_F_INNER_MAP);
+	__uint(max_entries, 1);
+	/* Sizes, not BTF types: user space creates the segments without BTF,
+	 * and 6.1 refuses an inner map whose BTF-derived fields (timer_off)
+	 * differ from the template's. */
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct unwind_row));
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, UNWIND_SEGMENTS);
 	__type(key, __u32);
-	__type(value, struct unwind_row);
-} unwind_rows SEC(".maps");
+	__array(values, struct unwind_seg);
+} unwind_segs SEC(".maps");
 
 /* The distinct rules the rows name, written like the rows. */
 struct {
@@ -33,15 +48,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct unwind_rule);
 } unwind_rules SEC(".maps");
-
-/* All files' page indexes (struct unwind_file), written like the rows. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, 1); /* set by user space: --unwind-rows / 8 */
-	__type(key, __u32);
-	__type(value, struct unwind_page);
-} unwind_pages SEC(".maps");
 
 /* Only user space adds entries, so none need be preallocated (all 16384
  * and their free lists, set up at every start for a few dozen files). */
@@ -231,7 +237,7 @@ struct {
 #define UNWIND_MEMO_BITS 10
 
 struct rule_memo {
-	__u64 tag; /* (first_row << 32 | offset) + 1; 0: empty */
+	__u64 tag; /* (table << 32 | offset) + 1; 0: empty */
 	struct unwind_rule rule;
 };
 

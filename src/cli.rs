@@ -167,9 +167,10 @@ pub struct ProfileArgs {
     #[arg(long = "mmap-hook", value_name = "auto|on|off", default_value = "auto")]
     pub mmap_hook: String,
 
-    /// Capacity of the unwind table map in rows (8 bytes each, allocated
-    /// at start, plus N/8 page-index entries of 8 bytes and 512 KiB of
-    /// rules): --call-graph dwarf only.
+    /// Most rows the unwind tables may take (8 bytes each, plus N/8
+    /// page-index entries of 8 bytes), allocated as files' tables are
+    /// loaded, in segments from 2 MiB up; and 512 KiB of rules at start:
+    /// --call-graph dwarf only.
     #[arg(long = "unwind-rows", value_name = "N", default_value = "4194304")]
     pub unwind_rows: String,
 

@@ -40,8 +40,10 @@ pub(crate) const FRAME_IN_KEY: i32 = profile::frame_status::FRAME_IN_KEY.0 as i3
 pub(crate) const UNWIND_CHUNK_SHIFT: u32 = profile::unwind_limits::UNWIND_CHUNK_SHIFT.0;
 /// Mappings one `unwind_maps` chunk holds.
 pub(crate) const UNWIND_CHUNK_SLOTS: usize = profile::unwind_limits::UNWIND_CHUNK_SLOTS.0 as usize;
-/// One `unwind_pages` entry per 1 << this bytes of file offsets.
+/// One page-index entry (`unwind_page`) per 1 << this bytes of file offsets.
 pub(crate) const UNWIND_PAGE_SHIFT: u32 = profile::unwind_limits::UNWIND_PAGE_SHIFT.0;
+/// Segments `unwind_segs` holds.
+pub(crate) const UNWIND_SEGMENTS: u32 = profile::unwind_limits::UNWIND_SEGMENTS.0;
 /// Entries of `unwind_rules`.
 pub(crate) const UNWIND_MAX_RULES: u32 = profile::unwind_limits::UNWIND_MAX_RULES.0;
 /// `unwind_file.flags`: its build ID is valid.
@@ -116,7 +118,7 @@ const _: () = {
     assert!(size_of::<unwind_row>() == 8);
     assert!(size_of::<unwind_rule>() == 8);
     assert!(size_of::<unwind_page>() == 8);
-    assert!(size_of::<unwind_file>() == 6 * 4 + 20);
+    assert!(size_of::<unwind_file>() == 8 * 4 + 20);
     assert!(size_of::<unwind_map_key>() == 16);
     assert!(size_of::<unwind_chunk>() == UNWIND_CHUNK_SLOTS * 5 * 8 + 16);
 };

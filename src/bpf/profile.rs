@@ -46,7 +46,7 @@ pub struct ProfileOptions {
     pub call_graph: crate::unwind::CallGraph,
     /// `--mmap-hook`.
     pub mmap_hook: crate::unwind::MmapHook,
-    /// `--call-graph dwarf`: rows of the unwind table map.
+    /// `--call-graph dwarf`: most rows the unwind tables may take.
     pub unwind_rows: u32,
     /// Off-CPU: ignore blocks shorter than this (ns).
     pub min_block_ns: u64,
@@ -300,12 +300,6 @@ impl<'obj> ProfileProgram<'obj> {
         rodata.cfg.dwarf = dwarf.into();
         rodata.cfg.cgroups = opts.cgroups.into();
         rodata.cfg.map_totals = opts.map_totals.into();
-        if dwarf {
-            open.maps.unwind_rows.set_max_entries(opts.unwind_rows)?;
-            open.maps
-                .unwind_pages
-                .set_max_entries(crate::unwind::index_pages(opts.unwind_rows))?;
-        }
         // No kernel layout generation (6.1 to 6.3): bprof keeps its own,
         // for the raw-stack cache of frame-pointer walks (dwarf stacks are
         // not cached: the tracepoints would only slow every syscall down).

@@ -70,7 +70,7 @@ pub(super) struct Recorded {
     status: Option<crate::target::ExitStatus>,
     /// `--call-graph dwarf`: the `-v` line on the unwind tables.
     unwind: Option<String>,
-    /// Files whose unwind table did not fit the table map.
+    /// Files whose unwind table did not fit the tables' budget.
     unwind_full: usize,
     /// When recording started (the pprof files' start time).
     pub(super) started_at: SystemTime,

@@ -26,13 +26,7 @@ pub fn start(
     sideband.index.queue_mappings = true;
     let maps = &prog.skel.maps;
     let files = &maps.unwind_files;
-    let mut u = Unwinder::new(
-        &maps.unwind_rows,
-        opts.unwind_rows,
-        &maps.unwind_pages,
-        crate::unwind::index_pages(opts.unwind_rows),
-        &maps.unwind_rules,
-    )?;
+    let mut u = Unwinder::new(&maps.unwind_segs, opts.unwind_rows, &maps.unwind_rules)?;
     let all: Vec<u32>;
     let pids = match scope {
         Some(p) => p,

@@ -108,7 +108,7 @@ impl Unwinder {
             }
         };
         self.bytes_read += data.len() as u64;
-        let room = (self.rows.capacity() - self.rows.used()) as usize;
+        let room = usize::try_from(self.tables.room()).unwrap_or(usize::MAX);
         let id = FileId::of(&meta);
         let limit = room.max(1);
         let mut cache = self
@@ -217,8 +217,8 @@ impl Unwinder {
         build_id: Option<&[u8]>,
     ) -> Result<(), String> {
         let mut value = abi::unwind_file {
-            first_row: self.rows.used(),
             nr_rows: rows.len() as u32,
+            table: self.loaded,
             ..Default::default()
         };
         let Some(abi_rows) = self.name_rules(rows) else {
@@ -227,19 +227,29 @@ impl Unwinder {
                 abi::UNWIND_MAX_RULES
             ));
         };
-        self.rows
-            .append(&abi_rows)
-            .map_err(|e| format!("unwind_rows: {e}"))?;
-        // Without room for its page index the file is still walked, by a
-        // search over all its rows.
-        let (base, pages) = table::page_index(rows);
-        if (self.pages.capacity() - self.pages.used()) as usize >= pages.len() {
-            value.first_page = self.pages.used();
-            if self.pages.append(&pages).is_ok() {
+        if !rows.is_empty() {
+            // The page index in the same segment, before the rows, when
+            // there is room for both; else the whole table is searched.
+            let (base, pages) = table::page_index(rows);
+            let (n, with_index) = (abi_rows.len() as u64, pages.len() as u64);
+            let seg = match self.tables.place(n + with_index)? {
+                Some(seg) => Some((seg, true)),
+                None => self.tables.place(n)?.map(|seg| (seg, false)),
+            };
+            let Some((seg, indexed)) = seg else {
+                return Err("the tables' budget (--unwind-rows) is spent".into());
+            };
+            value.seg = seg;
+            if indexed {
+                value.first_page = self.tables.append(seg, &pages)?;
                 value.nr_pages = pages.len() as u32;
                 value.page_base = base;
+                self.pages += with_index;
             }
+            value.first_row = self.tables.append(seg, &abi_rows)?;
+            self.rows += n;
         }
+        self.loaded += 1;
         if let Some(id) = build_id {
             let n = id.len().min(value.build_id.len());
             value.flags = abi::UNWIND_FILE_BUILD_ID;
@@ -262,7 +272,7 @@ impl Unwinder {
         let Some(own) = crate::symbolize::vdso::own() else {
             return;
         };
-        let room = (self.rows.capacity() - self.rows.used()) as usize;
+        let room = usize::try_from(self.tables.room()).unwrap_or(usize::MAX);
         let Ok(t) = table::build(&own.image, room) else {
             return;
         };

@@ -2,15 +2,16 @@
 //!
 //! Every executable file a target maps gets one table ([`table`]), built
 //! once per file (keyed by the kernel's dev:inode, which the walker reads
-//! from the VMA) however many processes map it, and appended to the
-//! `unwind_rows` array through its mmap (far faster than map updates);
-//! then `unwind_files` names its rows and build ID. Files come from
+//! from the VMA) however many processes map it, and appended to a segment
+//! of `unwind_segs` through its mmap (far faster than map updates;
+//! [`segments`]); then `unwind_files` names its rows and build ID. Files come from
 //! /proc/PID/maps for running processes and from the side band's mmap
 //! records for new mappings.
 
 mod cache;
 mod files;
 pub mod procmaps;
+mod segments;
 pub mod table;
 
 use std::collections::{HashMap, HashSet};
@@ -77,12 +78,12 @@ impl MmapHook {
 
 /// Most rows `--unwind-rows` accepts (8 bytes each: 512 MiB).
 pub const MAX_ROWS: u32 = 1 << 26;
-/// `unwind_pages` entries for `rows` rows: one page of 4 KiB of code holds
-/// ~55 rows in libc, so an eighth covers the tables with room to spare (8
-/// bytes each: 4 MiB for the default 4 Mi rows). A file that finds it full
-/// is searched without an index.
-pub fn index_pages(rows: u32) -> u32 {
-    (rows / 8).max(1)
+/// Page-index entries allowed beside `rows` rows: one page of 4 KiB of code
+/// holds ~55 rows in libc, so an eighth covers the tables with room to
+/// spare (8 bytes each: 4 MiB for the default 4 Mi rows). A file without
+/// room for its index is searched without one.
+fn index_pages(rows: u32) -> u64 {
+    u64::from(rows / 8).max(1)
 }
 
 /// `enum unwind_end` names, for `-v`.
@@ -100,8 +101,13 @@ pub const END_NAMES: [&str; 9] = [
 
 /// The table store and what it holds.
 pub struct Unwinder {
-    rows: Store,
-    pages: Store,
+    /// Rows and page indexes.
+    tables: segments::Segments,
+    /// Entries of `tables` that are rows, and that are page indexes.
+    rows: u64,
+    pages: u64,
+    /// Tables loaded (each file's number, `unwind_file.table`).
+    loaded: u32,
     rules: Store,
     /// Each distinct rule's index in `unwind_rules`.
     rule_ids: HashMap<(i32, i16, u8, u8), u32>,
@@ -125,7 +131,7 @@ pub struct Unwinder {
     no_table: usize,
     /// Rows with a rule the walker cannot follow.
     unsupported: usize,
-    /// Files not loaded because `unwind_rows` was full.
+    /// Files not loaded because the tables' budget (--unwind-rows) was spent.
     full: usize,
     build_time: Duration,
     bytes_read: u64,
@@ -150,20 +156,21 @@ fn kernel_dev(st_dev: u64) -> u64 {
 }
 
 impl Unwinder {
-    /// Takes the loaded `unwind_rows`, `unwind_pages` and `unwind_rules`
-    /// maps (created with `rows`, `pages` and UNWIND_MAX_RULES entries).
+    /// Takes the loaded `unwind_segs` and `unwind_rules` maps; the tables
+    /// may take up to `rows` rows and their page indexes.
     pub fn new(
-        rows_map: &impl AsFd,
+        segs_map: &libbpf_rs::Map<'_>,
         rows: u32,
-        pages_map: &impl AsFd,
-        pages: u32,
         rules_map: &impl AsFd,
     ) -> Result<Unwinder> {
-        let store = |m: &dyn AsFd, capacity| -> Result<Store> { Ok(Store::new(m, capacity)?) };
+        let outer = libbpf_rs::MapHandle::try_from(segs_map).context("the unwind table map")?;
+        let budget = u64::from(rows) + index_pages(rows);
         Ok(Unwinder {
-            rows: store(rows_map, rows).context("the unwind table map")?,
-            pages: store(pages_map, pages).context("the unwind page index map")?,
-            rules: store(rules_map, abi::UNWIND_MAX_RULES).context("the unwind rule map")?,
+            tables: segments::Segments::new(outer, budget),
+            rows: 0,
+            pages: 0,
+            loaded: 0,
+            rules: Store::new(rules_map, abi::UNWIND_MAX_RULES).context("the unwind rule map")?,
             rule_ids: HashMap::new(),
             files: HashMap::new(),
             vdso_len: None,
@@ -297,18 +304,16 @@ impl Unwinder {
     /// The `-v` lines: files, rows, time, memory.
     pub fn report(&self) -> String {
         let with = self.files.values().filter(|&&t| t).count();
-        let mib = |st: &Store, each: usize| (st.used() as usize * each) as f64 / (1 << 20) as f64;
-        let cap =
-            |st: &Store, each: usize| (st.capacity() as usize * each) as f64 / (1 << 20) as f64;
-        let (row, page) = (size_of::<abi::unwind_row>(), size_of::<abi::unwind_page>());
-        let rule = size_of::<abi::unwind_rule>();
+        let mib = |entries: u64, each: usize| (entries * each as u64) as f64 / (1 << 20) as f64;
+        let (entry, rule) = (size_of::<abi::unwind_row>(), size_of::<abi::unwind_rule>());
         let mut s = format!(
-            "bprof: unwind tables: {with} files, {} rows, {} distinct rules and {} index pages ({:.1} MiB of {:.1} MiB kernel memory), built in {:.0} ms from {:.1} MiB of ELF ({} parsed, {} kept from an earlier profile this boot)",
-            self.rows.used(),
+            "bprof: unwind tables: {with} files, {} rows, {} distinct rules and {} index pages ({:.1} MiB of {:.1} MiB kernel memory, {} table segments), built in {:.0} ms from {:.1} MiB of ELF ({} parsed, {} kept from an earlier profile this boot)",
+            self.rows,
             self.rules.used(),
-            self.pages.used(),
-            mib(&self.rows, row) + mib(&self.pages, page) + mib(&self.rules, rule),
-            cap(&self.rows, row) + cap(&self.pages, page) + cap(&self.rules, rule),
+            self.pages,
+            mib(self.tables.used(), entry) + mib(u64::from(self.rules.used()), rule),
+            mib(self.tables.allocated(), entry) + mib(u64::from(self.rules.capacity()), rule),
+            self.tables.count(),
             self.build_time.as_secs_f64() * 1000.0,
             self.bytes_read as f64 / (1 << 20) as f64,
             self.parsed,
@@ -322,7 +327,7 @@ impl Unwinder {
         }
         if self.full > 0 {
             s += &format!(
-                "; {} files not loaded, table map full (--unwind-rows)",
+                "; {} files not loaded, table budget spent (--unwind-rows)",
                 self.full
             );
         }
