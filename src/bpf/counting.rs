@@ -170,6 +170,7 @@ impl<'obj> StatProgram<'obj> {
             &mut open.maps.target_tids,
             scope.pids.len(),
             scope.tids.len(),
+            scope.follow_children,
         )?;
         if !scope.follow_children {
             open.progs.stat_follow_fork.set_autoload(false);

@@ -102,15 +102,19 @@ pub fn attach_followers(
 }
 
 /// Sizes the `target_tgids` and `target_tids` maps (bpf/targets.bpf.h) for
-/// every -p / -t id given: at least their defaults of 65536 and 4096.
+/// every -p / -t id given: at least their defaults of 65536 and 4096, but
+/// only the processes given when no forked child is followed (nothing
+/// else is ever added, and 65536 entries or buckets cost every start
+/// ~0.6 ms to allocate and zero).
 pub fn size_targets(
     tgids: &mut libbpf_rs::OpenMapMut<'_>,
     tids: &mut libbpf_rs::OpenMapMut<'_>,
     nr_pids: usize,
     nr_tids: usize,
+    follows: bool,
 ) -> Result<()> {
     let fit = |n: usize, default: u32| u32::try_from(n).unwrap_or(u32::MAX).max(default);
-    tgids.set_max_entries(fit(nr_pids, 65536))?;
+    tgids.set_max_entries(fit(nr_pids, if follows { 65536 } else { 1 }))?;
     tids.set_max_entries(fit(nr_tids, 4096))?;
     Ok(())
 }
