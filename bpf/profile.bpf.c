@@ -54,6 +54,10 @@ struct count_map {
 	 * --stack-storage-size entries (a hash inner map's size may differ),
 	 * and a larger one here was preallocated at every start for nothing. */
 	__uint(max_entries, 1);
+	/* Entries allocated as keys arrive: preallocating 16 384 cost ~0.8 ms
+	 * at every start and at the first drain. An entry that cannot be had
+	 * (the map full, or no memory) loses its sample, counted. */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(key_size, sizeof(struct sample_key));
 	__uint(value_size, sizeof(__u64));
 };

@@ -255,8 +255,10 @@ pub(crate) fn total_key() -> SampleKey {
 
 /// A count map of `size` stack keys, and its total's key, at 0.
 pub(crate) fn create_count_map(size: u32) -> Result<MapHandle> {
+    // The flags of the template in profile.bpf.c, which an inner map must match.
     let opts = libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
+        map_flags: libbpf_sys::BPF_F_NO_PREALLOC,
         ..Default::default()
     };
     let map = MapHandle::create(

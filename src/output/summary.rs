@@ -114,7 +114,7 @@ impl Summary {
         if st.count_map_full > 0 {
             writeln!(
                 e,
-                "bprof: {} samples lost: the count map was full (raise --stack-storage-size)",
+                "bprof: {} samples lost: the count map was full or out of kernel memory (raise --stack-storage-size)",
                 st.count_map_full
             )?;
         }
@@ -241,7 +241,7 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "bprof: 100 samples of process 42 over 2.50 s (cpu-clock, 99 Hz), 2 lost, 7 unique stacks, 2.5% of sampled frames unknown\n\
              bprof: 3 samples dropped by filter\n\
-             bprof: 2 samples lost: the count map was full (raise --stack-storage-size)\n"
+             bprof: 2 samples lost: the count map was full or out of kernel memory (raise --stack-storage-size)\n"
         );
     }
 
