@@ -71,6 +71,15 @@ impl ProfileOptions {
         self.call_graph == crate::unwind::CallGraph::Dwarf && self.user_stacks
     }
 
+    /// Whether a target's code mappings are learned at its exec
+    /// (learn_exec). Not for -p profiles: their processes run already and
+    /// no other becomes a target, so one that execs walks by the mappings
+    /// the kernel serves its walks until its records are read (~10 ms),
+    /// which spares every such profile the learner's verification (~1.5 ms).
+    pub fn learns_at_exec(&self) -> bool {
+        self.dwarf() && (self.follow_children || self.tgids.is_empty())
+    }
+
     /// Whether targets' mmaps are learned as they happen (learn_mmap). By
     /// default for `-- COMMAND`, whose children (a build's compilers, a
     /// script's tools) are often short-lived. Its hook on every syscall's
@@ -162,9 +171,10 @@ pub struct ProfileProgram<'obj> {
     /// bprof's own generation was wanted but its tracepoints would not
     /// attach: the raw-stack cache is off.
     layout_gens_missing: bool,
-    /// `--call-graph dwarf`: learn targets' code mappings at exec, and at
-    /// mmap where [`ProfileOptions::learns_mmaps`].
-    learn_mappings: bool,
+    /// `--call-graph dwarf`: learn targets' code mappings at exec (see
+    /// [`ProfileOptions::learns_at_exec`]) and at mmap (see
+    /// [`ProfileOptions::learns_mmaps`]).
+    learn_exec: bool,
     learn_mmaps: bool,
     /// Why those programs would not attach.
     learners_missing: Option<anyhow::Error>,
@@ -220,7 +230,7 @@ impl<'obj> ProfileProgram<'obj> {
             collector,
             layout_gens,
             layout_gens_missing: false,
-            learn_mappings: opts.dwarf(),
+            learn_exec: opts.learns_at_exec(),
             learn_mmaps: opts.learns_mmaps(),
             learners_missing: None,
             core_btf,
@@ -356,7 +366,7 @@ impl<'obj> ProfileProgram<'obj> {
         if !opts.mode.off_cpu() {
             open.progs.offcpu_switch.set_autoload(false);
         }
-        if !dwarf {
+        if !opts.learns_at_exec() {
             open.progs.learn_exec.set_autoload(false);
         }
         if !opts.learns_mmaps() {
@@ -403,9 +413,7 @@ impl<'obj> ProfileProgram<'obj> {
         if self.layout_gens {
             self.attach_layout_gens()?;
         }
-        if self.learn_mappings {
-            self.attach_learners();
-        }
+        self.attach_learners();
         if follow_children {
             let progs = &self.skel.progs;
             self.links.extend(maps::attach_followers(
@@ -453,10 +461,15 @@ impl<'obj> ProfileProgram<'obj> {
     /// they would anyway.
     fn attach_learners(&mut self) {
         let progs = &self.skel.progs;
-        let mut links = vec![progs
-            .learn_exec
-            .attach_raw_tracepoint("sched_process_exec")
-            .context("raw tracepoint sched_process_exec")];
+        let mut links = Vec::new();
+        if self.learn_exec {
+            links.push(
+                progs
+                    .learn_exec
+                    .attach_raw_tracepoint("sched_process_exec")
+                    .context("raw tracepoint sched_process_exec"),
+            );
+        }
         if self.learn_mmaps {
             links.push(
                 progs

@@ -307,13 +307,14 @@ impl Unwinder {
         let mib = |entries: u64, each: usize| (entries * each as u64) as f64 / (1 << 20) as f64;
         let (entry, rule) = (size_of::<abi::unwind_row>(), size_of::<abi::unwind_rule>());
         let mut s = format!(
-            "bprof: unwind tables: {with} files, {} rows, {} distinct rules and {} index pages ({:.1} MiB of {:.1} MiB kernel memory, {} table segments), built in {:.0} ms from {:.1} MiB of ELF ({} parsed, {} kept from an earlier profile this boot)",
+            "bprof: unwind tables: {with} files, {} rows, {} distinct rules and {} index pages ({:.1} MiB of {:.1} MiB kernel memory, {} table segment{}), built in {:.0} ms from {:.1} MiB of ELF ({} parsed, {} kept from an earlier profile this boot)",
             self.rows,
             self.rules.used(),
             self.pages,
             mib(self.tables.used(), entry) + mib(u64::from(self.rules.used()), rule),
             mib(self.tables.allocated(), entry) + mib(u64::from(self.rules.capacity()), rule),
             self.tables.count(),
+            if self.tables.count() == 1 { "" } else { "s" },
             self.build_time.as_secs_f64() * 1000.0,
             self.bytes_read as f64 / (1 << 20) as f64,
             self.parsed,
