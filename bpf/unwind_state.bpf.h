@@ -17,7 +17,7 @@
 
 /* The files' tables: each file's page index followed by its rows (both 8
  * bytes an entry), in one of the segments user space creates as tables
- * arrive (from 2 MiB on, up to --unwind-rows in all) and writes through
+ * arrive (from 512 KiB on, up to --unwind-rows in all) and writes through
  * mmap, far faster than map updates. Allocating the whole budget up front
  * cost every start ~8 ms of zeroed pages for tables that mostly take a
  * few hundred KiB. */

@@ -169,7 +169,7 @@ pub struct ProfileArgs {
 
     /// Most rows the unwind tables may take (8 bytes each, plus N/8
     /// page-index entries of 8 bytes), allocated as files' tables are
-    /// loaded, in segments from 2 MiB up; and 512 KiB of rules at start:
+    /// loaded, in segments from 512 KiB up; and 512 KiB of rules at start:
     /// --call-graph dwarf only.
     #[arg(long = "unwind-rows", value_name = "N", default_value = "4194304")]
     pub unwind_rows: String,
