@@ -414,6 +414,14 @@ impl Collector {
     /// period also waits out a program still running on another CPU, so
     /// `read_stats` (called after this) sees final counters that match.
     pub fn finish(&mut self, maps: &Maps) -> Result<()> {
+        // No program inserts any more: the map in use goes back into its own
+        // slot (the update's grace period is what is wanted) rather than a
+        // fresh one, whose making cost ~0.35 ms of every profile's end.
+        if self.spare.is_none() {
+            if let Some(current) = &self.current {
+                self.spare = MapHandle::try_from(current).ok();
+            }
+        }
         self.drain(maps, 0)
     }
 
