@@ -263,6 +263,32 @@ pub fn remove_other_boots(dir: &Path, prefix: &str, keep: &str) {
     }
 }
 
+/// Keeps at most `most` of the regular files in root's state directory
+/// `dir` whose names start with `prefix` and end with `suffix`: the newest
+/// (by modification time); the rest are removed. For state kept per build
+/// of bprof (each build names its own), which would otherwise pile up in
+/// /run until the next boot.
+pub fn keep_newest(dir: &Path, prefix: &str, suffix: &str, most: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with(prefix) && name.ends_with(suffix)
+        })
+        // file_type does not follow a symlink: only regular files count.
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    files.sort_by_key(|f| std::cmp::Reverse(f.0));
+    for (_, path) in files.into_iter().skip(most) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 /// Replaces the file `name` in `dir` (checked by [`private_dir`], at
 /// `dir_path`) with `bytes`, through a temporary file renamed into place: a
 /// concurrent reader sees the old file or the new one, never half. By
@@ -297,6 +323,39 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn keep_newest_removes_the_oldest_matching_files_only() {
+        let d = scratch("newest");
+        let t0 = std::time::SystemTime::now() - std::time::Duration::from_secs(100);
+        for i in 0..5u64 {
+            let f = d.join(format!("core-{i}.btf"));
+            std::fs::write(&f, b"x").unwrap();
+            let f = std::fs::File::options().write(true).open(&f).unwrap();
+            f.set_modified(t0 + std::time::Duration::from_secs(i))
+                .unwrap();
+        }
+        std::fs::write(d.join("core-other.txt"), b"x").unwrap();
+        std::fs::write(d.join("unwind-x.btf"), b"x").unwrap();
+        std::os::unix::fs::symlink(d.join("core-0.btf"), d.join("core-link.btf")).unwrap();
+        keep_newest(&d, "core-", ".btf", 2);
+        let mut left: Vec<String> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "core-3.btf",
+                "core-4.btf",
+                "core-link.btf",
+                "core-other.txt",
+                "unwind-x.btf"
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

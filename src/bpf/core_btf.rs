@@ -171,6 +171,9 @@ pub(crate) fn keep(obj: &libbpf_rs::Object) -> Result<(String, usize)> {
     let n = unsafe { copy_named(local, kernel.0, out.0) }?;
     crate::fsafe::replace_private_file(&dir, Path::new(STATE_DIR), &name, out.raw()?)
         .context("writing the copy")?;
+    // Each build of bprof keeps its own copy: the newest four stay (another
+    // version's removed here only makes its next start rebuild it).
+    crate::fsafe::keep_newest(Path::new(STATE_DIR), "core-", ".btf", 4);
     Ok((format!("{STATE_DIR}/{name}"), n))
 }
 
