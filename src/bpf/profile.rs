@@ -71,13 +71,19 @@ impl ProfileOptions {
         self.call_graph == crate::unwind::CallGraph::Dwarf && self.user_stacks
     }
 
+    /// Whether the targets are the -p processes and no other ever becomes
+    /// one (no forked child is followed).
+    fn fixed_processes(&self) -> bool {
+        !self.follow_children && !self.tgids.is_empty()
+    }
+
     /// Whether a target's code mappings are learned at its exec
     /// (learn_exec). Not for -p profiles: their processes run already and
     /// no other becomes a target, so one that execs walks by the mappings
     /// the kernel serves its walks until its records are read (~10 ms),
     /// which spares every such profile the learner's verification (~1.5 ms).
     pub fn learns_at_exec(&self) -> bool {
-        self.dwarf() && (self.follow_children || self.tgids.is_empty())
+        self.dwarf() && !self.fixed_processes()
     }
 
     /// Whether targets' mmaps are learned as they happen (learn_mmap). By
@@ -334,7 +340,7 @@ impl<'obj> ProfileProgram<'obj> {
             open.maps.unwind_files.set_max_entries(1)?;
             open.maps.unwind_maps.set_max_entries(1)?;
             open.maps.unwind_rules.set_max_entries(1)?;
-        } else if !opts.follow_children && !opts.tgids.is_empty() {
+        } else if opts.fixed_processes() {
             // The processes given, and no other: 4096 chunks of 2 MiB of
             // code each (its buckets, sized for 65 536, cost ~0.6 ms of
             // every start).

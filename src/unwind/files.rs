@@ -108,7 +108,7 @@ impl Unwinder {
             }
         };
         self.bytes_read += data.len() as u64;
-        let room = usize::try_from(self.tables.room()).unwrap_or(usize::MAX);
+        let room = self.tables.room();
         let id = FileId::of(&meta);
         let limit = room.max(1);
         let mut cache = self
@@ -272,7 +272,7 @@ impl Unwinder {
         let Some(own) = crate::symbolize::vdso::own() else {
             return;
         };
-        let room = usize::try_from(self.tables.room()).unwrap_or(usize::MAX);
+        let room = self.tables.room();
         let Ok(t) = table::build(&own.image, room) else {
             return;
         };

@@ -45,15 +45,16 @@ impl Segments {
         }
     }
 
-    /// The most entries one more table can take.
-    pub(super) fn room(&self) -> u64 {
+    /// The most entries one more table can take (the limit a table is
+    /// built to).
+    pub(super) fn room(&self) -> usize {
         let free = self
             .segs
             .iter()
             .map(|s| u64::from(s.capacity() - s.used()))
             .max()
             .unwrap_or(0);
-        free.max(self.unmade())
+        usize::try_from(free.max(self.unmade())).unwrap_or(usize::MAX)
     }
 
     /// Entries of the budget not made into segments yet (none once every
