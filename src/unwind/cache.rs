@@ -39,15 +39,18 @@ pub(crate) struct TableCache {
     used: Option<u64>,
     /// Tables read from the cache.
     pub(crate) hits: usize,
+    /// Whether the directory's file system has room (see [`room_on_fs`]);
+    /// a field so that tests do not hang on how full the test machine is.
+    room: fn(&File, u64, u64) -> bool,
 }
 
 impl TableCache {
     /// This boot's cache; `None` when root's state directory is unusable.
     pub(crate) fn open() -> Option<TableCache> {
-        Self::open_in(Path::new(STATE_DIR), &crate::fsafe::boot_id()?)
+        Self::open_in(Path::new(STATE_DIR), &crate::fsafe::boot_id()?, room_on_fs)
     }
 
-    fn open_in(state: &Path, boot: &str) -> Option<TableCache> {
+    fn open_in(state: &Path, boot: &str, room: fn(&File, u64, u64) -> bool) -> Option<TableCache> {
         crate::fsafe::private_dir(state).ok()?;
         let name = format!("{DIR_PREFIX}{boot}");
         let dir = state.join(&name);
@@ -61,6 +64,7 @@ impl TableCache {
             dir_fd,
             used: None,
             hits: 0,
+            room,
         })
     }
 
@@ -95,7 +99,7 @@ impl TableCache {
         let bytes = encode(table, &id.key());
         let used = *self.used.get_or_insert_with(|| dir_bytes(&self.dir));
         let after = used.saturating_add(bytes.len() as u64);
-        if after > MAX_TOTAL || !room_on_fs(&self.dir_fd, after, bytes.len() as u64) {
+        if after > MAX_TOTAL || !(self.room)(&self.dir_fd, after, bytes.len() as u64) {
             return;
         }
         if crate::fsafe::replace_private_file(&self.dir_fd, &self.dir, &id.key(), &bytes).is_ok() {
@@ -114,8 +118,17 @@ fn room_on_fs(dir: &File, total: u64, more: u64) -> bool {
     }
     // SAFETY: initialized by the successful call.
     let st = unsafe { st.assume_init() };
-    let size = st.f_blocks.saturating_mul(st.f_frsize);
-    let free = st.f_bavail.saturating_mul(st.f_frsize);
+    fits(
+        st.f_blocks.saturating_mul(st.f_frsize),
+        st.f_bavail.saturating_mul(st.f_frsize),
+        total,
+        more,
+    )
+}
+
+/// Whether a file system of `size` bytes with `free` left can take `more`
+/// with the cache at `total`: see [`room_on_fs`].
+fn fits(size: u64, free: u64, total: u64, more: u64) -> bool {
     total <= size / SHARE && free.saturating_sub(more) >= size / SHARE
 }
 
@@ -224,6 +237,11 @@ mod tests {
         d
     }
 
+    /// A file system with room, whatever the test machine's disk holds.
+    fn roomy(_: &File, _: u64, _: u64) -> bool {
+        true
+    }
+
     /// This test binary's own table, built as a profile would.
     fn own_table() -> (FileId, Vec<u8>, Table) {
         let exe = std::env::current_exe().unwrap();
@@ -238,7 +256,7 @@ mod tests {
         let (id, data, t) = own_table();
         assert!(t.rows.len() > 100);
         let bid = || crate::unwind::table::build_id_only(&data);
-        let mut c = TableCache::open_in(&d, "boot-a").unwrap();
+        let mut c = TableCache::open_in(&d, "boot-a", roomy).unwrap();
         assert!(c.get(&id, 1 << 24, bid).is_none());
         c.put(&id, &t);
         let back = c.get(&id, 1 << 24, bid).expect("kept");
@@ -251,7 +269,7 @@ mod tests {
         // More rows than the map has room for: built (and refused) anew.
         assert!(c.get(&id, t.rows.len() - 1, bid).is_none());
         // Another boot's directory goes; its tables are not read.
-        let mut c2 = TableCache::open_in(&d, "boot-b").unwrap();
+        let mut c2 = TableCache::open_in(&d, "boot-b", roomy).unwrap();
         assert!(!d.join("unwind-boot-a").exists());
         assert!(c2.get(&id, 1 << 24, bid).is_none());
     }
@@ -261,7 +279,7 @@ mod tests {
         let d = scratch("damaged");
         let (id, data, t) = own_table();
         let bid = || crate::unwind::table::build_id_only(&data);
-        let mut c = TableCache::open_in(&d, "boot").unwrap();
+        let mut c = TableCache::open_in(&d, "boot", roomy).unwrap();
         c.put(&id, &t);
         let path = d.join("unwind-boot").join(id.key());
         let good = std::fs::read(&path).unwrap();
@@ -287,5 +305,22 @@ mod tests {
         std::fs::write(&elsewhere, &good).unwrap();
         std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
         assert!(c.get(&id, 1 << 24, bid).is_none());
+    }
+
+    #[test]
+    fn a_full_file_system_keeps_nothing() {
+        let d = scratch("full");
+        let (id, data, t) = own_table();
+        let bid = || crate::unwind::table::build_id_only(&data);
+        let mut c = TableCache::open_in(&d, "boot", |_, _, _| false).unwrap();
+        c.put(&id, &t);
+        assert!(!d.join("unwind-boot").join(id.key()).exists());
+        assert!(c.get(&id, 1 << 24, bid).is_none());
+        // The rule itself: the cache within 1/20 of the file system, and
+        // 1/20 of it still free after the write.
+        assert!(fits(2000, 500, 100, 100));
+        assert!(!fits(2000, 500, 101, 1));
+        assert!(!fits(2000, 199, 10, 100));
+        assert!(fits(2000, 200, 10, 100));
     }
 }
