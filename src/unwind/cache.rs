@@ -22,9 +22,11 @@ use crate::unwind::table::{Row, Table};
 const MAGIC: &[u8; 8] = b"bprofut1";
 /// What this cache may hold in all, in bytes (it lives in /run, memory),
 /// and at most this share of its file system (1/SHARE), whose free space
-/// must stay above that share too.
+/// must stay above that share too, or above FREE_FLOOR where that is less
+/// (where /run is a big disk, 5% of it is more than anyone keeps free).
 const MAX_TOTAL: u64 = 128 << 20;
 const SHARE: u64 = 20;
+const FREE_FLOOR: u64 = 1 << 30;
 /// Bytes of one row in a kept table.
 const ROW_BYTES: usize = 12;
 /// The directory's name in [`STATE_DIR`], before the boot ID.
@@ -109,7 +111,8 @@ impl TableCache {
 }
 
 /// Whether the cache's file system can take `more` bytes with the cache at
-/// `total`: the cache within 1/SHARE of its size, and as much left free.
+/// `total`: the cache within 1/SHARE of its size, and as much (at most
+/// FREE_FLOOR) left free.
 fn room_on_fs(dir: &File, total: u64, more: u64) -> bool {
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
     // SAFETY: fstatvfs writes a statvfs into st on success; read only then.
@@ -129,7 +132,7 @@ fn room_on_fs(dir: &File, total: u64, more: u64) -> bool {
 /// Whether a file system of `size` bytes with `free` left can take `more`
 /// with the cache at `total`: see [`room_on_fs`].
 fn fits(size: u64, free: u64, total: u64, more: u64) -> bool {
-    total <= size / SHARE && free.saturating_sub(more) >= size / SHARE
+    total <= size / SHARE && free.saturating_sub(more) >= (size / SHARE).min(FREE_FLOOR)
 }
 
 /// The bytes of the files in `dir`.
@@ -317,10 +320,13 @@ mod tests {
         assert!(!d.join("unwind-boot").join(id.key()).exists());
         assert!(c.get(&id, 1 << 24, bid).is_none());
         // The rule itself: the cache within 1/20 of the file system, and
-        // 1/20 of it still free after the write.
+        // 1/20 of it (at most 1 GiB) still free after the write.
         assert!(fits(2000, 500, 100, 100));
         assert!(!fits(2000, 500, 101, 1));
         assert!(!fits(2000, 199, 10, 100));
         assert!(fits(2000, 200, 10, 100));
+        let disk = 252 << 30;
+        assert!(fits(disk, 11 << 30, 1 << 20, 1 << 20));
+        assert!(!fits(disk, (1 << 30) + 5, 1 << 20, 10));
     }
 }
