@@ -312,17 +312,20 @@ static __always_inline void hash_frame(struct walk_state *s, __u32 n, const stru
 		hash_record(&s->hash, &s->hash2, (const __u64 *)rec);
 }
 
-/* The user word at addr, from the window (refilled when addr is outside). */
-static __always_inline int read_u64(struct unwind_ctx *c, __u64 *dst, __u64 addr)
+/* The user word at addr into w->val, from the window (refilled when addr
+ * is outside). A global function: the verifier checks it once, not at each
+ * of the walk's eight reads (each had its own three ways out). */
+__noinline int win_read(struct stack_window *w, __u64 addr)
 {
-	struct stack_window *w = c->win;
 	__u64 off, len;
 
+	if (!w)
+		return -1;
 	if (addr < w->lo || addr + 8 > w->hi) {
 		len = ((addr | 4095) + 1) - addr;
-		c->s->reads++;
+		w->reads++;
 		if (len < 8) /* a word across a page boundary: read it alone */
-			return bpf_probe_read_user(dst, sizeof(*dst), (void *)addr);
+			return bpf_probe_read_user(&w->val, sizeof(w->val), (void *)addr) ? -1 : 0;
 		if (len > UNWIND_WINDOW)
 			len = UNWIND_WINDOW;
 		if (bpf_probe_read_user(w->w, len, (void *)addr)) {
@@ -335,7 +338,15 @@ static __always_inline int read_u64(struct unwind_ctx *c, __u64 *dst, __u64 addr
 	off = addr - w->lo;
 	if (off > UNWIND_WINDOW - 8)
 		return -1;
-	*dst = *(__u64 *)((char *)w->w + off);
+	w->val = *(__u64 *)((char *)w->w + off);
+	return 0;
+}
+
+static __always_inline int read_u64(struct unwind_ctx *c, __u64 *dst, __u64 addr)
+{
+	if (win_read(c->win, addr))
+		return -1;
+	*dst = c->win->val;
 	return 0;
 }
 
@@ -617,6 +628,7 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 		c.last->tgid = task->tgid;
 		c.last->nvalid = 0;
 	}
+	c.win->reads = 0;
 	c.win->lo = c.win->hi = 0; /* another task's stack, or this one's before */
 	s->bp_valid = 1;
 	s->exact = 1;
@@ -631,7 +643,7 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	end = s->end ? s->end - 1 : UNWIND_END_DEPTH;
 	__sync_fetch_and_add(&st->unwind_frames, us->nr); /* before a truncation mark */
 	__sync_fetch_and_add(&st->unwind_fp_frames, s->fp_frames);
-	__sync_fetch_and_add(&st->unwind_reads, s->reads);
+	__sync_fetch_and_add(&st->unwind_reads, c.win->reads);
 	if (end < UNWIND_END_KINDS)
 		__sync_fetch_and_add(&st->unwind_end[end], 1);
 	n = us->nr;

@@ -166,7 +166,6 @@ struct walk_state {
 	__u32 bp_valid;
 	__u32 exact; /* ip is where the frame is, not a return address */
 	__u32 end;   /* enum unwind_end + 1 once the walk ended */
-	__u32 reads; /* bpf_probe_read_user calls */
 	__u32 learn; /* learn_key and learn_vma hold what bpf_find_vma found */
 	struct unwind_map_key learn_key;
 	struct vma_info learn_vma;
@@ -218,6 +217,9 @@ struct {
 
 struct stack_window {
 	__u64 lo, hi; /* the copy holds user addresses [lo, hi); lo == hi: none */
+	__u64 val;    /* the word win_read read */
+	__u32 reads;  /* bpf_probe_read_user calls */
+	__u32 pad;
 	__u64 w[UNWIND_WINDOW / 8];
 };
 
