@@ -23,8 +23,6 @@
 
 struct unwind_ctx {
 	struct user_stack *us;
-	struct profile_stats *st;
-	struct task_struct *task;
 	struct walk_state *s;
 	struct stack_window *win;
 	struct rule_memos *memo;
@@ -235,9 +233,9 @@ static __always_inline int chunk_slot(struct unwind_chunk *ch, __u64 ip, __u64 m
  * the parent's for its learned slots. Without it each of the child's first
  * samples could ask the kernel for one mapping only (see learn), and a
  * shell's children would end their walks at the second. */
-static __always_inline struct unwind_chunk *parent_chunk(struct unwind_ctx *c, __u64 chunk, __u64 *mm)
+static __always_inline struct unwind_chunk *parent_chunk(struct task_struct *task, __u64 chunk, __u64 *mm)
 {
-	struct task_struct *task = c->task, *parent;
+	struct task_struct *parent;
 	struct unwind_map_key pk = { .chunk = chunk };
 	__u64 id = BPF_CORE_READ(task, parent_exec_id);
 
@@ -312,58 +310,204 @@ static __always_inline void hash_frame(struct walk_state *s, __u32 n, const stru
 		hash_record(&s->hash, &s->hash2, (const __u64 *)rec);
 }
 
-/* The user word at addr into w->val, from the window (refilled when addr
- * is outside). A global function: the verifier checks it once, not at each
- * of the walk's eight reads (each had its own three ways out). */
-__noinline int win_read(struct stack_window *w, __u64 addr)
+/* Refills the window from user address addr: to the end of addr's page or
+ * UNWIND_WINDOW bytes, or the one word when it crosses into the next page.
+ * A global function, verified once rather than at each of the walk's eight
+ * reads; the reads themselves stay inline, as most hit the window. */
+__noinline int win_refill(struct stack_window *w, __u64 addr)
 {
-	__u64 off, len;
+	__u64 len;
 
 	if (!w)
 		return -1;
-	if (addr < w->lo || addr + 8 > w->hi) {
-		len = ((addr | 4095) + 1) - addr;
-		w->reads++;
-		if (len < 8) /* a word across a page boundary: read it alone */
-			return bpf_probe_read_user(&w->val, sizeof(w->val), (void *)addr) ? -1 : 0;
-		if (len > UNWIND_WINDOW)
-			len = UNWIND_WINDOW;
-		if (bpf_probe_read_user(w->w, len, (void *)addr)) {
-			w->lo = w->hi = 0;
-			return -1;
-		}
-		w->lo = addr;
-		w->hi = addr + len;
-	}
-	off = addr - w->lo;
-	if (off > UNWIND_WINDOW - 8)
+	len = ((addr | 4095) + 1) - addr;
+	w->reads++;
+	if (len < 8) /* a word across a page boundary: read it alone */
+		len = 8;
+	if (len > UNWIND_WINDOW)
+		len = UNWIND_WINDOW;
+	if (bpf_probe_read_user(w->w, len, (void *)addr)) {
+		w->lo = w->hi = 0;
 		return -1;
-	w->val = *(__u64 *)((char *)w->w + off);
+	}
+	w->lo = addr;
+	w->hi = addr + len;
 	return 0;
 }
 
+/* The user word at addr, from the window (refilled when addr is outside). */
 static __always_inline int read_u64(struct unwind_ctx *c, __u64 *dst, __u64 addr)
 {
-	if (win_read(c->win, addr))
+	struct stack_window *w = c->win;
+	__u64 off;
+
+	if ((addr < w->lo || addr + 8 > w->hi) && win_refill(w, addr))
 		return -1;
-	*dst = c->win->val;
+	off = addr - w->lo;
+	if (off > UNWIND_WINDOW - 8)
+		return -1;
+	*dst = *(__u64 *)((char *)w->w + off);
 	return 0;
+}
+
+/* The mapping of s->ip (and its file's unwind_files entry) into s->vma,
+ * s->have_file and s->file: from this CPU's memo, unwind_maps (user
+ * space's view, or the parent's for a fork that has not exec'd) or the
+ * kernel. 0, or -ENOENT / -EBUSY. A global function, verified once: inlined,
+ * its ways to a mapping were each checked with the rest of the frame, and
+ * its stack added to the walk's past 6.1's 512 bytes. The walk is always
+ * the current task's. */
+__noinline int map_frame(struct walk_state *s, struct map_memos *maps)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct unwind_map_key mk = {};
+	struct map_memo_entry *me;
+	struct unwind_chunk *ch;
+	struct unwind_file *file;
+	struct vma_info v = {};
+	__u64 mm;
+	long err;
+
+	if (!s || !maps)
+		return -ENOENT;
+	mk.tgid = task->tgid;
+	mk.chunk = s->ip >> UNWIND_CHUNK_SHIFT;
+	me = &maps->e[((s->mm >> 6 ^ mk.chunk) * 0x9e3779b97f4a7c15ULL) >> (64 - MAP_MEMO_BITS)];
+	if (me->mm == s->mm && me->gen == s->gen && me->tgid == mk.tgid && s->ip >= me->vma.start &&
+	    s->ip < me->vma.end) {
+		s->vma = me->vma;
+		s->have_file = me->have_file;
+		if (me->have_file)
+			s->file = me->file;
+		return 0;
+	}
+	ch = bpf_map_lookup_elem(&unwind_maps, &mk);
+	mm = s->mm;
+	if (!ch)
+		ch = parent_chunk(task, mk.chunk, &mm);
+	err = ch ? chunk_slot(ch, s->ip, mm, &v) : -ENOENT;
+	/* Neither user space nor learn_mmap has it: ask the kernel (once per
+	 * run). */
+	if (err) {
+		err = bpf_find_vma(task, s->ip, vma_cb, &v, 0);
+		if (!err && !v.end)
+			err = -ENOENT;
+		/* Kept in unwind_maps after the walk (learn from here would
+		 * take the combined stack past 6.1's 512 bytes): the kernel
+		 * serves one lookup per program run, so a new process learns
+		 * one mapping per sample where learn_mmap does not run
+		 * (--mmap-hook). */
+		if (!err) {
+			s->find_vma++;
+			if (v.key.ino && !s->learn) {
+				s->learn = 1;
+				s->learn_key = mk;
+				s->learn_vma = v;
+			}
+		}
+	}
+	if (err)
+		return err == -EBUSY ? -EBUSY : -ENOENT;
+	s->vma = v;
+	/* The file's entry is copied once per mapping change, not looked up
+	 * per frame. */
+	s->have_file = 0;
+	if (v.key.ino) {
+		file = bpf_map_lookup_elem(&unwind_files, &v.key);
+		if (file) {
+			s->file = *file;
+			s->have_file = 1;
+		}
+	}
+	me->mm = s->mm;
+	me->gen = s->gen;
+	me->tgid = mk.tgid;
+	me->vma = v;
+	me->have_file = s->have_file;
+	if (s->have_file)
+		me->file = s->file;
+	return 0;
+}
+
+/* Frame n (at s->ip in mapping s->vma): writes its record into rec and
+ * hashes it, and puts its rule into s->rule from the last walk, the rule
+ * memo or the file's table. Returns 1 when a rule was found. A global
+ * function: the verifier checks it once, where inlined its three sources of
+ * a rule times the two kinds of record were each checked with the rest of
+ * the frame. */
+__noinline int frame_rule(struct walk_state *s, struct frame_record *rec, struct last_walk *lw,
+			  struct rule_memos *memo, __u32 n)
+{
+	struct unwind_file *file;
+	struct unwind_row *row;
+	struct unwind_rule *rule = 0;
+	__u64 off, lookup;
+	int found = 0;
+
+	if (!s || !rec || !lw || !memo)
+		return 0;
+	off = s->ip - s->vma.start + s->vma.off;
+	file = s->have_file ? &s->file : 0;
+	if (file && (file->flags & UNWIND_FILE_BUILD_ID)) {
+		rec->status = FRAME_FILE;
+		__builtin_memcpy(rec->build_id, file->build_id, sizeof(rec->build_id));
+		rec->offset = off;
+	} else {
+		rec->status = FRAME_IP;
+		/* Hashed and compared with the rest: no stale bytes. */
+		__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
+		rec->offset = s->ip;
+	}
+	hash_frame(s, n, rec);
+	if (!file || !file->nr_rows)
+		return 0;
+
+	/* A return address is just past its call: its frame is the call's. */
+	lookup = s->exact ? off : off - 1;
+	__u64 wtag = s->ip << 1 | s->exact;
+	__u32 k = n & (LAST_WALK_FRAMES - 1);
+
+	if (n < LAST_WALK_FRAMES && n < lw->nvalid && lw->f[k].tag == wtag) {
+		s->rule = lw->f[k].rule;
+		return 1;
+	}
+	/* (table, offset) names one rule for the whole session (see
+	 * unwind_file). */
+	__u64 tag = ((__u64)file->table << 32 | (__u32)lookup) + 1;
+	struct rule_memo *m = &memo->e[(tag * 0x9e3779b97f4a7c15ULL) >> (64 - UNWIND_MEMO_BITS)];
+
+	if (m->tag == tag) {
+		s->rule = m->rule;
+		found = 1;
+	} else {
+		row = find_row(file, lookup);
+		if (row)
+			rule = bpf_map_lookup_elem(&unwind_rules, &row->rule);
+		if (rule) {
+			s->rule = *rule;
+			found = 1;
+			m->tag = tag;
+			m->rule = s->rule;
+		}
+	}
+	/* Entries stay in frame order: one past the valid ones at most. */
+	if (found && n < LAST_WALK_FRAMES && n <= lw->nvalid) {
+		lw->f[k].tag = wtag;
+		lw->f[k].rule = s->rule;
+		if (n == lw->nvalid)
+			lw->nvalid = n + 1;
+	}
+	return found;
 }
 
 /* One frame: records c->s->ip, then moves ip/sp/bp to the caller. 1 ends. */
 static long unwind_step(__u32 i, struct unwind_ctx *c)
 {
 	struct frame_record *rec;
-	struct unwind_file *file = 0;
-	struct unwind_row *row = 0;
-	struct unwind_rule *rule = 0;
-	/* The frame's rule, copied from wherever it was found: three kinds
-	 * of pointer kept the verifier from merging what follows, verifying
-	 * it once per source (800 more insns, ~6 ms of each load). */
-	struct unwind_rule r = {};
-	int found = 0;
+	struct unwind_rule r;
+	int found;
 	struct user_stack *us = c->us;
-	__u64 off, cfa, ra, lookup;
+	__u64 cfa, ra;
 	__u32 n = us->nr;
 	long err;
 
@@ -372,46 +516,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 	if (c->s->ip == 0)
 		return stop(c, UNWIND_END_ROOT);
 	if (c->s->ip < c->s->vma.start || c->s->ip >= c->s->vma.end) {
-		struct unwind_map_key mk = { .tgid = c->task->tgid, .chunk = c->s->ip >> UNWIND_CHUNK_SHIFT };
-		struct map_memo_entry *me =
-			&c->maps->e[((c->s->mm >> 6 ^ mk.chunk) * 0x9e3779b97f4a7c15ULL) >> (64 - MAP_MEMO_BITS)];
-		struct unwind_chunk *ch;
-		struct vma_info v = {};
-		__u64 mm;
-
-		if (me->mm == c->s->mm && me->gen == c->s->gen && me->tgid == mk.tgid && c->s->ip >= me->vma.start &&
-		    c->s->ip < me->vma.end) {
-			c->s->vma = me->vma;
-			c->s->have_file = me->have_file;
-			if (me->have_file)
-				c->s->file = me->file;
-			goto mapped;
-		}
-		ch = bpf_map_lookup_elem(&unwind_maps, &mk);
-		mm = c->s->mm;
-		if (!ch)
-			ch = parent_chunk(c, mk.chunk, &mm);
-		err = ch ? chunk_slot(ch, c->s->ip, mm, &v) : -ENOENT;
-		/* Neither user space nor learn_mmap has it: ask the kernel (once
-		 * per run). */
-		if (err) {
-			err = bpf_find_vma(c->task, c->s->ip, vma_cb, &v, 0);
-			if (!err && !v.end)
-				err = -ENOENT;
-			/* Kept in unwind_maps after the walk (a call of the
-			 * global learn from here took do_sample's combined stack
-			 * past 6.1's 512 bytes): the kernel serves one lookup per
-			 * program run, so a new process learns one mapping per
-			 * sample where learn_mmap does not run (--mmap-hook). */
-			if (!err) {
-				__sync_fetch_and_add(&c->st->unwind_find_vma, 1);
-				if (v.key.ino && !c->s->learn) {
-					c->s->learn = 1;
-					c->s->learn_key = mk;
-					c->s->learn_vma = v;
-				}
-			}
-		}
+		err = map_frame(c->s, c->maps);
 		if (err) {
 			rec = &us->frames[n];
 			rec->status = FRAME_IP;
@@ -421,82 +526,11 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 			hash_frame(c->s, n, rec);
 			return stop(c, err == -EBUSY ? UNWIND_END_VMA_BUSY : UNWIND_END_NO_MAPPING);
 		}
-		c->s->vma = v;
-		/* The file's entry is copied once per mapping change, not
-		 * looked up per frame. */
-		c->s->have_file = 0;
-		if (v.key.ino) {
-			file = bpf_map_lookup_elem(&unwind_files, &v.key);
-			if (file) {
-				c->s->file = *file;
-				c->s->have_file = 1;
-			}
-		}
-		me->mm = c->s->mm;
-		me->gen = c->s->gen;
-		me->tgid = mk.tgid;
-		me->vma = v;
-		me->have_file = c->s->have_file;
-		if (c->s->have_file)
-			me->file = c->s->file;
 	}
-mapped:
-	off = c->s->ip - c->s->vma.start + c->s->vma.off;
-	file = c->s->have_file ? &c->s->file : 0;
-
 	rec = &us->frames[n];
-	if (file && (file->flags & UNWIND_FILE_BUILD_ID)) {
-		rec->status = FRAME_FILE;
-		__builtin_memcpy(rec->build_id, file->build_id, sizeof(rec->build_id));
-		rec->offset = off;
-	} else {
-		rec->status = FRAME_IP;
-		/* Hashed and compared with the rest: no stale bytes. */
-		__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
-		rec->offset = c->s->ip;
-	}
+	found = frame_rule(c->s, rec, c->last, c->memo, n);
 	us->nr = n + 1;
-	hash_frame(c->s, n, rec);
-
-	/* A return address is just past its call: its frame is the call's. */
-	lookup = c->s->exact ? off : off - 1;
-	if (file && file->nr_rows) {
-		struct last_walk *lw = c->last;
-		__u64 wtag = c->s->ip << 1 | c->s->exact;
-		__u32 k = n & (LAST_WALK_FRAMES - 1);
-
-		if (n < LAST_WALK_FRAMES && n < lw->nvalid && lw->f[k].tag == wtag) {
-			r = lw->f[k].rule;
-			found = 1;
-		} else {
-			/* (table, offset) names one rule for the whole
-			 * session (see unwind_file). */
-			__u64 tag = ((__u64)file->table << 32 | (__u32)lookup) + 1;
-			struct rule_memo *m = &c->memo->e[(tag * 0x9e3779b97f4a7c15ULL) >> (64 - UNWIND_MEMO_BITS)];
-
-			if (m->tag == tag) {
-				r = m->rule;
-				found = 1;
-			} else {
-				row = find_row(file, lookup);
-				if (row)
-					rule = bpf_map_lookup_elem(&unwind_rules, &row->rule);
-				if (rule) {
-					r = *rule;
-					found = 1;
-					m->tag = tag;
-					m->rule = r;
-				}
-			}
-			/* Entries stay in frame order: one past the valid ones at most. */
-			if (found && n < LAST_WALK_FRAMES && n <= lw->nvalid) {
-				lw->f[k].tag = wtag;
-				lw->f[k].rule = r;
-				if (n == lw->nvalid)
-					lw->nvalid = n + 1;
-			}
-		}
-	}
+	r = c->s->rule;
 	c->s->exact = 0;
 
 	if (!found || r.cfa_type == UNWIND_CFA_NONE) {
@@ -608,8 +642,6 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	s->sp = s->r[7];
 	s->bp = s->r[6];
 	c.us = us;
-	c.st = st;
-	c.task = task;
 	c.s = s;
 	c.win = bpf_map_lookup_elem(&unwind_window, &slot);
 	c.memo = bpf_map_lookup_elem(&unwind_memo, &slot);
@@ -644,6 +676,8 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	__sync_fetch_and_add(&st->unwind_frames, us->nr); /* before a truncation mark */
 	__sync_fetch_and_add(&st->unwind_fp_frames, s->fp_frames);
 	__sync_fetch_and_add(&st->unwind_reads, c.win->reads);
+	if (s->find_vma)
+		__sync_fetch_and_add(&st->unwind_find_vma, s->find_vma);
 	if (end < UNWIND_END_KINDS)
 		__sync_fetch_and_add(&st->unwind_end[end], 1);
 	n = us->nr;

@@ -157,6 +157,7 @@ struct walk_state {
 	__u64 ip, sp, bp;
 	struct vma_info vma; /* the last mapping looked up */
 	struct unwind_file file; /* its file's unwind_files entry, when have_file */
+	struct unwind_rule rule; /* the frame's, from frame_rule */
 	__u32 have_file;
 	__u32 fp_frames; /* frames left by frame pointer */
 	__u64 r[16];       /* the sample's registers (DWARF numbers): first frame only */
@@ -167,6 +168,7 @@ struct walk_state {
 	__u32 exact; /* ip is where the frame is, not a return address */
 	__u32 end;   /* enum unwind_end + 1 once the walk ended */
 	__u32 learn; /* learn_key and learn_vma hold what bpf_find_vma found */
+	__u32 find_vma; /* bpf_find_vma calls that found a mapping */
 	struct unwind_map_key learn_key;
 	struct vma_info learn_vma;
 };
@@ -217,8 +219,7 @@ struct {
 
 struct stack_window {
 	__u64 lo, hi; /* the copy holds user addresses [lo, hi); lo == hi: none */
-	__u64 val;    /* the word win_read read */
-	__u32 reads;  /* bpf_probe_read_user calls */
+	__u32 reads; /* bpf_probe_read_user calls */
 	__u32 pad;
 	__u64 w[UNWIND_WINDOW / 8];
 };
