@@ -144,6 +144,41 @@ enum Kind {
     Dump,
 }
 
+/// The paths, inside the process's root, where its files of this kind may
+/// be: its perf map, or the jitdumps it mapped and the default one.
+fn candidates(p: &Proc, info: ProcInfo, kind: Kind) -> Vec<PathBuf> {
+    match kind {
+        Kind::Map => vec![PathBuf::from(format!("/tmp/perf-{}.map", info.nspid))],
+        Kind::Dump => p
+            .dump_paths
+            .iter()
+            .cloned()
+            .chain([PathBuf::from(format!("/tmp/jit-{}.dump", info.nspid))])
+            .collect(),
+    }
+}
+
+/// Whether any file still looked for may be there now: an lstat through
+/// `/proc/PID/root`, which follows the process wherever its root is (its
+/// pid in its namespace never changes). Only a definite "no such file"
+/// says no; what is there is then read and checked by [`JitFiles::find`].
+fn may_exist(pid: u32, p: &Proc) -> bool {
+    let Some(info) = p.info else {
+        return true;
+    };
+    [Kind::Map, Kind::Dump]
+        .into_iter()
+        .filter(|&k| matches!(p.slot(k), Slot::Pending))
+        .flat_map(|k| candidates(p, info, k))
+        .any(|name| {
+            let rel = name.strip_prefix("/").unwrap_or(&name);
+            !matches!(
+                std::fs::symlink_metadata(Path::new(&format!("/proc/{pid}/root")).join(rel)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound
+            )
+        })
+}
+
 /// The JIT symbol files of every process of interest.
 #[derive(Debug)]
 pub struct JitFiles {
@@ -257,8 +292,14 @@ impl JitFiles {
                 break;
             }
             if let Some(p) = self.procs.get_mut(&pid) {
-                p.info = refresh(pid, p.info);
                 p.misses = p.misses.saturating_add(1);
+                // Nothing there yet (the usual tick): one lstat per file,
+                // where reading who it runs as and opening cost ~10 system
+                // calls (~7 us) a tick.
+                if !may_exist(pid, p) {
+                    continue;
+                }
+                p.info = refresh(pid, p.info);
             }
             self.open(pid, false);
         }
@@ -330,17 +371,8 @@ impl JitFiles {
         let Some(info) = p.info else {
             return Found::Missing;
         };
-        let names: Vec<PathBuf> = match kind {
-            Kind::Map => vec![PathBuf::from(format!("/tmp/perf-{}.map", info.nspid))],
-            Kind::Dump => p
-                .dump_paths
-                .iter()
-                .cloned()
-                .chain([PathBuf::from(format!("/tmp/jit-{}.dump", info.nspid))])
-                .collect(),
-        };
         let mut found = Found::Missing;
-        for name in names {
+        for name in candidates(p, info, kind) {
             let (shown, opened) = self.open_one(pid, info, &name);
             match opened {
                 Ok(c) => return Found::File(c),
@@ -458,6 +490,40 @@ pub fn is_jitdump_name(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tick_looks_further_only_when_a_file_is_there() {
+        // This process's root, under a name no other test uses (they run
+        // at once, as the same process).
+        let pid = std::process::id();
+        let ns = pid.wrapping_add(1_000_000_000);
+        let mut p = Proc {
+            info: Some(ProcInfo {
+                uid: 0,
+                nspid: ns,
+                own_root: Some(true),
+            }),
+            ..Proc::default()
+        };
+        let map = PathBuf::from(format!("/tmp/perf-{ns}.map"));
+        let dump = PathBuf::from(format!("/tmp/jit-{ns}.dump"));
+        let _ = fs::remove_file(&map);
+        let _ = fs::remove_file(&dump);
+        assert!(!may_exist(pid, &p));
+        // A dangling symlink is "there": the full look refuses it, noted.
+        std::os::unix::fs::symlink("/nonexistent", &map).unwrap();
+        assert!(may_exist(pid, &p));
+        fs::remove_file(&map).unwrap();
+        fs::write(&dump, b"").unwrap();
+        assert!(may_exist(pid, &p));
+        // A file no longer looked for does not count.
+        p.dump = Slot::Done;
+        assert!(!may_exist(pid, &p));
+        fs::remove_file(&dump).unwrap();
+        // Who it is not known yet: always the full look.
+        p.info = None;
+        assert!(may_exist(pid, &p));
+    }
 
     #[test]
     fn jitdump_names() {
