@@ -257,7 +257,7 @@ fn report_end(
     }
     if recorded.unwind_full > 0 {
         eprintln!(
-            "bprof: {} files' unwind tables did not fit the table map; their frames were walked by frame pointer (raise --unwind-rows)",
+            "bprof: {} files' unwind tables did not fit the table budget (--unwind-rows); their frames were walked by frame pointer",
             recorded.unwind_full
         );
     }

@@ -296,7 +296,7 @@ impl Unwinder {
         }
     }
 
-    /// Files not loaded because the table map was full.
+    /// Files not loaded because the table budget (--unwind-rows) was spent.
     pub fn full(&self) -> usize {
         self.full
     }

@@ -288,7 +288,7 @@ fn files_whose_tables_do_not_fit_are_said_and_their_stacks_marked() {
     let total = assert_totals(&stderr, &lines);
     let said = stderr
         .lines()
-        .find(|l| l.contains("unwind tables did not fit the table map"))
+        .find(|l| l.contains("unwind tables did not fit the table budget (--unwind-rows)"))
         .unwrap_or_else(|| panic!("not said: {stderr}"));
     assert!(number_before(said, " files' unwind tables") >= 1, "{said}");
     // The program's own table fits (chain8's callers are found), libc's
