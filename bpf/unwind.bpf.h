@@ -310,6 +310,15 @@ static __always_inline void hash_frame(struct walk_state *s, __u32 n, const stru
 		hash_record(&s->hash, &s->hash2, (const __u64 *)rec);
 }
 
+/* A frame known by its address alone (no mapping, or a file without a
+ * build ID). Records are hashed and compared whole: no stale bytes. */
+static __always_inline void ip_record(struct frame_record *rec, __u64 ip)
+{
+	rec->status = FRAME_IP;
+	__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
+	rec->offset = ip;
+}
+
 /* Refills the window from user address addr: to the end of addr's page or
  * UNWIND_WINDOW bytes, or the one word when it crosses into the next page.
  * A global function, verified once rather than at each of the walk's eight
@@ -453,10 +462,7 @@ __noinline int frame_rule(struct walk_state *s, struct frame_record *rec, struct
 		__builtin_memcpy(rec->build_id, file->build_id, sizeof(rec->build_id));
 		rec->offset = off;
 	} else {
-		rec->status = FRAME_IP;
-		/* Hashed and compared with the rest: no stale bytes. */
-		__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
-		rec->offset = s->ip;
+		ip_record(rec, s->ip);
 	}
 	hash_frame(s, n, rec);
 	if (!file || !file->nr_rows)
@@ -519,9 +525,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		err = map_frame(c->s, c->maps);
 		if (err) {
 			rec = &us->frames[n];
-			rec->status = FRAME_IP;
-			__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
-			rec->offset = c->s->ip;
+			ip_record(rec, c->s->ip);
 			us->nr = n + 1;
 			hash_frame(c->s, n, rec);
 			return stop(c, err == -EBUSY ? UNWIND_END_VMA_BUSY : UNWIND_END_NO_MAPPING);

@@ -42,7 +42,7 @@ pub(crate) struct TableCache {
     /// Tables read from the cache.
     pub(crate) hits: usize,
     /// Whether the directory's file system has room (see [`room_on_fs`]);
-    /// a field so that tests do not hang on how full the test machine is.
+    /// a field so that tests do not depend on how full the test machine's disk is.
     room: fn(&File, u64, u64) -> bool,
 }
 

@@ -21,6 +21,11 @@ use crate::bpf::mmap_array::MmapArray as Store;
 /// before, and at least what the table needs.
 const FIRST: u64 = 1 << 16;
 
+/// Entries segment `s` can still take.
+fn free(s: &Store) -> u64 {
+    u64::from(s.capacity() - s.used())
+}
+
 /// The segments made so far, within a budget of entries.
 pub(super) struct Segments {
     outer: MapHandle,
@@ -48,12 +53,7 @@ impl Segments {
     /// The most entries one more table can take (the limit a table is
     /// built to).
     pub(super) fn room(&self) -> usize {
-        let free = self
-            .segs
-            .iter()
-            .map(|s| u64::from(s.capacity() - s.used()))
-            .max()
-            .unwrap_or(0);
+        let free = self.segs.iter().map(free).max().unwrap_or(0);
         usize::try_from(free.max(self.unmade())).unwrap_or(usize::MAX)
     }
 
@@ -69,11 +69,7 @@ impl Segments {
     /// A segment with room for `n` more entries: the first made that has
     /// it, else a new one. `Ok(None)`: the budget cannot hold them.
     pub(super) fn place(&mut self, n: u64) -> Result<Option<u32>, String> {
-        if let Some(i) = self
-            .segs
-            .iter()
-            .position(|s| u64::from(s.capacity() - s.used()) >= n)
-        {
+        if let Some(i) = self.segs.iter().position(|s| free(s) >= n) {
             return Ok(Some(i as u32));
         }
         if n > self.unmade() {
