@@ -59,6 +59,26 @@ struct sample_key {
 	struct frame_record user_leaf;
 };
 
+/* One slot of a CPU's count cache (profile.bpf.c): a key and what its
+ * samples added since the slot took it. */
+struct count_cache_slot {
+	struct sample_key key;
+	__u64 samples; /* 0: the slot is free */
+	__u64 weight;
+};
+
+enum count_cache_limits {
+	/* 2^COUNT_CACHE_BITS slots per CPU, COUNT_CACHE_PART to an element
+	 * (a per-CPU value is at most 32 KiB). */
+	COUNT_CACHE_BITS = 10,
+	COUNT_CACHE_PART = 256,
+	COUNT_CACHE_PARTS = (1 << COUNT_CACHE_BITS) / COUNT_CACHE_PART,
+};
+
+struct count_cache_part {
+	struct count_cache_slot s[COUNT_CACHE_PART];
+};
+
 enum sample_kind {
 	SAMPLE_ON_CPU,  /* a perf_event sample */
 	SAMPLE_OFF_CPU, /* time switched out (--off-cpu, --wall) */

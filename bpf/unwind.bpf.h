@@ -617,7 +617,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
  * marks an early end with a FRAME_TRUNCATED record. Returns the bytes
  * of records, or a negative error. */
 static __always_inline long unwind_user(struct profile_stats *st, const struct uregs *ur, struct user_stack *us,
-					__u32 slot, __u64 mm, __u64 *hash, __u64 *hash2)
+					struct cpu_scratch *cs, __u64 mm, __u64 *hash, __u64 *hash2)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct unwind_ctx c = {};
@@ -625,9 +625,7 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	__u32 n, end, zero = 0;
 	__u64 *gen;
 
-	s = bpf_map_lookup_elem(&unwind_scratch, &slot);
-	if (!s)
-		return -ENOMEM;
+	s = &cs->walk;
 	__builtin_memset(s, 0, sizeof(*s));
 	if (ur->valid) {
 		s->ip = ur->ip;
@@ -647,12 +645,12 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	s->bp = s->r[6];
 	c.us = us;
 	c.s = s;
-	c.win = bpf_map_lookup_elem(&unwind_window, &slot);
-	c.memo = bpf_map_lookup_elem(&unwind_memo, &slot);
-	c.maps = bpf_map_lookup_elem(&unwind_map_memo, &slot);
-	c.last = bpf_map_lookup_elem(&unwind_last, &slot);
+	c.win = &cs->win;
+	c.memo = &cs->memo;
+	c.maps = &cs->maps;
+	c.last = &cs->last;
 	gen = bpf_map_lookup_elem(&unwind_gen, &zero);
-	if (!c.win || !c.memo || !c.maps || !c.last || !gen)
+	if (!gen)
 		return -ENOMEM;
 	/* Read before any lookup of unwind_maps or unwind_files (see
 	 * map_memo_entry). */

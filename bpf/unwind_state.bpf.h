@@ -94,14 +94,8 @@ struct uregs {
 struct sample_scratch {
 	struct uregs ur;
 	struct sample_key key;
+	__u64 count_busy; /* on-CPU: flush_counts is emptying this CPU's count cache */
 };
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SCRATCH_SLOTS);
-	__type(key, __u32);
-	__type(value, struct sample_scratch);
-} sample_scratch SEC(".maps");
 
 /* x86-64's pt_regs as the ptrace ABI fixes it, and the perf_event program's
  * context (UAPI), read without CO-RE: libbpf searches the kernel's ~150 000
@@ -173,13 +167,6 @@ struct walk_state {
 	struct vma_info learn_vma;
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SCRATCH_SLOTS);
-	__type(key, __u32);
-	__type(value, struct walk_state);
-} unwind_scratch SEC(".maps");
-
 /* The mappings (and their files' unwind_files entries) walks on this CPU
  * found lately, by address space and 2 MiB chunk: a hit is two lines of one
  * per-CPU page where unwind_maps and unwind_files cost two hash lookups,
@@ -202,13 +189,6 @@ struct map_memos {
 	struct map_memo_entry e[1 << MAP_MEMO_BITS];
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SCRATCH_SLOTS);
-	__type(key, __u32);
-	__type(value, struct map_memos);
-} unwind_map_memo SEC(".maps");
-
 /* A copy of the part of the user stack the walk reads next. Each
  * bpf_probe_read_user costs ~80 ns here, about the same for 8 bytes as
  * for 1 KiB, and a walk reads upward from the sample's rsp: so reads come
@@ -223,13 +203,6 @@ struct stack_window {
 	__u32 pad;
 	__u64 w[UNWIND_WINDOW / 8];
 };
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SCRATCH_SLOTS);
-	__type(key, __u32);
-	__type(value, struct stack_window);
-} unwind_window SEC(".maps");
 
 /* Rules of recently walked return addresses, per CPU and context (slot):
  * samples of one program mostly repeat their callers, and a hit costs one
@@ -247,13 +220,6 @@ struct rule_memo {
 struct rule_memos {
 	struct rule_memo e[1 << UNWIND_MEMO_BITS];
 };
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SCRATCH_SLOTS);
-	__type(key, __u32);
-	__type(value, struct rule_memos);
-} unwind_memo SEC(".maps");
 
 /* The rules of this CPU's last walk, by frame number: a program's samples
  * mostly share their callers, so frame n's return address is usually the
@@ -275,11 +241,53 @@ struct last_walk {
 	} f[LAST_WALK_FRAMES];
 };
 
+/*
+ * The ids of the user stacks this CPU's context interned lately, by the
+ * walk's two 64-bit hashes and the process. A hit skips user_stack_ids,
+ * user_stacks and the compare of the stored stack: cold lines and TLB
+ * misses that were ~40% of a sample's cost on cache-hostile work. A hit is
+ * not compared: two different stacks of one process would need the same
+ * 128 bits of two independent hashes, and the process in the key means a
+ * process crafting such a stack could only mislabel its own samples. Ids
+ * are never reused (user space keeps a drained stack's copy), so an entry
+ * never goes stale.
+ */
+#define STACK_MEMO_BITS 8
+
+struct stack_memo_entry {
+	__u64 h, h2;
+	__u32 tgid;
+	__s32 id; /* 0 with h == 0: empty */
+};
+
+struct stack_memo {
+	struct stack_memo_entry e[1 << STACK_MEMO_BITS];
+};
+
+/*
+ * Every per-CPU scratch and memo of a sample, one value per context (slot):
+ * one lookup, where each map of its own cost a lookup, and with it a cold
+ * line of the map's own struct, at every sample (~150-200 ns each on a CPU
+ * the workload left cold). The parts every sample writes come first, so
+ * they share lines; a value is at most 32 KiB.
+ */
+struct cpu_scratch {
+	struct sample_scratch sample;
+	struct walk_state walk;
+	struct last_walk last;
+	struct stack_window win;
+	struct map_memos maps;
+	struct stack_memo smemo;
+	struct rule_memos memo;
+};
+
+_Static_assert(sizeof(struct cpu_scratch) <= 32768, "a per-CPU value is at most 32 KiB");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SCRATCH_SLOTS);
 	__type(key, __u32);
-	__type(value, struct last_walk);
-} unwind_last SEC(".maps");
+	__type(value, struct cpu_scratch);
+} cpu_scratch SEC(".maps");
 
 #endif /* BPROF_UNWIND_STATE_BPF_H */

@@ -140,7 +140,7 @@ mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,run,etc,bprof/fx}
 cp /bin/busybox "$root/bin/busybox"
 # Debug info is for bprof's developers, not for the guest: 10x smaller.
 strip --strip-debug -o "$root/bprof/bprof" target/debug/bprof
-for f in work631 spinsleep threads dlswap; do
+for f in work631 spinsleep threads dlswap manystacks; do
     gcc -O1 -g -fno-omit-frame-pointer -pthread -o "$root/bprof/fx/fx_$f" "fixtures/$f.c" -ldl
 done
 # Two libraries the dlswap fixture maps in turn at one address.
@@ -204,6 +204,7 @@ chmod 0755 "$root/init"
 checks=(shares aggregation cache command pid filter offcpu stat)
 [ -x "$root/bprof/fx/fx_spin32" ] && checks+=(compat)
 [ -f fixtures/unwind.c ] && checks+=(unwind)
+checks+=(intervals)
 checks+=(notrace)
 declare -A res detail
 names=()

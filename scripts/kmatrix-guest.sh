@@ -294,6 +294,40 @@ if [ -x $FX/fx_unwind ]; then
     fi
 fi
 
+# 8b. --every: on-CPU counts wait in per-CPU count caches, which a program
+#     run on each CPU (BPF_PROG_TEST_RUN) empties into the count map before
+#     each drain. Each whole interval must hold its share of the run's
+#     samples (the run's own rate: TCG's timers are slow), not what the
+#     caches held back from the one before, and every file the counts its
+#     line says. manystacks: hundreds of new keys a second, more than one
+#     run of the program can insert.
+if $B -F 999 -v --every 1 -o "$T/iv.%n.f" -- $FX/fx_manystacks 3.5 1 10 >/dev/null 2>$T/iv.e; then
+    n=$(samples $T/iv.e)
+    lost=$(summary $T/iv.e " lost")
+    runs=$(sed -n 's/.* emptied into them in \([0-9]*\) runs.*/\1/p' $T/iv.e)
+    # "bprof: interval 2: <time> + 1.00 s, 1001 counted, 961 stacks"
+    bad=$(awk -v n="$n" '/^bprof: interval [0-9]+:/ { k++; len[k] = $(NF - 5); c[k] = $(NF - 3); t += len[k] }
+        END {
+            if (k < 3 || t <= 0) { print "too few intervals"; exit }
+            for (i = 2; i < k; i++) { w = n / t * len[i]; if (c[i] < 0.8 * w || c[i] > 1.2 * w) printf "interval %d: %d of %.0f; ", i, c[i], w }
+        }' $T/iv.e)
+    files=ok
+    for f in $T/iv.*.f; do
+        i=$(basename "$f" .f | sed 's/^iv\.0*//')
+        want=$(awk -v i="$i" '$2 == "interval" && $3 == i ":" { print $(NF - 3) }' $T/iv.e)
+        [ "$(fall "$f")" = "$want" ] || files="interval $i: file $(fall "$f"), line $want"
+    done
+    out=$(cat $T/iv.*.f | awk '{ s += $NF } END { print s + 0 }')
+    if [ -n "$n" ] && [ -z "$bad" ] && [ "$files" = ok ] && [ "${runs:-0}" -gt 0 ] && [ "$out" -eq $((n - lost)) ]; then
+        result intervals PASS "$n samples in $(ls $T/iv.*.f | wc -l) intervals, each its share; caches emptied in $runs runs"
+    else
+        result intervals FAIL "${bad}files: $files; caches emptied in ${runs:-no} runs; out $out vs $n - $lost lost"
+        show $T/iv.e
+    fi
+else
+    refused intervals $T/iv.e
+fi
+
 # 9. No tracefs (last: it unmounts it). bprof's generation (below 6.4)
 #    hangs on raw tracepoints, which need none, and from 6.4 the kernel's
 #    needs none: either way the cache works, and nothing is said.

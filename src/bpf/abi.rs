@@ -22,6 +22,8 @@ pub(crate) const MAX_FILTERS: usize = profile::profile_limits::BPROF_MAX_FILTERS
 pub(crate) const SHORT_FRAMES: usize = profile::profile_limits::BPROF_SHORT_FRAMES.0 as usize;
 /// A `user_stack_id` with this bit is in `user_stacks_deep`.
 pub(crate) const DEEP_STACK_ID: i32 = profile::profile_limits::BPROF_DEEP_STACK_ID.0 as i32;
+/// Elements of `count_cache` (each holds `COUNT_CACHE_PART` slots per CPU).
+pub(crate) const COUNT_CACHE_PARTS: u32 = profile::count_cache_limits::COUNT_CACHE_PARTS.0;
 /// `sample_key.kind` of off-CPU time.
 pub(crate) const SAMPLE_OFF_CPU: u32 = profile::sample_kind::SAMPLE_OFF_CPU.0;
 /// `sample_key.kind` of a count map's own total.
@@ -71,6 +73,8 @@ unsafe impl Plain for profile::profile_stats {}
 unsafe impl Plain for profile::filter_entry {}
 // SAFETY: integers and a char array, explicit pad field (profile.h).
 unsafe impl Plain for sample_key {}
+// SAFETY: a sample_key (Plain, a multiple of 8 bytes) and two u64.
+unsafe impl Plain for profile::count_cache_slot {}
 // SAFETY: i32, [u8; 20], u64: 4 + 20 + 8, no gap (asserted in profile.bpf.c).
 unsafe impl Plain for frame_record {}
 // SAFETY: three u64 (stat.h).
@@ -115,6 +119,7 @@ const _: () = {
     assert!(size_of::<sample_key>() == 4 * 4 + COMM_LEN + 2 * 4 + 8 + size_of::<frame_record>());
     assert!(size_of::<profile::filter_entry>() == 4 * 4 + 8 + COMM_LEN);
     assert!(size_of::<profile::profile_stats>() % 8 == 0);
+    assert!(size_of::<profile::count_cache_slot>() == size_of::<sample_key>() + 2 * 8);
     assert!(size_of::<unwind_row>() == 8);
     assert!(size_of::<unwind_rule>() == 8);
     assert!(size_of::<unwind_page>() == 8);

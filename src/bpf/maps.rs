@@ -274,6 +274,71 @@ pub(crate) fn create_count_map(size: u32) -> Result<MapHandle> {
     Ok(map)
 }
 
+/// Empties every online CPU's count cache into the count map in the slot
+/// (`flush_counts` in profile.bpf.c), so that a drain holds every sample
+/// counted before it. A run stops when the map's per-CPU element cache is
+/// empty, which the kernel refills once it returns: so each CPU's runs go
+/// on while they make progress. What stays cached (a full map, or a CPU
+/// gone offline) is not lost: a later drain or the end takes it
+/// (`cached_counts`). Returns the runs.
+pub(crate) fn flush_count_caches(prog: &libbpf_rs::ProgramMut) -> Result<u64> {
+    let cpus = crate::events::sampling::online_cpus().context("listing the online CPUs")?;
+    let mut runs = 0;
+    for cpu in cpus {
+        let mut left = u32::MAX;
+        // 1 024 slots at ~50 new keys a run at the least.
+        for _ in 0..64 {
+            let input = libbpf_rs::ProgramInput {
+                cpu,
+                flags: libbpf_sys::BPF_F_TEST_RUN_ON_CPU,
+                ..Default::default()
+            };
+            runs += 1;
+            let now = match prog.test_run(input) {
+                Ok(out) => out.return_value,
+                // Offline since the list was read.
+                Err(_) if !cpu_online(cpu) => break,
+                Err(e) => {
+                    return Err(e).with_context(|| format!("emptying the count cache of CPU {cpu}"))
+                }
+            };
+            if now == 0 || now >= left {
+                break;
+            }
+            left = now;
+        }
+    }
+    Ok(runs)
+}
+
+fn cpu_online(cpu: u32) -> bool {
+    crate::events::sampling::online_cpus().is_ok_and(|c| c.contains(&cpu))
+}
+
+/// After the programs are detached: the counts every CPU's count cache
+/// still holds (`count_cache` in profile.bpf.c), as count-map entries.
+pub(crate) fn cached_counts(map: &dyn MapCore) -> Result<Vec<(SampleKey, u64)>> {
+    let slot = std::mem::size_of::<types::count_cache_slot>();
+    let mut out = Vec::new();
+    for part in 0..abi::COUNT_CACHE_PARTS {
+        let per_cpu = map
+            .lookup_percpu(&part.to_ne_bytes(), MapFlags::ANY)
+            .context("reading the count caches")?
+            .unwrap_or_default();
+        for value in &per_cpu {
+            for s in value.chunks_exact(slot) {
+                let Some(s) = read_plain::<types::count_cache_slot>(s) else {
+                    continue;
+                };
+                if s.samples > 0 {
+                    out.push((s.key, s.weight));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Inserts an empty count map's total, at 0.
 fn put_total(map: &MapHandle) -> libbpf_rs::Result<()> {
     map.update(

@@ -672,6 +672,8 @@ fn collector_maps<'a>(skel: &'a ProfileSkel<'_>) -> collect::Maps<'a> {
         kern_stacks: &skel.maps.kern_stacks,
         user_stacks: &skel.maps.user_stacks,
         user_stacks_deep: &skel.maps.user_stacks_deep,
+        count_cache: &skel.maps.count_cache,
+        flush_counts: &skel.progs.flush_counts,
     }
 }
 

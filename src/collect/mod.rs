@@ -29,8 +29,8 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapHandle};
 
 use crate::bpf::maps::{
-    comm_string, create_count_map, for_each_entry, get_by_u32, install_inner, leaf_frame,
-    parse_kernel_stack, parse_user_stack, reset_count_map, SampleKey,
+    cached_counts, comm_string, create_count_map, flush_count_caches, for_each_entry, get_by_u32,
+    install_inner, leaf_frame, parse_kernel_stack, parse_user_stack, reset_count_map, SampleKey,
 };
 use crate::collect::stacks::{RawStack, Stats, UserFrame};
 
@@ -98,6 +98,10 @@ pub(crate) struct DrainStats {
     pub drains: u64,
     /// Count-map entries read.
     pub entries: u64,
+    /// Runs of `flush_counts`, emptying the CPUs' count caches before drains.
+    pub flush_runs: u64,
+    /// Keys the count caches still held at the end, read there.
+    pub cached_at_end: u64,
     /// Stack-map entries copied to user space and deleted in the kernel.
     pub stacks_deleted: u64,
     /// Drained keys whose stack id had no content (kernel or copy): a bug
@@ -118,6 +122,10 @@ pub(crate) struct Maps<'a> {
     /// User stacks of more than `SHORT_FRAMES` records, under ids with
     /// `DEEP_STACK_ID` set.
     pub user_stacks_deep: &'a dyn MapCore,
+    /// Per CPU, the on-CPU counts of recent keys, ahead of the count map.
+    pub count_cache: &'a dyn MapCore,
+    /// Empties a CPU's count cache into the count map.
+    pub flush_counts: &'a libbpf_rs::ProgramMut<'a>,
 }
 
 /// The user-space side of the count and stack maps.
@@ -240,7 +248,7 @@ impl Collector {
         if due(keys, grew[0]) || stacks_full || self.last_drain.elapsed() >= DRAIN_EVERY {
             // Growth since now is measured from the fresh map.
             self.last_tick[0] = 0;
-            self.drain(maps, stats.count_keys)?;
+            self.drain(maps, stats.count_keys, false)?;
             if stacks_full {
                 self.purge_stacks(maps)?;
             }
@@ -256,8 +264,13 @@ impl Collector {
     }
 
     /// Swaps the count map out and aggregates all of it. `count_keys`: the
-    /// kernel's key counter, read before the swap.
-    fn drain(&mut self, maps: &Maps, count_keys: u64) -> Result<()> {
+    /// kernel's key counter, read before the swap. While recording, the
+    /// CPUs' count caches are emptied into the map first; at the `last`
+    /// (the programs detached), what they hold is read here instead.
+    fn drain(&mut self, maps: &Maps, count_keys: u64, last: bool) -> Result<()> {
+        if !last {
+            self.stats.flush_runs += flush_count_caches(maps.flush_counts)?;
+        }
         let Some(old) = self.swap(maps.count_slot)? else {
             return Ok(());
         };
@@ -283,6 +296,13 @@ impl Collector {
             self.spare = Some(old);
         }
         self.stats.entries += entries.len() as u64;
+        if last {
+            for (key, weight) in cached_counts(maps.count_cache)? {
+                self.map_totals += weight;
+                self.stats.cached_at_end += 1;
+                entries.push((Some(key), weight));
+            }
+        }
         for (key, count) in entries {
             let Some(key) = key else { continue };
             if key.kind == crate::bpf::abi::SAMPLE_TOTAL {
@@ -422,7 +442,7 @@ impl Collector {
                 self.spare = MapHandle::try_from(current).ok();
             }
         }
-        self.drain(maps, 0)
+        self.drain(maps, 0, true)
     }
 
     /// Every aggregated stack. The sum of the counts is what the drained
@@ -482,7 +502,7 @@ impl Collector {
     /// `stats`: a current reading of the kernel's counters.
     pub fn take_interval(&mut self, maps: &Maps, stats: &Stats) -> Result<Vec<RawStack>> {
         self.last_tick[0] = 0;
-        self.drain(maps, stats.count_keys)?;
+        self.drain(maps, stats.count_keys, false)?;
         let stacks = self.stacks();
         self.taken += stacks.iter().map(|s| s.count).sum::<u64>();
         self.agg = HashMap::new();
@@ -506,9 +526,11 @@ pub(crate) fn check_totals(stats: &Stats, drained: u64, lines: &[(String, u64)])
 /// The `-v` line about drains.
 pub(crate) fn describe(d: &DrainStats, stats: &Stats) -> String {
     format!(
-        "{} drains read {} count-map entries; {} kernel and {} user stacks stored, {} copied and deleted from the kernel, {} distinct contents kept; {} hash collisions; {} unresolved",
+        "{} drains read {} count-map entries (the CPUs' count caches emptied into them in {} runs, {} keys read from them at the end); {} kernel and {} user stacks stored, {} copied and deleted from the kernel, {} distinct contents kept; {} hash collisions; {} unresolved",
         d.drains,
         d.entries,
+        d.flush_runs,
+        d.cached_at_end,
         stats.kern_stacks_stored,
         stats.user_stacks_stored,
         d.stacks_deleted,

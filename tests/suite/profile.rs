@@ -596,7 +596,8 @@ fn progress_bar_only_on_a_terminal() {
     );
 }
 
-/// The numbers of the `-v` drains line: (drains, entries, stacks deleted).
+/// The numbers of the `-v` drains line: (drains, entries read from count
+/// maps and from the count caches at the end, stacks deleted).
 fn drain_numbers(stderr: &str) -> (u64, u64, u64) {
     let line = stderr
         .lines()
@@ -607,7 +608,11 @@ fn drain_numbers(stderr: &str) -> (u64, u64, u64) {
         let i = words.iter().position(|x| *x == w).unwrap();
         words[i - 1].parse().unwrap()
     };
-    (before("drains"), before("count-map"), before("copied"))
+    (
+        before("drains"),
+        before("count-map") + before("keys"),
+        before("copied"),
+    )
 }
 
 /// Levels of the manystacks fixture in a line, root first: (level, bit).
@@ -619,6 +624,60 @@ fn tree_levels(l: &Folded) -> Vec<(u32, u32)> {
             Some((lv.parse().ok()?, bit.parse().ok()?))
         })
         .collect()
+}
+
+#[test]
+fn each_interval_holds_its_own_samples_though_they_wait_in_the_cpus_count_caches() {
+    root_or_skip!();
+    let _g = exclusive();
+    let bin = fixture("manystacks");
+    let dir = scratch("every-cached");
+    // One thread, 2^10 paths at 999 Hz: hundreds of keys an interval, most
+    // of them still in a CPU's count cache when it ends, and more new ones
+    // than one run of flush_counts can insert (the count map takes new
+    // elements from a small per-CPU cache the kernel refills after a run).
+    let out = run(bprof()
+        .args(["-v", "-F", "999", "--every", "1", "-o"])
+        .arg(dir.join("%n.folded"))
+        .arg("--")
+        .arg(&bin)
+        .args(["4.5", "1", "10"]));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    // "bprof: interval 2: 2026-11-26T21:52:03.390Z + 1.00 s, 1001 counted, 961 stacks"
+    let intervals: Vec<(f64, u64)> = stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("bprof: interval ")?;
+            let (len, rest) = rest.split_once(" + ")?.1.split_once(" s, ")?;
+            Some((len.parse().ok()?, rest.split(' ').next()?.parse().ok()?))
+        })
+        .collect();
+    assert!((4..=6).contains(&intervals.len()), "{stderr}");
+    let mut total = 0;
+    for (i, &(len, counted)) in intervals.iter().enumerate() {
+        let file = dir.join(format!("{:06}.folded", i + 1));
+        let lines = parse_folded(&std::fs::read_to_string(&file).unwrap());
+        let sum: u64 = lines.iter().map(|l| l.count).sum();
+        assert_eq!(sum, counted, "interval {}: {stderr}", i + 1);
+        total += sum;
+        // A whole interval (not the first, which holds the start, nor the
+        // last, cut short) holds the samples of its own second: the timer's
+        // rate times its length, not what the caches held back from the
+        // one before.
+        if i > 0 && i + 1 < intervals.len() {
+            let want = 999.0 * len;
+            let got = counted as f64;
+            assert!(
+                got > 0.85 * want && got < 1.1 * want,
+                "interval {}: {counted} samples in {len} s\n{stderr}",
+                i + 1
+            );
+        }
+    }
+    let (samples, lost, _) = summary_numbers(&stderr);
+    assert_eq!(lost, 0, "{stderr}");
+    assert_eq!(total, samples, "{stderr}");
 }
 
 #[test]
