@@ -76,7 +76,8 @@ struct {
  * (direct-mapped by a hash of the key). A sample whose key is cached
  * touches its slot's lines alone, where the count map's lookup is an
  * indirect call (the inner map is not known to the verifier), a hash of the
- * whole key and four dependent lines: ~1 us of a sample on a cache-cold CPU.
+ * whole key and four dependent lines: ~0.5 us less of a cache-cold xz
+ * sample's ~4 us (scripts/bench-ab.sh).
  * User space empties every CPU's cache into the count map before each drain
  * (flush_counts), and after the last sample.
  */

@@ -267,9 +267,10 @@ struct stack_memo {
 /*
  * Every per-CPU scratch and memo of a sample, one value per context (slot):
  * one lookup, where each map of its own cost a lookup, and with it a cold
- * line of the map's own struct, at every sample (~150-200 ns each on a CPU
- * the workload left cold). The parts every sample writes come first, so
- * they share lines; a value is at most 32 KiB.
+ * line of the map's own struct, at every sample: seven lookups made one
+ * saved ~160-270 ns of a cache-cold xz sample (scripts/bench-ab.sh). The parts
+ * every sample writes come first, so they share lines; a value is at most
+ * 32 KiB.
  */
 struct cpu_scratch {
 	struct sample_scratch sample;
