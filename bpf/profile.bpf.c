@@ -631,7 +631,9 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 
 struct flush_ctx {
 	struct profile_stats *st;
-	__u32 left; /* slots that found no room in the map */
+	__u32 moved; /* slots moved into the map */
+	__u32 left;  /* slots that found no room there */
+	__u32 nomem; /* some for want of an element (-ENOMEM), not a full map */
 	__u32 pad;
 };
 
@@ -640,18 +642,23 @@ static long flush_one(__u32 i, struct flush_ctx *f)
 	__u32 part = i / COUNT_CACHE_PART;
 	struct count_cache_part *cp = bpf_map_lookup_elem(&count_cache, &part);
 	struct count_cache_slot *s;
+	int err;
 
 	if (!cp)
 		return 1;
 	s = &cp->s[i % COUNT_CACHE_PART];
 	if (!s->samples)
 		return 0;
-	/* -ENOMEM: the map's per-CPU element cache is empty, refilled once
-	 * this run returns (an irq_work); user space runs it again. */
-	if (map_add(f->st, &s->key, s->weight)) {
+	/* -ENOMEM: the map's per-CPU element cache is empty, refilled after
+	 * this run (an irq_work); user space runs it again. */
+	err = map_add(f->st, &s->key, s->weight);
+	if (err) {
 		f->left++;
+		if (err == -ENOMEM)
+			f->nomem = 1;
 		return 0;
 	}
+	f->moved++;
 	s->samples = 0;
 	s->weight = 0;
 	return 0;
@@ -662,10 +669,11 @@ static long flush_one(__u32 i, struct flush_ctx *f)
  * space runs it on each CPU (BPF_PROG_TEST_RUN, BPF_F_TEST_RUN_ON_CPU)
  * before each drain, so that a drain holds every sample counted before it.
  * A sample interrupting it on this CPU (the run's own CPU runs it with
- * interrupts on) counts straight into the map. Returns 0, or how many
- * slots stay cached: a key that found no room is kept for a later run (a
- * map's new elements come from a small per-CPU cache the kernel refills
- * after the run; a full map is drained), so a flush loses nothing.
+ * interrupts on) counts straight into the map. A key that finds no room
+ * stays cached for a later run (a map's new elements come from a small
+ * per-CPU cache the kernel refills after the run; a full map is drained),
+ * so a flush loses nothing. Returns the slots moved << FLUSH_MOVED_SHIFT,
+ * FLUSH_NOMEM when some found no element, and the slots left.
  */
 SEC("raw_tp")
 int flush_counts(void *ctx)
@@ -679,7 +687,7 @@ int flush_counts(void *ctx)
 	cs->sample.count_busy = 1;
 	bpf_loop(1 << COUNT_CACHE_BITS, flush_one, &f, 0);
 	cs->sample.count_busy = 0;
-	return f.left;
+	return f.moved << FLUSH_MOVED_SHIFT | (f.nomem ? FLUSH_NOMEM : 0) | f.left;
 }
 
 /*

@@ -73,6 +73,11 @@ enum count_cache_limits {
 	COUNT_CACHE_BITS = 10,
 	COUNT_CACHE_PART = 256,
 	COUNT_CACHE_PARTS = (1 << COUNT_CACHE_BITS) / COUNT_CACHE_PART,
+	/* flush_counts' return value: slots left in the low bits, this bit
+	 * when some of them found no element (-ENOMEM, not a full map), the
+	 * slots moved from this bit up. */
+	FLUSH_NOMEM = 1 << 16,
+	FLUSH_MOVED_SHIFT = 17,
 };
 
 struct count_cache_part {

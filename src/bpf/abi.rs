@@ -24,6 +24,10 @@ pub(crate) const SHORT_FRAMES: usize = profile::profile_limits::BPROF_SHORT_FRAM
 pub(crate) const DEEP_STACK_ID: i32 = profile::profile_limits::BPROF_DEEP_STACK_ID.0 as i32;
 /// Elements of `count_cache` (each holds `COUNT_CACHE_PART` slots per CPU).
 pub(crate) const COUNT_CACHE_PARTS: u32 = profile::count_cache_limits::COUNT_CACHE_PARTS.0;
+/// `flush_counts`' result: this bit when slots found no element (-ENOMEM).
+pub(crate) const FLUSH_NOMEM: u32 = profile::count_cache_limits::FLUSH_NOMEM.0;
+/// `flush_counts`' result: the slots moved, from this bit up.
+pub(crate) const FLUSH_MOVED_SHIFT: u32 = profile::count_cache_limits::FLUSH_MOVED_SHIFT.0;
 /// `sample_key.kind` of off-CPU time.
 pub(crate) const SAMPLE_OFF_CPU: u32 = profile::sample_kind::SAMPLE_OFF_CPU.0;
 /// `sample_key.kind` of a count map's own total.

@@ -276,25 +276,28 @@ pub(crate) fn create_count_map(size: u32) -> Result<MapHandle> {
 
 /// Empties every online CPU's count cache into the count map in the slot
 /// (`flush_counts` in profile.bpf.c), so that a drain holds every sample
-/// counted before it. A run stops when the map's per-CPU element cache is
-/// empty, which the kernel refills once it returns: so each CPU's runs go
-/// on while they make progress. What stays cached (a full map, or a CPU
-/// gone offline) is not lost: a later drain or the end takes it
-/// (`cached_counts`). Returns the runs.
+/// counted before it. A run moves ~50 new keys at most: the map takes new
+/// elements from a per-CPU cache the kernel refills after the run (an
+/// irq_work, which a busy machine may delay), so each CPU's runs go on
+/// while keys lack an element, waiting a little when a run moved none.
+/// What stays cached (a full map, or a CPU gone offline) is not lost: a
+/// later drain or the end takes it (`cached_counts`). Returns the runs.
 pub(crate) fn flush_count_caches(prog: &libbpf_rs::ProgramMut) -> Result<u64> {
+    // 1 024 slots at ~48 new keys a run, and some waits.
+    const MAX_RUNS: u32 = 64;
+    const MAX_STALLS: u32 = 8;
     let cpus = crate::events::sampling::online_cpus().context("listing the online CPUs")?;
     let mut runs = 0;
     for cpu in cpus {
-        let mut left = u32::MAX;
-        // 1 024 slots at ~50 new keys a run at the least.
-        for _ in 0..64 {
+        let mut stalls = 0;
+        for _ in 0..MAX_RUNS {
             let input = libbpf_rs::ProgramInput {
                 cpu,
                 flags: libbpf_sys::BPF_F_TEST_RUN_ON_CPU,
                 ..Default::default()
             };
             runs += 1;
-            let now = match prog.test_run(input) {
+            let out = match prog.test_run(input) {
                 Ok(out) => out.return_value,
                 // Offline since the list was read.
                 Err(_) if !cpu_online(cpu) => break,
@@ -302,10 +305,18 @@ pub(crate) fn flush_count_caches(prog: &libbpf_rs::ProgramMut) -> Result<u64> {
                     return Err(e).with_context(|| format!("emptying the count cache of CPU {cpu}"))
                 }
             };
-            if now == 0 || now >= left {
+            let left = out & (abi::FLUSH_NOMEM - 1);
+            // Done, or only a full map stops it (drained next).
+            if left == 0 || out & abi::FLUSH_NOMEM == 0 {
                 break;
             }
-            left = now;
+            if out >> abi::FLUSH_MOVED_SHIFT == 0 {
+                stalls += 1;
+                if stalls > MAX_STALLS {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
         }
     }
     Ok(runs)

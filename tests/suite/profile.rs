@@ -626,8 +626,28 @@ fn tree_levels(l: &Folded) -> Vec<(u32, u32)> {
         .collect()
 }
 
+/// Seconds since the epoch of a UTC time as bprof prints an interval's
+/// start: `2026-11-26T21:52:03.390Z`.
+fn utc_seconds(t: &str) -> f64 {
+    let (date, time) = t.trim_end_matches('Z').split_once('T').unwrap();
+    let d: Vec<i64> = date.split('-').map(|x| x.parse().unwrap()).collect();
+    let hms: Vec<f64> = time.split(':').map(|x| x.parse().unwrap()).collect();
+    // Days from 1970-01-01 to a civil date (the proleptic Gregorian rule).
+    let (y, m) = if d[1] <= 2 {
+        (d[0] - 1, d[1] + 9)
+    } else {
+        (d[0], d[1] - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d[2] - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    days as f64 * 86_400.0 + hms[0] * 3600.0 + hms[1] * 60.0 + hms[2]
+}
+
 #[test]
-fn each_interval_holds_its_own_samples_though_they_wait_in_the_cpus_count_caches() {
+fn each_interval_holds_what_perf_saw_in_it_though_samples_wait_in_the_cpus_count_caches() {
     root_or_skip!();
     let _g = exclusive();
     let bin = fixture("manystacks");
@@ -636,41 +656,64 @@ fn each_interval_holds_its_own_samples_though_they_wait_in_the_cpus_count_caches
     // of them still in a CPU's count cache when it ends, and more new ones
     // than one run of flush_counts can insert (the count map takes new
     // elements from a small per-CPU cache the kernel refills after a run).
+    let w = Workload::start(Command::new(&bin).args(["30", "1", "10"]));
+    let pid = w.id().to_string();
+    // perf samples the same process, its times on the realtime clock:
+    // bprof dates its intervals in UTC. Both see the same machine load.
+    let data = dir.join("perf.data");
+    let perf = Command::new("perf")
+        .args(["record", "-q", "--no-bpf-event", "-e", "cpu-clock"])
+        .args(["-F", "999", "-k", "realtime", "-p", &pid, "-o"])
+        .arg(&data)
+        .args(["--", "sleep", "7"])
+        .spawn_guarded();
     let out = run(bprof()
-        .args(["-v", "-F", "999", "--every", "1", "-o"])
+        .args(["-v", "-F", "999", "--every", "1", "-p", &pid, "-o"])
         .arg(dir.join("%n.folded"))
-        .arg("--")
-        .arg(&bin)
-        .args(["4.5", "1", "10"]));
+        .arg("4.5"));
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{stderr}");
+    assert!(perf.wait_with_output().unwrap().status.success());
     // "bprof: interval 2: 2026-11-26T21:52:03.390Z + 1.00 s, 1001 counted, 961 stacks"
-    let intervals: Vec<(f64, u64)> = stderr
+    let intervals: Vec<(f64, f64, u64)> = stderr
         .lines()
         .filter_map(|l| {
-            let rest = l.strip_prefix("bprof: interval ")?;
-            let (len, rest) = rest.split_once(" + ")?.1.split_once(" s, ")?;
-            Some((len.parse().ok()?, rest.split(' ').next()?.parse().ok()?))
+            let rest = l.strip_prefix("bprof: interval ")?.split_once(": ")?.1;
+            let (start, rest) = rest.split_once(" + ")?;
+            let (len, rest) = rest.split_once(" s, ")?;
+            let counted = rest.split(' ').next()?.parse().ok()?;
+            Some((utc_seconds(start), len.parse().ok()?, counted))
         })
         .collect();
     assert!((4..=6).contains(&intervals.len()), "{stderr}");
+    let script = Command::new("perf")
+        .args(["script", "-F", "time", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let perf_times: Vec<f64> = String::from_utf8_lossy(&script.stdout)
+        .lines()
+        .filter_map(|l| l.trim().trim_end_matches(':').parse().ok())
+        .collect();
     let mut total = 0;
-    for (i, &(len, counted)) in intervals.iter().enumerate() {
+    for (i, &(start, len, counted)) in intervals.iter().enumerate() {
         let file = dir.join(format!("{:06}.folded", i + 1));
         let lines = parse_folded(&std::fs::read_to_string(&file).unwrap());
         let sum: u64 = lines.iter().map(|l| l.count).sum();
         assert_eq!(sum, counted, "interval {}: {stderr}", i + 1);
         total += sum;
         // A whole interval (not the first, which holds the start, nor the
-        // last, cut short) holds the samples of its own second: the timer's
-        // rate times its length, not what the caches held back from the
-        // one before.
+        // last, cut short) holds the samples of its own second, as perf
+        // saw them, not what the caches held back from the one before.
         if i > 0 && i + 1 < intervals.len() {
-            let want = 999.0 * len;
+            let seen = perf_times
+                .iter()
+                .filter(|&&t| t >= start && t < start + len)
+                .count() as f64;
             let got = counted as f64;
             assert!(
-                got > 0.85 * want && got < 1.1 * want,
-                "interval {}: {counted} samples in {len} s\n{stderr}",
+                seen > 100.0 && (got - seen).abs() <= (0.1 * seen).max(30.0),
+                "interval {}: bprof {counted} samples, perf {seen} in its {len} s\n{stderr}",
                 i + 1
             );
         }
