@@ -251,22 +251,30 @@ static __always_inline struct unwind_chunk *parent_chunk(struct task_struct *tas
 	return bpf_map_lookup_elem(&unwind_maps, &pk);
 }
 
-/* The row of file offset `off`: the last one with pc <= off. The page
- * index narrows the search to the rows of off's page. */
-static __always_inline struct unwind_row *find_row(const struct unwind_file *f, __u64 off)
+/* The rule id of file offset `off`: its row's, the last row with pc <= off
+ * (the page index narrows the search to the rows of off's page), or -1. A
+ * global function, verified once: inlined, each of its ways out was
+ * checked with the rest of frame_rule. */
+__noinline __s64 find_rule(const struct unwind_file *f, __u64 off)
 {
-	struct row_search r = { .off = off, .seg = f->seg, .first_row = f->first_row, .hi = f->nr_rows };
+	struct row_search r = { .off = off };
 	struct unwind_row *row;
-	__u32 idx, s = f->seg;
-	void *seg = bpf_map_lookup_elem(&unwind_segs, &s);
+	__u32 idx, s;
+	void *seg;
 
+	if (!f)
+		return -1;
+	r.seg = s = f->seg;
+	r.first_row = f->first_row;
+	r.hi = f->nr_rows;
+	seg = bpf_map_lookup_elem(&unwind_segs, &s);
 	if (!seg)
-		return 0;
+		return -1;
 	if (f->nr_pages) {
 		__u64 page = off >> UNWIND_PAGE_SHIFT;
 
 		if (page < f->page_base)
-			return 0;
+			return -1;
 		page -= f->page_base;
 		if (page < f->nr_pages) {
 			struct unwind_page *pg;
@@ -274,7 +282,7 @@ static __always_inline struct unwind_row *find_row(const struct unwind_file *f, 
 			idx = f->first_page + (__u32)page;
 			pg = (struct unwind_page *)bpf_map_lookup_elem(seg, &idx);
 			if (!pg)
-				return 0;
+				return -1;
 			r.lo = pg->lo;
 			r.hi = pg->hi + 1;
 		} else {
@@ -282,17 +290,18 @@ static __always_inline struct unwind_row *find_row(const struct unwind_file *f, 
 		}
 	}
 	if (r.hi > f->nr_rows || r.lo >= r.hi)
-		return 0;
+		return -1;
 	idx = f->first_row + r.lo;
 	row = bpf_map_lookup_elem(seg, &idx);
 	if (!row || row->pc > off)
-		return 0;
+		return -1;
 	/* 24 halvings: up to 16M rows per file. */
 	bpf_loop(24, search_step, &r, 0);
 	if (r.fault)
-		return 0;
+		return -1;
 	idx = f->first_row + r.lo;
-	return bpf_map_lookup_elem(seg, &idx);
+	row = bpf_map_lookup_elem(seg, &idx);
+	return row ? row->rule : -1;
 }
 
 static __always_inline long stop(struct unwind_ctx *c, enum unwind_end why)
@@ -448,7 +457,6 @@ __noinline int frame_rule(struct walk_state *s, struct frame_record *rec, struct
 			  struct rule_memos *memo, __u32 n)
 {
 	struct unwind_file *file;
-	struct unwind_row *row;
 	struct unwind_rule *rule = 0;
 	__u64 off, lookup;
 	int found = 0;
@@ -486,9 +494,11 @@ __noinline int frame_rule(struct walk_state *s, struct frame_record *rec, struct
 		s->rule = m->rule;
 		found = 1;
 	} else {
-		row = find_row(file, lookup);
-		if (row)
-			rule = bpf_map_lookup_elem(&unwind_rules, &row->rule);
+		__s64 id = find_rule(file, lookup);
+		__u32 rid = id;
+
+		if (id >= 0)
+			rule = bpf_map_lookup_elem(&unwind_rules, &rid);
 		if (rule) {
 			s->rule = *rule;
 			found = 1;
