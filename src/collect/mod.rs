@@ -266,7 +266,10 @@ impl Collector {
     /// Swaps the count map out and aggregates all of it. `count_keys`: the
     /// kernel's key counter, read before the swap. While recording, the
     /// CPUs' count caches are emptied into the map first; at the `last`
-    /// (the programs detached), what they hold is read here instead.
+    /// (the programs detached), what they hold is read here instead. (The
+    /// keys the flush inserts are counted after `count_keys` was read, so
+    /// the next map looks up to 1 024 keys a CPU fuller than it is: a
+    /// drain comes that much sooner, nothing is lost.)
     fn drain(&mut self, maps: &Maps, count_keys: u64, last: bool) -> Result<()> {
         if !last {
             self.stats.flush_runs += flush_count_caches(maps.flush_counts)?;
