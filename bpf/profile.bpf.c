@@ -347,13 +347,13 @@ int layout_exit(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-/* --call-graph dwarf: the user stack walked with unwind tables. */
-static __always_inline __s32 unwound_stack_id(struct profile_stats *st, const struct uregs *ur, __u32 slot,
+/* --call-graph dwarf: the user stack walked with unwind tables, from the
+ * registers in cs (the context's scratch, which the caller looked up). */
+static __always_inline __s32 unwound_stack_id(struct profile_stats *st, struct cpu_scratch *cs, __u32 slot,
 					       struct frame_record *leaf, __u64 mm)
 {
 	struct stack_memo_entry *e;
 	struct stack_memo *memo;
-	struct cpu_scratch *cs;
 	struct user_stack *us;
 	__u64 hash, hash2;
 	__u32 tgid;
@@ -361,11 +361,10 @@ static __always_inline __s32 unwound_stack_id(struct profile_stats *st, const st
 	long n;
 
 	us = bpf_map_lookup_elem(&user_stack_scratch, &slot);
-	cs = bpf_map_lookup_elem(&cpu_scratch, &slot);
-	if (!us || !cs)
+	if (!us)
 		return -ENOMEM;
 	memo = &cs->smemo;
-	n = unwind_user(st, ur, us, cs, mm, &hash, &hash2);
+	n = unwind_user(st, &cs->sample.ur, us, cs, mm, &hash, &hash2);
 	if (n <= 0)
 		return n ? n : -EFAULT;
 	/* The leaf goes into the count key and the stack is stored without it
@@ -394,8 +393,8 @@ static __always_inline __s32 unwound_stack_id(struct profile_stats *st, const st
 /* The current task's user stack as a user_stacks id: from the cache when
  * this raw stack was seen in this address-space layout, else stored anew
  * (and cached). */
-static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, __u32 slot, const struct uregs *ur,
-					    struct frame_record *leaf)
+static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, __u32 slot,
+					    struct cpu_scratch *cs, struct frame_record *leaf)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct mm_struct *mm;
@@ -410,7 +409,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 
 		if (!m)
 			return -EFAULT; /* a kernel thread has no user stack */
-		return unwound_stack_id(st, ur, slot, leaf, m);
+		return unwound_stack_id(st, cs, slot, leaf, m);
 	}
 	mm = task->mm;
 	if (!mm)
@@ -460,10 +459,11 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 }
 
 /* Takes the wanted stacks; -EFAULT just means "no stack in that mode".
- * in_user: the sample hit user mode, so it has no kernel stack (asking
- * bpf_get_stack would only zero its 1 KiB buffer, cold lines every sample). */
+ * cs: the context's scratch (slot's), its user registers set. in_user: the
+ * sample hit user mode, so it has no kernel stack (asking bpf_get_stack
+ * would only zero its 1 KiB buffer, cold lines every sample). */
 static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u32 tgid, __u64 kflags,
-					__u32 slot, const struct uregs *ur, int in_user, __s32 *kid, __s32 *uid,
+					__u32 slot, struct cpu_scratch *cs, int in_user, __s32 *kid, __s32 *uid,
 					struct frame_record *leaf)
 {
 	*kid = -1;
@@ -475,7 +475,7 @@ static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u
 			st->kern_stack_lost++;
 	}
 	if (cfg.user_stacks && tgid != 0) {
-		*uid = user_stack_id(ctx, st, slot, ur, leaf);
+		*uid = user_stack_id(ctx, st, slot, cs, leaf);
 		if (*uid < 0 && *uid != -EFAULT)
 			st->user_stack_lost++;
 	}
@@ -492,13 +492,14 @@ int do_sample(struct perf_sample_ctx *ctx)
 	struct filter_sample fs;
 	__u32 slot = SCRATCH_ON_CPU;
 	struct cpu_scratch *cs = bpf_map_lookup_elem(&cpu_scratch, &slot);
-	struct sample_scratch *sc = cs ? &cs->sample : 0;
+	struct sample_scratch *sc;
 	struct sample_key *key;
 	struct uregs *ur;
 	int in_user;
 
-	if (!st || !sc)
+	if (!st || !cs)
 		return 0;
+	sc = &cs->sample;
 	ur = &sc->ur;
 	key = &sc->key;
 	st->samples++;
@@ -538,7 +539,7 @@ int do_sample(struct perf_sample_ctx *ctx)
 		ur->ip = ctx->regs.ip;
 		DWARF_REGS(ur->r, &ctx->regs);
 	}
-	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, ur, in_user, &key->kern_stack_id, &key->user_stack_id,
+	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, cs, in_user, &key->kern_stack_id, &key->user_stack_id,
 		    &key->user_leaf);
 	/* --wall counts time: a cpu-clock sample's period is its nanoseconds. */
 	count_on_cpu(st, sc, cfg.period_as_us ? ctx->sample_period / 1000 : 1);
@@ -589,16 +590,15 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		} else {
 			__u32 slot = SCRATCH_OFF_CPU;
 			struct cpu_scratch *cs = bpf_map_lookup_elem(&cpu_scratch, &slot);
-			struct uregs *ur = cs ? &cs->sample.ur : 0;
 
 			start = bpf_task_storage_get(&offcpu_start, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-			if (start && ur) {
-				ur->valid = 0; /* switching out: the task's saved registers */
+			if (start && cs) {
+				cs->sample.ur.valid = 0; /* switching out: the task's saved registers */
 				start->ts = bpf_ktime_get_ns();
 				/* prev is current: its cgroup, for the block's key. */
 				if (cfg.cgroups)
 					start->cgroup = bpf_get_current_cgroup_id();
-				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK, SCRATCH_OFF_CPU, ur, 0,
+				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK, SCRATCH_OFF_CPU, cs, 0,
 					    &start->kern_stack_id, &start->user_stack_id, &start->user_leaf);
 				st->switches_out++;
 			}
