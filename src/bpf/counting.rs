@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, ProgramInput};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use crate::bpf::abi::{self, read_plain};
 use crate::bpf::maps::{self, TargetFrom};
@@ -245,16 +245,7 @@ impl<'obj> StatProgram<'obj> {
             // args[0] marks a sync; the real tracepoint's is a bool.
             let mut ctx = [0u8; 32];
             ctx[..8].copy_from_slice(&abi::STAT_SYNC.to_ne_bytes());
-            let input = ProgramInput {
-                context_in: Some(&mut ctx),
-                cpu,
-                flags: libbpf_rs::libbpf_sys::BPF_F_TEST_RUN_ON_CPU,
-                ..Default::default()
-            };
-            self.skel
-                .progs
-                .stat_switch
-                .test_run(input)
+            maps::run_on_cpu(&self.skel.progs.stat_switch, cpu, Some(&mut ctx))
                 .with_context(|| format!("syncing the counters of CPU {cpu}"))?;
         }
         Ok(())

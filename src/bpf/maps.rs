@@ -274,6 +274,22 @@ pub(crate) fn create_count_map(size: u32) -> Result<MapHandle> {
     Ok(map)
 }
 
+/// Runs `prog` (not attached: a raw_tp program) once on `cpu`
+/// (`BPF_PROG_TEST_RUN`), with `ctx` as its arguments; its return value.
+pub(crate) fn run_on_cpu(
+    prog: &libbpf_rs::ProgramMut,
+    cpu: u32,
+    ctx: Option<&mut [u8]>,
+) -> libbpf_rs::Result<u32> {
+    let input = libbpf_rs::ProgramInput {
+        context_in: ctx,
+        cpu,
+        flags: libbpf_sys::BPF_F_TEST_RUN_ON_CPU,
+        ..Default::default()
+    };
+    prog.test_run(input).map(|out| out.return_value)
+}
+
 /// Empties every online CPU's count cache into the count map in the slot
 /// (`flush_counts` in profile.bpf.c), so that a drain holds every sample
 /// counted before it. A run moves ~50 new keys at most: the map takes new
@@ -291,14 +307,9 @@ pub(crate) fn flush_count_caches(prog: &libbpf_rs::ProgramMut) -> Result<u64> {
     for cpu in cpus {
         let mut stalls = 0;
         for _ in 0..MAX_RUNS {
-            let input = libbpf_rs::ProgramInput {
-                cpu,
-                flags: libbpf_sys::BPF_F_TEST_RUN_ON_CPU,
-                ..Default::default()
-            };
             runs += 1;
-            let out = match prog.test_run(input) {
-                Ok(out) => out.return_value,
+            let out = match run_on_cpu(prog, cpu, None) {
+                Ok(out) => out,
                 // Offline since the list was read.
                 Err(_) if !cpu_online(cpu) => break,
                 Err(e) => {
