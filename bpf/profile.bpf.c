@@ -374,10 +374,15 @@ static __always_inline __s32 unwound_stack_id(struct profile_stats *st, struct c
 	__builtin_memcpy(leaf, &us->frames[0], sizeof(*leaf));
 	__builtin_memset(&us->frames[0], 0, sizeof(us->frames[0]));
 	us->frames[0].status = FRAME_IN_KEY;
+	if (cs->walk.wm_state == WALK_MEMO_HIT) {
+		st->user_stack_cached++;
+		return cs->walk.wm_id;
+	}
 	tgid = bpf_get_current_pid_tgid() >> 32;
 	e = &memo->e[((hash ^ tgid) * 0x9e3779b97f4a7c15ULL) >> (64 - STACK_MEMO_BITS)];
 	if (e->h == hash && e->h2 == hash2 && e->tgid == tgid && e->h) {
 		st->user_stack_cached++;
+		walk_memo_keep(cs, e->id);
 		return e->id;
 	}
 	id = intern_user_stack(st, us, n, &hash);
@@ -386,6 +391,7 @@ static __always_inline __s32 unwound_stack_id(struct profile_stats *st, struct c
 		e->h2 = hash2;
 		e->tgid = tgid;
 		e->id = id;
+		walk_memo_keep(cs, id);
 	}
 	return id;
 }

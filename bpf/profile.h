@@ -125,6 +125,7 @@ struct profile_stats {
 	__u64 unwind_learned;    /* mapping slots the BPF side kept in unwind_maps */
 	__u64 unwind_learned_early; /* target mappings learned at their mmap or exec */
 	__u64 unwind_reads;      /* bpf_probe_read_user calls of the walks (stack window refills) */
+	__u64 unwind_memo_walks; /* walks whose frames past the leaf came from the walk memo */
 };
 
 enum filter_op {

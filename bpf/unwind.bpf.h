@@ -28,6 +28,7 @@ struct unwind_ctx {
 	struct rule_memos *memo;
 	struct map_memos *maps;
 	struct last_walk *last;
+	struct walk_memos *wm;
 };
 
 /* VM_EXEC: the same bit in every kernel. */
@@ -354,9 +355,8 @@ __noinline int win_refill(struct stack_window *w, __u64 addr)
 }
 
 /* The user word at addr, from the window (refilled when addr is outside). */
-static __always_inline int read_u64(struct unwind_ctx *c, __u64 *dst, __u64 addr)
+static __always_inline int win_read(struct stack_window *w, __u64 *dst, __u64 addr)
 {
-	struct stack_window *w = c->win;
 	__u64 off;
 
 	if ((addr < w->lo || addr + 8 > w->hi) && win_refill(w, addr))
@@ -365,6 +365,146 @@ static __always_inline int read_u64(struct unwind_ctx *c, __u64 *dst, __u64 addr
 	if (off > UNWIND_WINDOW - 8)
 		return -1;
 	*dst = *(__u64 *)((char *)w->w + off);
+	return 0;
+}
+
+#define WALK_MEMO_MASK ((1 << WALK_MEMO_BITS) - 1)
+
+/* Keeps a word the walk read, for the walk memo. */
+static __always_inline void memo_record(struct unwind_ctx *c, __u64 addr, __u64 val)
+{
+	__u32 k = c->s->wm_words;
+
+	c->wm->rec[k & (WALK_MEMO_WORDS - 1)].addr = addr;
+	c->wm->rec[k & (WALK_MEMO_WORDS - 1)].val = val;
+	c->s->wm_words = k + 1;
+}
+
+/* The walk's read of the user word at addr. The return addresses are
+ * recorded for the walk memo here; the rarer reads (a CFA or registers
+ * read from the stack) end the walk's chance of being kept instead
+ * (wm_skip): each recording site adds to what the verifier walks. */
+static __always_inline int read_u64(struct unwind_ctx *c, __u64 *dst, __u64 addr)
+{
+	return win_read(c->win, dst, addr);
+}
+
+/* rbp restored from the stack word at addr. Not yet an input of the walk:
+ * code without frame pointers saves rbp as any callee-saved register, its
+ * value changing from sample to sample, and only a frame that uses rbp
+ * (uses_bp) makes the word one. */
+static __always_inline int load_bp(struct unwind_ctx *c, __u64 addr)
+{
+	struct walk_state *s = c->s;
+
+	if (win_read(c->win, &s->bp, addr))
+		return -1;
+	s->wm_bp_loaded = 1;
+	s->wm_bp_addr = addr;
+	s->wm_bp_kept = 0;
+	return 0;
+}
+
+/* This frame uses rbp: frame 1's (the walk memo's entry must match it),
+ * or the stack word it was restored from (kept with the entry's words). */
+static __always_inline void uses_bp(struct unwind_ctx *c)
+{
+	struct walk_state *s = c->s;
+
+	if (!s->wm_bp_loaded) {
+		s->wm_uses_bp = 1;
+		return;
+	}
+	if (s->wm_bp_kept)
+		return;
+	s->wm_bp_kept = 1;
+	memo_record(c, s->wm_bp_addr, s->bp);
+}
+
+/* One word of a walk memo entry compared with the stack now, as a bpf_loop
+ * callback (verified once). */
+struct memo_check {
+	struct stack_window *w;
+	struct walk_memo_entry *e;
+	__u32 bad;
+	__u32 pad;
+};
+
+static long check_word(__u32 k, struct memo_check *m)
+{
+	__u64 v;
+
+	if (k >= WALK_MEMO_WORDS || k >= m->e->words)
+		return 1;
+	if (win_read(m->w, &v, m->e->w[k].addr) || v != m->e->w[k].val) {
+		m->bad = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Whether entry e holds the rest of this walk: its inputs match frame 1's
+ * and the stack still holds the words it read. */
+static __always_inline int memo_match(struct walk_state *s, struct stack_window *w, struct walk_memo_entry *e,
+				      __u64 tag, __u32 tgid)
+{
+	struct memo_check m = { .w = w, .e = e };
+
+	if (!e->words || e->tag != tag || e->sp != s->sp || e->mm != s->mm || e->gen != s->gen || e->tgid != tgid ||
+	    e->bp_valid != s->bp_valid || (e->uses_bp && e->bp != s->bp))
+		return 0;
+	bpf_loop(WALK_MEMO_WORDS, check_word, &m, 0);
+	return !m.bad;
+}
+
+/* At frame 1: 1 when this CPU's walk memo holds the rest of the walk, with
+ * the stack id and what the walk counted in s. Else the set's less
+ * recently used entry is this walk's to record into, from here on. Two
+ * ways: one frame 1 (a function at one depth) is often called from two
+ * places, and the two walks alternate. A global function, verified once. */
+__noinline int walk_memo_hit(struct walk_state *s, struct walk_memos *wm, struct stack_window *w, __u32 tgid)
+{
+	struct walk_memo_entry *e0, *e1, *e = 0;
+	__u64 tag;
+	__u32 set, way;
+
+	if (!s || !wm || !w)
+		return 0;
+	tag = s->ip << 1 | s->exact;
+	set = ((tag ^ s->sp * 0x9e3779b97f4a7c15ULL ^ s->mm) * 0x9e3779b97f4a7c15ULL) >> (64 - WALK_MEMO_BITS + 1);
+	e0 = &wm->e[(set * 2) & WALK_MEMO_MASK];
+	e1 = &wm->e[(set * 2 + 1) & WALK_MEMO_MASK];
+	if (memo_match(s, w, e0, tag, tgid)) {
+		e = e0;
+		way = 0;
+	} else if (memo_match(s, w, e1, tag, tgid)) {
+		e = e1;
+		way = 1;
+	}
+	if (e) {
+		e0->mru = way;
+		s->wm_state = WALK_MEMO_HIT;
+		s->wm_id = e->id;
+		s->wm_frames = e->frames;
+		s->wm_fp_frames = e->fp_frames;
+		s->wm_end = e->end;
+		return 1;
+	}
+	/* Frame 1's inputs, for walk_memo_keep; the entry stays as it is
+	 * until then, as the walk may not be kept. */
+	way = e0->mru ? 0 : 1;
+	s->wm_slot = set * 2 + way;
+	s->wm_tgid = tgid;
+	s->wm_tag = tag;
+	s->wm_sp = s->sp;
+	s->wm_bp = s->bp;
+	s->wm_bp_valid = s->bp_valid;
+	s->wm_state = WALK_MEMO_RECORDING;
+	s->wm_fp_frames = s->fp_frames; /* frame 0's: the entry keeps the rest's */
+	s->wm_words = 0;
+	s->wm_skip = 0;
+	s->wm_uses_bp = 0;
+	s->wm_bp_loaded = 0;
 	return 0;
 }
 
@@ -531,6 +671,8 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		return stop(c, UNWIND_END_DEPTH);
 	if (c->s->ip == 0)
 		return stop(c, UNWIND_END_ROOT);
+	if (n == 1 && walk_memo_hit(c->s, c->wm, c->win, c->last->tgid))
+		return 1;
 	if (c->s->ip < c->s->vma.start || c->s->ip >= c->s->vma.end) {
 		err = map_frame(c->s, c->maps);
 		if (err) {
@@ -549,6 +691,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 
 	if (!found || r.cfa_type == UNWIND_CFA_NONE) {
 		/* No table: follow the frame pointer. */
+		c->s->wm_skip = 1;
 		if (!c->s->bp_valid)
 			return stop(c, UNWIND_END_NO_TABLE);
 		if (c->s->bp == 0)
@@ -557,7 +700,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 			return stop(c, UNWIND_END_BAD_CFA);
 		/* Lower address first: the window grows upward. */
 		cfa = c->s->bp + 16;
-		if (read_u64(c, &c->s->bp, c->s->bp) || read_u64(c, &ra, cfa - 8))
+		if (load_bp(c, c->s->bp) || read_u64(c, &ra, cfa - 8))
 			return stop(c, UNWIND_END_READ_FAULT);
 		c->s->fp_frames++;
 		c->s->sp = cfa;
@@ -570,6 +713,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		cfa = c->s->sp + r.cfa_off;
 		break;
 	case UNWIND_CFA_RBP:
+		uses_bp(c);
 		if (!c->s->bp_valid)
 			return stop(c, UNWIND_END_BAD_CFA);
 		cfa = c->s->bp + r.cfa_off;
@@ -578,6 +722,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		cfa = c->s->sp + r.cfa_off + ((c->s->ip & 15) >= (__u64)r.rbp_off ? 8 : 0);
 		break;
 	case UNWIND_CFA_DEREF_RBP:
+		c->s->wm_skip = 1;
 		if (!c->s->bp_valid)
 			return stop(c, UNWIND_END_BAD_CFA);
 		if (read_u64(c, &cfa, c->s->bp + r.cfa_off))
@@ -588,7 +733,8 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		 * whose uc_mcontext (at 40) holds the interrupted registers. */
 		__u64 mc = c->s->sp + 40;
 
-		if (read_u64(c, &c->s->bp, mc + 80) || read_u64(c, &c->s->sp, mc + 120) || read_u64(c, &c->s->ip, mc + 128))
+		c->s->wm_skip = 1;
+		if (load_bp(c, mc + 80) || read_u64(c, &c->s->sp, mc + 120) || read_u64(c, &c->s->ip, mc + 128))
 			return stop(c, UNWIND_END_READ_FAULT);
 		c->s->bp_valid = 1;
 		c->s->exact = 1;
@@ -610,7 +756,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 	/* The saved rbp (below the return address) first: the window grows
 	 * upward. */
 	if (r.rbp_type == UNWIND_RBP_OFFSET) {
-		if (read_u64(c, &c->s->bp, cfa + r.rbp_off))
+		if (load_bp(c, cfa + r.rbp_off))
 			return stop(c, UNWIND_END_READ_FAULT);
 		c->s->bp_valid = 1;
 	} else if (r.rbp_type == UNWIND_RBP_UNKNOWN) {
@@ -618,14 +764,52 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 	}
 	if (read_u64(c, &ra, cfa - 8))
 		return stop(c, UNWIND_END_READ_FAULT);
+	memo_record(c, cfa - 8, ra);
 	c->s->sp = cfa;
 	c->s->ip = ra;
 	return 0;
 }
 
+/* Completes the entry the walk recorded into (walk_memo_hit), once its
+ * stack has an id: the entry is whole only when its words are set. A
+ * global function, verified once for its two callers. */
+__noinline int walk_memo_keep(struct cpu_scratch *cs, __s32 id)
+{
+	struct walk_memos *wm;
+	struct walk_state *s;
+	struct walk_memo_entry *e;
+
+	if (!cs)
+		return 0;
+	s = &cs->walk;
+	wm = &cs->wmemo;
+	if (s->wm_state != WALK_MEMO_RECORDING || id < 0)
+		return 0;
+	e = &wm->e[s->wm_slot & WALK_MEMO_MASK];
+	wm->e[s->wm_slot & WALK_MEMO_MASK & ~1].mru = s->wm_slot & 1;
+	e->tag = s->wm_tag;
+	e->sp = s->wm_sp;
+	e->bp = s->wm_bp;
+	e->bp_valid = s->wm_bp_valid;
+	e->mm = s->mm;
+	e->gen = s->gen;
+	e->tgid = s->wm_tgid;
+	e->uses_bp = s->wm_uses_bp;
+	e->id = id;
+	e->frames = s->wm_frames;
+	e->fp_frames = s->wm_fp_frames;
+	e->end = s->wm_end;
+	__builtin_memcpy(e->w, wm->rec, sizeof(e->w));
+	e->words = s->wm_words;
+	return 0;
+}
+
 /* Walks the current task's user stack into `us`; counts how it ended and
  * marks an early end with a FRAME_TRUNCATED record. Returns the bytes
- * of records, or a negative error. */
+ * of records, or a negative error. When the walk memo held the frames
+ * past the leaf, `us` holds the leaf alone and cs->walk the stack's id
+ * (wm_state WALK_MEMO_HIT, wm_id: not an out argument, whose stack slot
+ * took 6.1's combined stack past 512 bytes). */
 static __always_inline long unwind_user(struct profile_stats *st, const struct uregs *ur, struct user_stack *us,
 					struct cpu_scratch *cs, __u64 mm, __u64 *hash, __u64 *hash2)
 {
@@ -659,6 +843,9 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	c.memo = &cs->memo;
 	c.maps = &cs->maps;
 	c.last = &cs->last;
+	c.wm = &cs->wmemo;
+	*hash = 0;
+	*hash2 = 0;
 	gen = bpf_map_lookup_elem(&unwind_gen, &zero);
 	if (!gen)
 		return -ENOMEM;
@@ -684,7 +871,26 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	bpf_loop(BPROF_UNWIND_DEPTH + 1, unwind_step, &c, 0);
 	if (s->learn && learn(&s->learn_key, &s->learn_vma, s->mm))
 		__sync_fetch_and_add(&st->unwind_learned, 1);
+	if (s->wm_state == WALK_MEMO_HIT) {
+		/* Counted as the walk it saved would have been. */
+		__sync_fetch_and_add(&st->unwind_memo_walks, 1);
+		__sync_fetch_and_add(&st->unwind_frames, s->wm_frames);
+		__sync_fetch_and_add(&st->unwind_fp_frames, s->fp_frames + s->wm_fp_frames);
+		__sync_fetch_and_add(&st->unwind_reads, c.win->reads);
+		end = s->wm_end;
+		if (end < UNWIND_END_KINDS)
+			__sync_fetch_and_add(&st->unwind_end[end], 1);
+		return sizeof(struct frame_record);
+	}
 	end = s->end ? s->end - 1 : UNWIND_END_DEPTH;
+	/* The walk memo keeps walks that reached the outermost frame, from
+	 * mappings it knew, with every word it read (walk_memo_keep). */
+	if (s->wm_state == WALK_MEMO_RECORDING &&
+	    (end > UNWIND_END_FP_END || s->wm_words > WALK_MEMO_WORDS || s->wm_skip || s->find_vma || us->nr < 2))
+		s->wm_state = WALK_MEMO_OFF;
+	s->wm_frames = us->nr;
+	s->wm_fp_frames = s->fp_frames - s->wm_fp_frames;
+	s->wm_end = end;
 	__sync_fetch_and_add(&st->unwind_frames, us->nr); /* before a truncation mark */
 	__sync_fetch_and_add(&st->unwind_fp_frames, s->fp_frames);
 	__sync_fetch_and_add(&st->unwind_reads, c.win->reads);

@@ -144,6 +144,13 @@ struct vma_info {
 	struct unwind_file_key key;
 };
 
+/* A stack word a walk read (see walk_memos). */
+#define WALK_MEMO_WORDS 16
+
+struct memo_word {
+	__u64 addr, val;
+};
+
 /* The walk's registers, in a per-CPU map value rather than on the stack:
  * the verifier tracks no values in a map, so the bpf_loop callback's state
  * is the same on every iteration and is verified once. */
@@ -165,6 +172,71 @@ struct walk_state {
 	__u32 find_vma; /* bpf_find_vma calls that found a mapping */
 	struct unwind_map_key learn_key;
 	struct vma_info learn_vma;
+	/* The walk memo (walk_memos) from frame 1 on: */
+	__u32 wm_slot;     /* the entry this walk checked, and records into */
+	__u32 wm_state;    /* enum walk_memo_state */
+	__u32 wm_words;    /* stack words read from frame 1 on (recorded up to WALK_MEMO_WORDS) */
+	__u32 wm_uses_bp;  /* frame 1's rbp was used before one was loaded from the stack */
+	__u32 wm_bp_loaded; /* rbp now is the stack word at wm_bp_addr (load_bp) */
+	__u32 wm_bp_kept;   /* and that word is among the recorded ones */
+	__u64 wm_bp_addr;
+	__s32 wm_id;       /* WALK_MEMO_HIT: the stack's id */
+	__u32 wm_frames;   /* WALK_MEMO_HIT: the frames of the walk it saved */
+	__u32 wm_fp_frames;
+	__u32 wm_end;
+	__u32 wm_tgid;     /* frame 1's inputs (walk_memo_entry) */
+	__u64 wm_tag, wm_sp, wm_bp;
+	__u32 wm_bp_valid;
+	__u32 wm_skip; /* a read the walk memo does not record: not kept */
+};
+
+/*
+ * The walks this CPU's context took lately, from their second frame on.
+ * From frame 1 the walk depends only on frame 1's ip, rsp and rbp (when a
+ * rule reads rbp before one is restored from the stack), the stack words
+ * it reads, and the mappings and tables (the address space and unwind_gen,
+ * as map_memo_entry). So an entry keeps those inputs and the stack id the
+ * walk ended in: a sample whose frame 1 matches, and whose stack still
+ * holds the same words at the same addresses (return addresses, saved
+ * registers: compared, not trusted), has that stack without the walk's
+ * other frames. A loop's samples differ in their leaf (frame 0, walked and
+ * in the count key) and share their callers; on xz the callers were ~13
+ * of 14 frames, at ~80 ns each. Only walks that reached the outermost
+ * frame are kept: the other ends may not repeat (a read fault, the mm lock).
+ */
+#define WALK_MEMO_BITS 4
+
+enum walk_memo_state {
+	WALK_MEMO_OFF,       /* not checked yet (frame 0), or nothing to record */
+	WALK_MEMO_RECORDING, /* missed: the walk records its reads into the entry */
+	WALK_MEMO_HIT,
+};
+
+struct walk_memo_entry {
+	__u64 mm;
+	__u64 gen;
+	__u64 tag; /* frame 1's ip << 1 | exact */
+	__u64 sp;  /* frame 1's */
+	__u64 bp;  /* frame 1's, compared when uses_bp */
+	__u32 tgid;
+	__u32 words; /* valid entries of w; 0: the entry is empty */
+	__u32 bp_valid;
+	__u32 uses_bp;
+	__s32 id;
+	__u16 frames; /* the walk's records, as unwind_frames counts them */
+	__u16 fp_frames;
+	__u32 end; /* enum unwind_end */
+	__u32 mru; /* a set's first entry: the way used last */
+	struct memo_word w[WALK_MEMO_WORDS];
+};
+
+struct walk_memos {
+	struct walk_memo_entry e[1 << WALK_MEMO_BITS];
+	/* The return addresses the walk read (frame 0's too: recording is
+	 * branch-free; they are dropped at frame 1), kept here rather than in
+	 * walk_state, which every sample clears. Past WALK_MEMO_WORDS they
+	 * wrap, and the walk is not kept. */
+	struct memo_word rec[WALK_MEMO_WORDS];
 };
 
 /* The mappings (and their files' unwind_files entries) walks on this CPU
@@ -277,6 +349,7 @@ struct cpu_scratch {
 	struct walk_state walk;
 	struct last_walk last;
 	struct stack_window win;
+	struct walk_memos wmemo;
 	struct map_memos maps;
 	struct stack_memo smemo;
 	struct rule_memos memo;

@@ -168,6 +168,7 @@ pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
         s.unwind_learned += c.unwind_learned;
         s.unwind_learned_early += c.unwind_learned_early;
         s.unwind_reads += c.unwind_reads;
+        s.unwind_memo_walks += c.unwind_memo_walks;
     }
     Ok(s)
 }

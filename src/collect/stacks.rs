@@ -104,6 +104,9 @@ pub struct Stats {
     pub unwind_learned_early: u64,
     /// `--call-graph dwarf`: reads of user stack memory (window refills).
     pub unwind_reads: u64,
+    /// `--call-graph dwarf`: walks whose frames past the leaf came from the
+    /// walk memo (their stack words matched a recent walk's).
+    pub unwind_memo_walks: u64,
 }
 
 impl Stats {

@@ -525,7 +525,8 @@ pub fn describe_ends(stats: &crate::collect::stacks::Stats) -> String {
         }
     }
     format!(
-        "bprof: dwarf unwinding: {walks} walks, {} frames ({} by frame pointer), {} stack reads, {} from the task's saved registers, {} mappings asked of the kernel by walks and {} at a target's mmap or exec ({} kept); ended: {}",
+        "bprof: dwarf unwinding: {walks} walks ({} past their leaf from the walk memo), {} frames ({} by frame pointer), {} stack reads, {} from the task's saved registers, {} mappings asked of the kernel by walks and {} at a target's mmap or exec ({} kept); ended: {}",
+        stats.unwind_memo_walks,
         stats.unwind_frames,
         stats.unwind_fp_frames,
         stats.unwind_reads,

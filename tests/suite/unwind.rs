@@ -330,6 +330,64 @@ fn unwind_chain_without_frame_pointers_matches_perf_dwarf() {
     same_as_perf("chain", &["chain8", "leaf_spin"]);
 }
 
+/// The walk memo: mid_spin's frame lies at one address whether via_a or
+/// via_b called it, and only the return address in it says which. A walk
+/// memo that trusted frame 1's address would give all samples one path;
+/// bprof splits them 3:1 as the fixture calls them, as perf does, and
+/// takes nearly every walk past the leaf from the memo.
+#[test]
+fn walk_memo_tells_two_callers_at_one_address_apart_as_perf_does() {
+    root_or_skip!();
+    let _g = exclusive();
+    let (exe, _) = fixtures();
+    let dir = scratch("unwind_twopaths");
+    let argv = vec![exe.display().to_string(), "twopaths".into(), "3".into()];
+    let (ours, stderr) = bprof_stacks("fx_unwind", &["-F", "999"], &argv);
+    let theirs = perf_stacks(&dir, "fx_unwind", &argv);
+    let path = |via: &str| -> Vec<String> {
+        [
+            "_start",
+            "__libc_start_main_impl",
+            "__libc_start_call_main",
+            "main",
+        ]
+        .into_iter()
+        .chain(["chain1", "chain2", "chain3", "chain4"])
+        .chain(["chain5", "chain6", "chain7", "chain8"])
+        .chain([via, "mid_spin", "leaf_spin"])
+        .map(String::from)
+        .collect()
+    };
+    let share = |stacks: &BTreeMap<Vec<String>, u64>| -> (u64, u64, u64) {
+        let a = stacks.get(&path("via_a")).copied().unwrap_or(0);
+        let b = stacks.get(&path("via_b")).copied().unwrap_or(0);
+        (a, b, stacks.values().sum())
+    };
+    let (a, b, total) = share(&ours);
+    let (pa, pb, ptotal) = share(&theirs);
+    // The two paths hold nearly every sample, in both profiles.
+    assert!(
+        (a + b) * 100 >= total * 95,
+        "{a} + {b} of {total}\n{stderr}"
+    );
+    assert!(
+        (pa + pb) * 100 >= ptotal * 95,
+        "perf: {pa} + {pb} of {ptotal}"
+    );
+    let pct_a = pct(a, a + b);
+    let perf_a = pct(pa, pa + pb);
+    assert!((pct_a - 75.0).abs() <= 5.0, "via_a {pct_a:.1}%\n{stderr}");
+    assert!(
+        (pct_a - perf_a).abs() <= 5.0,
+        "via_a: bprof {pct_a:.1}%, perf {perf_a:.1}%"
+    );
+    // "N walks (M past their leaf from the walk memo)"
+    let line = dwarf_line(&stderr);
+    let walks = number_before(line, " walks");
+    let memo = number_before(line, " past their leaf");
+    assert!(memo * 100 >= walks * 90, "{line}");
+}
+
 /// Off-CPU stacks start from the registers saved at the syscall and are
 /// walked the same way: perf records the same stacks at sched_switch.
 #[test]
