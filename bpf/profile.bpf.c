@@ -161,6 +161,16 @@ static __always_inline struct profile_stats *stats(void)
 
 static __always_inline int is_target(__u32 tgid, __u32 pid)
 {
+	if (cfg.nr_fixed_tgids) {
+		int hit = 0;
+
+		/* Constants to the verifier (.rodata is frozen): the loop
+		 * folds to nr_fixed_tgids compares. */
+		for (int i = 0; i < BPROF_FIXED_TGIDS; i++)
+			if (i < cfg.nr_fixed_tgids && cfg.fixed_tgids[i] == tgid)
+				hit = 1;
+		return hit && in_targets(0, cfg.match_tid, tgid, pid);
+	}
 	return in_targets(cfg.match_tgid, cfg.match_tid, tgid, pid);
 }
 

@@ -303,6 +303,12 @@ impl<'obj> ProfileProgram<'obj> {
         // The command's PID is added after load, so following implies matching.
         rodata.cfg.match_tgid = (!opts.tgids.is_empty() || opts.follow_children).into();
         rodata.cfg.match_tid = (!opts.tids.is_empty()).into();
+        // A few -p processes and no other: compared in the program, the
+        // map unread (it still holds them, for the side band's filter).
+        if opts.fixed_processes() && opts.tgids.len() <= rodata.cfg.fixed_tgids.len() {
+            rodata.cfg.nr_fixed_tgids = opts.tgids.len() as u32;
+            rodata.cfg.fixed_tgids[..opts.tgids.len()].copy_from_slice(&opts.tgids);
+        }
         rodata.cfg.follow_children = opts.follow_children.into();
         rodata.cfg.filter_len = opts.filter.len() as u32;
         rodata.cfg.on_cpu = opts.mode.on_cpu().into();

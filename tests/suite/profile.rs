@@ -312,19 +312,37 @@ fn pid_sees_only_that_process() {
     let _g = exclusive();
     let a = Workload::start(Command::new(fixture("work631")).arg("4"));
     let b = Workload::start(Command::new(fixture("rust_work")).arg("4"));
-    let out = run(bprof().args(["-F", "499", "-f", "-p", &a.id().to_string(), "2"]));
+    // Up to 8 processes are compared in the program; more are looked up
+    // in the target map: both ways see the one working process alone.
+    let mut sleepers: Vec<std::process::Child> = (0..8)
+        .map(|_| Command::new("sleep").arg("10").spawn().expect("sleep"))
+        .collect();
+    let many: Vec<String> = std::iter::once(a.id())
+        .chain(sleepers.iter().map(std::process::Child::id))
+        .map(|p| p.to_string())
+        .collect();
+    for pids in [a.id().to_string(), many.join(",")] {
+        let out = run(bprof().args(["-F", "499", "-f", "-p", &pids, "1"]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+        assert!(
+            total_for(&lines, "fx_work631") > 250,
+            "-p {pids}: {lines:?}"
+        );
+        assert!(
+            lines.iter().all(|l| l.frames[0] == "fx_work631"),
+            "-p {pids}: other processes leaked in: {lines:?}"
+        );
+    }
     drop((a, b));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
-    assert!(total_for(&lines, "fx_work631") > 250);
-    assert!(
-        lines.iter().all(|l| l.frames[0] == "fx_work631"),
-        "other processes leaked in: {lines:?}"
-    );
+    for s in &mut sleepers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
 }
 
 #[test]
