@@ -329,8 +329,9 @@ static __always_inline void ip_record(struct frame_record *rec, __u64 ip)
 	rec->offset = ip;
 }
 
-/* Refills the window from user address addr: to the end of addr's page or
- * UNWIND_WINDOW bytes, or the one word when it crosses into the next page.
+/* Refills the window from user address addr: UNWIND_WINDOW bytes, or if
+ * they are not all there, to the end of addr's page (or the one word when
+ * it crosses into the next page).
  * A global function, verified once rather than at each of the walk's eight
  * reads; the reads themselves stay inline, as most hit the window. */
 __noinline int win_refill(struct stack_window *w, __u64 addr)
@@ -339,8 +340,13 @@ __noinline int win_refill(struct stack_window *w, __u64 addr)
 
 	if (!w)
 		return -1;
-	len = ((addr | 4095) + 1) - addr;
 	w->reads++;
+	if (!bpf_probe_read_user(w->w, UNWIND_WINDOW, (void *)addr)) {
+		w->lo = addr;
+		w->hi = addr + UNWIND_WINDOW;
+		return 0;
+	}
+	len = ((addr | 4095) + 1) - addr;
 	if (len < 8) /* a word across a page boundary: read it alone */
 		len = 8;
 	if (len > UNWIND_WINDOW)

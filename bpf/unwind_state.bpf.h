@@ -264,10 +264,13 @@ struct map_memos {
 /* A copy of the part of the user stack the walk reads next. Each
  * bpf_probe_read_user costs ~80 ns here, about the same for 8 bytes as
  * for 1 KiB, and a walk reads upward from the sample's rsp: so reads come
- * from this copy, refilled from the address wanted to the end of its page
- * (never across into an unmapped one) or UNWIND_WINDOW bytes, when the
- * address leaves it. A 30-frame stack then costs 1 to 3 reads, not 30+. */
-#define UNWIND_WINDOW 1024
+ * from this copy, refilled from the address wanted when the address leaves
+ * it: UNWIND_WINDOW bytes, or where that crosses into a page that is not
+ * there (past the stack's top), to the end of the address's page. A
+ * 30-frame stack then costs 1 to 3 reads, not 30+. xz's ~14 frames span
+ * more than 1 KiB: with 2 KiB read across pages, one read a walk instead
+ * of two, -283 ns a sample (scripts/bench-ab.sh). */
+#define UNWIND_WINDOW 2048
 
 struct stack_window {
 	__u64 lo, hi; /* the copy holds user addresses [lo, hi); lo == hi: none */
@@ -322,9 +325,10 @@ struct last_walk {
  * 128 bits of two independent hashes, and the process in the key means a
  * process crafting such a stack could only mislabel its own samples. Ids
  * are never reused (user space keeps a drained stack's copy), so an entry
- * never goes stale.
+ * never goes stale. 128 entries: the walk memo (walk_memos) answers most
+ * samples before it, and its space went to the stack window.
  */
-#define STACK_MEMO_BITS 8
+#define STACK_MEMO_BITS 7
 
 struct stack_memo_entry {
 	__u64 h, h2;
