@@ -29,13 +29,15 @@ use crate::unwind::Unwinder;
 
 const TICK: Duration = Duration::from_millis(100);
 /// The longest wait between two checks of the kernel maps (see drain_tick).
-const MAX_TICK: Duration = Duration::from_secs(1);
+const MAX_TICK: Duration = Duration::from_secs(2);
 
 /// How often the kernel maps are checked for filling while recording:
 /// every TICK, or up to MAX_TICK apart when on-CPU samples at a known rate
 /// cannot fill a quarter of a map between two checks (a sample adds at most
 /// one key and one stack of each kind). A wakeup costs ~0.1 ms on a VM:
-/// ten a second were most of bprof's CPU while recording. Off-CPU counts
+/// ten a second were most of bprof's CPU while recording, and one a second
+/// (with the perf-map check and the counters' read) still ~0.2 ms/s; at
+/// the defaults on 2 CPUs a quarter of a map takes 2 s. Off-CPU counts
 /// come at the scheduler's rate, and `--every` and `-L` (threads, looked up
 /// in /proc at the checks) keep the short tick.
 fn drain_tick(settings: &ProfileSettings, ncpus: usize) -> Duration {
