@@ -386,9 +386,10 @@ static __always_inline void memo_record(struct unwind_ctx *c, __u64 addr, __u64 
 	c->s->wm_words = k + 1;
 }
 
-/* The walk's read of the user word at addr. The return addresses are
- * recorded for the walk memo here; the rarer reads (a CFA or registers
- * read from the stack) end the walk's chance of being kept instead
+/* The walk's read of the user word at addr. Of its reads, only the
+ * return addresses are recorded for the walk memo (unwind_step) and the
+ * restored rbp where a rule uses it (uses_bp); the rarer reads (a CFA or
+ * registers read from the stack) keep the walk from being kept instead
  * (wm_skip): each recording site adds to what the verifier walks. */
 static __always_inline int read_u64(struct unwind_ctx *c, __u64 *dst, __u64 addr)
 {

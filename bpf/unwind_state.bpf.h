@@ -203,6 +203,8 @@ struct walk_state {
  * in the count key) and share their callers; on xz the callers were ~13
  * of 14 frames, at ~80 ns each. Only walks that reached the outermost
  * frame are kept: the other ends may not repeat (a read fault, the mm lock).
+ * 16 entries (8 sets of 2 ways) of up to WALK_MEMO_WORDS words: deeper
+ * walks are not kept (cpu_scratch's 32 KiB has no room for more).
  */
 #define WALK_MEMO_BITS 4
 

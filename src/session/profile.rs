@@ -30,6 +30,8 @@ use crate::unwind::Unwinder;
 const TICK: Duration = Duration::from_millis(100);
 /// The longest wait between two checks of the kernel maps (see drain_tick).
 const MAX_TICK: Duration = Duration::from_secs(2);
+/// ... while a progress bar on a terminal moves with the checks.
+const BAR_TICK: Duration = Duration::from_secs(1);
 
 /// How often the kernel maps are checked for filling while recording:
 /// every TICK, or up to MAX_TICK apart when on-CPU samples at a known rate
@@ -39,8 +41,9 @@ const MAX_TICK: Duration = Duration::from_secs(2);
 /// (with the perf-map check and the counters' read) still ~0.2 ms/s; at
 /// the defaults on 2 CPUs a quarter of a map takes 2 s. Off-CPU counts
 /// come at the scheduler's rate, and `--every` and `-L` (threads, looked up
-/// in /proc at the checks) keep the short tick.
-fn drain_tick(settings: &ProfileSettings, ncpus: usize) -> Duration {
+/// in /proc at the checks) keep the short tick. `bar`: a progress bar on a
+/// terminal, which moves at each check: then at most BAR_TICK apart.
+fn drain_tick(settings: &ProfileSettings, ncpus: usize, bar: bool) -> Duration {
     let hz = match settings.rate {
         sampling::Rate::Frequency(hz) => hz,
         sampling::Rate::Period(_) => return TICK,
@@ -53,7 +56,8 @@ fn drain_tick(settings: &ProfileSettings, ncpus: usize) -> Duration {
     }
     let per_sec = (hz * ncpus as u64).max(1) as f64;
     let fill = f64::from(settings.program.stack_storage_size) / (4.0 * per_sec);
-    Duration::from_secs_f64(fill.min(MAX_TICK.as_secs_f64())).max(TICK)
+    let max = if bar { BAR_TICK } else { MAX_TICK };
+    Duration::from_secs_f64(fill.min(max.as_secs_f64())).max(TICK)
 }
 
 /// What a finished session reports.
@@ -316,7 +320,7 @@ fn record(
     // filling per drain_tick.
     let progress = progress_bar(settings.duration);
     let wake = sideband.wake_fds();
-    let tick = drain_tick(settings, cpus.len());
+    let tick = drain_tick(settings, cpus.len(), !progress.is_hidden());
     let matches_tgids = settings.program.matches_tgids();
     let end = runner.run_woken(tick, TICK / 10, &wake, |full, last| {
         prog.drain_side_band(sideband, matches_tgids);
