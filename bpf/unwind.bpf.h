@@ -884,6 +884,8 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 		__sync_fetch_and_add(&st->unwind_frames, s->wm_frames);
 		__sync_fetch_and_add(&st->unwind_fp_frames, s->fp_frames + s->wm_fp_frames);
 		__sync_fetch_and_add(&st->unwind_reads, c.win->reads);
+		if (s->find_vma) /* the leaf's mapping */
+			__sync_fetch_and_add(&st->unwind_find_vma, s->find_vma);
 		end = s->wm_end;
 		if (end < UNWIND_END_KINDS)
 			__sync_fetch_and_add(&st->unwind_end[end], 1);
