@@ -501,7 +501,6 @@ __noinline int walk_memo_hit(struct walk_state *s, struct walk_memos *wm, struct
 	 * until then, as the walk may not be kept. */
 	way = e0->mru ? 0 : 1;
 	s->wm_slot = set * 2 + way;
-	s->wm_tgid = tgid;
 	s->wm_tag = tag;
 	s->wm_sp = s->sp;
 	s->wm_bp = s->bp;
@@ -800,7 +799,7 @@ __noinline int walk_memo_keep(struct cpu_scratch *cs, __s32 id)
 	e->bp_valid = s->wm_bp_valid;
 	e->mm = s->mm;
 	e->gen = s->gen;
-	e->tgid = s->wm_tgid;
+	e->tgid = cs->last.tgid; /* the walk's, as walk_memo_hit compared it */
 	e->uses_bp = s->wm_uses_bp;
 	e->id = id;
 	e->frames = s->wm_frames;

@@ -173,7 +173,7 @@ struct walk_state {
 	struct unwind_map_key learn_key;
 	struct vma_info learn_vma;
 	/* The walk memo (walk_memos) from frame 1 on: */
-	__u32 wm_slot;     /* the entry this walk checked, and records into */
+	__u32 wm_slot;     /* WALK_MEMO_RECORDING: the entry walk_memo_keep fills */
 	__u32 wm_state;    /* enum walk_memo_state */
 	__u32 wm_words;    /* stack words read from frame 1 on (recorded up to WALK_MEMO_WORDS) */
 	__u32 wm_uses_bp;  /* frame 1's rbp was used before one was loaded from the stack */
@@ -184,8 +184,7 @@ struct walk_state {
 	__u32 wm_frames;   /* WALK_MEMO_HIT: the frames of the walk it saved */
 	__u32 wm_fp_frames;
 	__u32 wm_end;
-	__u32 wm_tgid;     /* frame 1's inputs (walk_memo_entry) */
-	__u64 wm_tag, wm_sp, wm_bp;
+	__u64 wm_tag, wm_sp, wm_bp; /* frame 1's inputs (walk_memo_entry) */
 	__u32 wm_bp_valid;
 	__u32 wm_skip; /* a read the walk memo does not record: not kept */
 };
@@ -210,7 +209,7 @@ struct walk_state {
 
 enum walk_memo_state {
 	WALK_MEMO_OFF,       /* not checked yet (frame 0), or nothing to record */
-	WALK_MEMO_RECORDING, /* missed: the walk records its reads into the entry */
+	WALK_MEMO_RECORDING, /* missed: the walk records its reads (walk_memos.rec) */
 	WALK_MEMO_HIT,
 };
 
