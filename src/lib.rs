@@ -17,6 +17,7 @@ pub(crate) mod bpf;
 pub(crate) mod cli;
 pub mod collect;
 pub(crate) mod events;
+pub(crate) mod fasthash;
 pub(crate) mod filter;
 pub(crate) mod fsafe;
 pub(crate) mod mmap;

@@ -20,7 +20,6 @@
 pub mod sideband;
 pub mod stacks;
 
-use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -33,6 +32,7 @@ use crate::bpf::maps::{
     install_inner, leaf_frame, parse_kernel_stack, parse_user_stack, reset_count_map, SampleKey,
 };
 use crate::collect::stacks::{RawStack, Stats, UserFrame};
+use crate::fasthash::HashMap;
 
 /// A drain runs at least this often. A drain reads each key and each new
 /// stack (a syscall per stack), so a short interval repeats the work of keys
@@ -74,7 +74,7 @@ struct Interner<F> {
 impl<F: Eq + std::hash::Hash + Clone> Interner<F> {
     fn new() -> Self {
         Interner {
-            index: HashMap::new(),
+            index: HashMap::default(),
             list: Vec::new(),
         }
     }
@@ -176,11 +176,11 @@ impl Collector {
             size,
             want_kernel,
             want_user,
-            agg: HashMap::new(),
+            agg: HashMap::default(),
             kernel: Interner::new(),
             user: Interner::new(),
-            kern_ids: HashMap::new(),
-            user_ids: HashMap::new(),
+            kern_ids: HashMap::default(),
+            user_ids: HashMap::default(),
             keys_at_swap: 0,
             last_drain: Instant::now(),
             kern_deleted: 0,
@@ -508,7 +508,7 @@ impl Collector {
         self.drain(maps, stats.count_keys, false)?;
         let stacks = self.stacks();
         self.taken += stacks.iter().map(|s| s.count).sum::<u64>();
-        self.agg = HashMap::new();
+        self.agg = HashMap::default();
         Ok(stacks)
     }
 }

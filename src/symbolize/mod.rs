@@ -20,13 +20,14 @@ pub(crate) mod perfmap;
 mod user;
 pub(crate) mod vdso;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use blazesym::symbolize::{Symbolized, Symbolizer};
 
 use crate::collect::sideband::MmapIndex;
 use crate::collect::stacks::{RawStack, UserFrame, BUILD_ID_SIZE};
+use crate::fasthash::{HashMap, HashSet};
 use crate::symbolize::buildid::FileFinder;
 
 pub use files::symbolize_file;
@@ -329,10 +330,10 @@ pub(crate) fn symbolize_frames(
         style,
         names: user::Names::default(),
         frames: Frames::default(),
-        unknown_keys: HashSet::new(),
-        user_locs: HashMap::new(),
+        unknown_keys: HashSet::default(),
+        user_locs: HashMap::default(),
         debuginfod: crate::symbolize::debuginfod::Client::from_env(),
-        data_cache: HashMap::new(),
+        data_cache: HashMap::default(),
     };
     let kaddrs: BTreeSet<u64> = raw.iter().flat_map(kernel_keys).collect();
     let (kernel, kallsyms_live) =
@@ -340,8 +341,8 @@ pub(crate) fn symbolize_frames(
     pass.names.stats.kallsyms_live = (!kernel.is_empty()).then_some(kallsyms_live);
 
     let ukeys: BTreeSet<UserKey> = raw.iter().flat_map(user_keys).collect();
-    let mut by_file: HashMap<([u8; BUILD_ID_SIZE], u32), Vec<u64>> = HashMap::new();
-    let mut by_pid: HashMap<u32, Vec<u64>> = HashMap::new();
+    let mut by_file: HashMap<([u8; BUILD_ID_SIZE], u32), Vec<u64>> = HashMap::default();
+    let mut by_pid: HashMap<u32, Vec<u64>> = HashMap::default();
     for k in &ukeys {
         match *k {
             UserKey::File(id, tgid, off) => by_file.entry((id, tgid)).or_default().push(off),

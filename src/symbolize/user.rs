@@ -2,7 +2,6 @@
 //! of a profile's stacks (blazesym, debug files kept by build ID, the
 //! per-boot name cache, JIT symbol files), then builds the named stacks.
 
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use blazesym::symbolize::source::{Process, Source};
@@ -18,6 +17,7 @@ use super::{
 };
 use crate::collect::sideband::MmapIndex;
 use crate::collect::stacks::{RawStack, BUILD_ID_SIZE};
+use crate::fasthash::{HashMap, HashSet};
 use crate::target;
 
 /// What named a user frame: blazesym, or the per-boot name cache.
@@ -40,7 +40,7 @@ pub(super) struct Pass<'a> {
     pub(super) user_locs: HashMap<UserKey, u32>,
     pub(super) debuginfod: Option<crate::symbolize::debuginfod::Client>,
     /// Data symbols per file, parsed once however many processes map it.
-    pub(super) data_cache: HashMap<PathBuf, std::rc::Rc<HashSet<u64>>>,
+    pub(super) data_cache: HashMap<PathBuf, std::rc::Rc<std::collections::HashSet<u64>>>,
 }
 
 impl<'a> Pass<'a> {
