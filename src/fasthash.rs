@@ -82,6 +82,8 @@ impl Hasher for FastHasher {
     }
 
     fn write_u64(&mut self, x: u64) {
+        // Plus x: a word equal to the state would fold to 0 and lose
+        // every word before it.
         self.h = fold(self.h ^ x, MUL).wrapping_add(x);
     }
 
@@ -102,8 +104,8 @@ mod tests {
     fn equal_keys_hash_alike_and_near_keys_apart() {
         let s = FastState::default();
         assert_eq!(s.hash_one((7u32, [1u8; 20])), s.hash_one((7u32, [1u8; 20])));
-        // Keys one bit apart (frames one byte apart in a file), in the
-        // low bits a table indexes by and the high bits it tags with.
+        // Sequential keys (frames a few bytes apart in a file) spread over
+        // the low bits a table indexes by and the high bits it tags with.
         let hashes: HashSet<u64> = (0..4096u64).map(|x| s.hash_one(x)).collect();
         assert_eq!(hashes.len(), 4096);
         let buckets: HashSet<u64> = (0..4096u64).map(|x| s.hash_one(x) & 4095).collect();
