@@ -78,8 +78,9 @@ struct {
  * indirect call (the inner map is not known to the verifier), a hash of the
  * whole key and four dependent lines: ~0.5 us less of a cache-cold xz
  * sample's ~4 us (scripts/bench-ab.sh).
- * User space empties every CPU's cache into the count map before each drain
- * (flush_counts), and after the last sample.
+ * User space empties every CPU's cache into the count map before an
+ * interval's drain (flush_counts: --every, bprof top), and reads what the
+ * caches hold after the last sample; a drain for room leaves them be.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -683,7 +684,8 @@ static long flush_one(__u32 i, struct flush_ctx *f)
 /*
  * Empties this CPU's count cache into the count map. Not attached: user
  * space runs it on each CPU (BPF_PROG_TEST_RUN, BPF_F_TEST_RUN_ON_CPU)
- * before each drain, so that a drain holds every sample counted before it.
+ * before an interval's drain, so that the interval holds every sample
+ * counted before its end.
  * A sample interrupting it on this CPU (the run's own CPU runs it with
  * interrupts on) counts straight into the map. A key that finds no room
  * stays cached for a later run (a map's new elements come from a small

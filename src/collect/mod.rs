@@ -22,7 +22,6 @@ pub mod stacks;
 
 use std::os::fd::AsFd;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapHandle};
@@ -34,10 +33,18 @@ use crate::bpf::maps::{
 use crate::collect::stacks::{RawStack, Stats, UserFrame};
 use crate::fasthash::HashMap;
 
-/// A drain runs at least this often. A drain reads each key and each new
-/// stack (a syscall per stack), so a short interval repeats the work of keys
-/// that recur; filling maps are drained sooner (Collector::due).
-pub(crate) const DRAIN_EVERY: Duration = Duration::from_secs(10);
+/// Why a drain runs, which decides what happens to the CPUs' count caches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drain {
+    /// A map nears full: only room is wanted. The caches stay: what they
+    /// hold moves into a map when evicted, or is read at the end.
+    Room,
+    /// An interval ends (`--every`, `bprof top`): it must hold every sample
+    /// counted before it, so the caches are emptied into the map first.
+    Interval,
+    /// The programs are detached: the caches are read here.
+    Last,
+}
 
 /// Where a key's stack points, after resolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -139,7 +146,6 @@ pub(crate) struct Collector {
     kern_ids: HashMap<i32, u32>,
     user_ids: HashMap<i32, u32>,
     keys_at_swap: u64,
-    last_drain: Instant,
     kern_deleted: u64,
     user_deleted: u64,
     /// The count map in the slot now.
@@ -182,7 +188,6 @@ impl Collector {
             kern_ids: HashMap::default(),
             user_ids: HashMap::default(),
             keys_at_swap: 0,
-            last_drain: Instant::now(),
             kern_deleted: 0,
             user_deleted: 0,
             current: None,
@@ -217,8 +222,9 @@ impl Collector {
         self.merge_threads = yes;
     }
 
-    /// Drains if the count map or a stack map is half full, or on the
-    /// timer. `stats` is a current reading of the kernel's counters. A
+    /// Drains if the count map or a stack map is half full. (No timer: a
+    /// drain costs ~2 ms of CPU, and a map that fills slowly only takes up
+    /// kernel memory it is sized for.) `stats` is a current reading of the kernel's counters. A
     /// failed drain is said once and recording goes on: what it cost shows
     /// as counted losses (a full map) or fails the final totals check.
     pub fn tick(&mut self, maps: &Maps, stats: &Stats) {
@@ -245,10 +251,10 @@ impl Collector {
         self.last_tick = now;
         let due = |fill: u64, grew: u64| self.due(fill, grew);
         let stacks_full = due(kern_fill, grew[1]) || due(user_fill, grew[2]);
-        if due(keys, grew[0]) || stacks_full || self.last_drain.elapsed() >= DRAIN_EVERY {
+        if due(keys, grew[0]) || stacks_full {
             // Growth since now is measured from the fresh map.
             self.last_tick[0] = 0;
-            self.drain(maps, stats.count_keys, false)?;
+            self.drain(maps, stats.count_keys, Drain::Room)?;
             if stacks_full {
                 self.purge_stacks(maps)?;
             }
@@ -264,21 +270,20 @@ impl Collector {
     }
 
     /// Swaps the count map out and aggregates all of it. `count_keys`: the
-    /// kernel's key counter, read before the swap. While recording, the
-    /// CPUs' count caches are emptied into the map first; at the `last`
+    /// kernel's key counter, read before the swap. At an interval's end the
+    /// CPUs' count caches are emptied into the map first; at the last drain
     /// (the programs detached), what they hold is read here instead. (The
-    /// keys the flush inserts are counted after `count_keys` was read, so
+    /// keys a flush inserts are counted after `count_keys` was read, so
     /// the next map looks up to 1 024 keys a CPU fuller than it is: a
     /// drain comes that much sooner, nothing is lost.)
-    fn drain(&mut self, maps: &Maps, count_keys: u64, last: bool) -> Result<()> {
-        if !last {
+    fn drain(&mut self, maps: &Maps, count_keys: u64, why: Drain) -> Result<()> {
+        if why == Drain::Interval {
             self.stats.flush_runs += flush_count_caches(maps.flush_counts)?;
         }
         let Some(old) = self.swap(maps.count_slot)? else {
             return Ok(());
         };
         self.keys_at_swap = count_keys;
-        self.last_drain = Instant::now();
         self.stats.drains += 1;
         let mut entries = Vec::new();
         // Read and emptied: no program uses it any more (see swap).
@@ -299,7 +304,7 @@ impl Collector {
             self.spare = Some(old);
         }
         self.stats.entries += entries.len() as u64;
-        if last {
+        if why == Drain::Last {
             for (key, weight) in cached_counts(maps.count_cache)? {
                 self.map_totals += weight;
                 self.stats.cached_at_end += 1;
@@ -445,7 +450,7 @@ impl Collector {
                 self.spare = MapHandle::try_from(current).ok();
             }
         }
-        self.drain(maps, 0, true)
+        self.drain(maps, 0, Drain::Last)
     }
 
     /// Every aggregated stack. The sum of the counts is what the drained
@@ -505,7 +510,7 @@ impl Collector {
     /// `stats`: a current reading of the kernel's counters.
     pub fn take_interval(&mut self, maps: &Maps, stats: &Stats) -> Result<Vec<RawStack>> {
         self.last_tick[0] = 0;
-        self.drain(maps, stats.count_keys, false)?;
+        self.drain(maps, stats.count_keys, Drain::Interval)?;
         let stacks = self.stacks();
         self.taken += stacks.iter().map(|s| s.count).sum::<u64>();
         self.agg = HashMap::default();
