@@ -3,6 +3,7 @@
 //! per-boot name cache, JIT symbol files), then builds the named stacks.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use blazesym::symbolize::source::{Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
@@ -314,7 +315,7 @@ impl<'a> Pass<'a> {
     }
 
     pub(super) fn stacks(&self, raw: &[RawStack], kernel_locs: &HashMap<u64, u32>) -> Vec<Stack> {
-        let names_of = |locs: &[u32]| -> Vec<String> {
+        let names_of = |locs: &[u32]| -> Vec<Arc<str>> {
             locs.iter()
                 .flat_map(|&l| self.frames.locations[l as usize].lines.iter())
                 .map(|l| l.name.clone())

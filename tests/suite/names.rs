@@ -398,8 +398,8 @@ fn an_address_on_a_data_object_is_never_named_after_it() {
     }];
     let sym = bprof::symbolize::symbolizer();
     let (stacks, stats) = bprof::symbolize::symbolize(&sym, &raw, &index);
-    assert_eq!(stacks[0].user[0], "lookup_slot");
-    assert_eq!(stacks[0].user[1], format!("fx_data+{:#x}", data_off + 8));
+    assert_eq!(&*stacks[0].user[0], "lookup_slot");
+    assert_eq!(*stacks[0].user[1], *format!("fx_data+{:#x}", data_off + 8));
     assert_eq!((stats.sampled_frames, stats.sampled_unknown), (2, 1));
 }
 
