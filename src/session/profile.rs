@@ -1,7 +1,7 @@
 //! One profiling session, stage by stage: target and events → BPF programs →
 //! maps → stacks → symbols → outputs.
 
-use std::io::{self, IsTerminal};
+use std::io::{self, IsTerminal, Write};
 use std::mem::MaybeUninit;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
@@ -250,7 +250,11 @@ fn report_end(
         };
         eprintln!("bprof: {} files written{empty}", p.files);
     }
-    summary.write(&mut io::stderr().lock(), settings.verbose)?;
+    // Built whole, then written once: stderr is unbuffered, and the report
+    // wrote each formatted piece with a syscall of its own (~40 of them).
+    let mut text = Vec::new();
+    summary.write(&mut text, settings.verbose)?;
+    io::stderr().write_all(&text)?;
     if settings.verbose {
         eprintln!(
             "bprof: {}",
