@@ -110,6 +110,7 @@ impl ProfileSettings {
                 max_block_ns: blocks.max_ns,
                 cgroups: cli.pprof.is_some(),
                 map_totals: false,
+                intervals: every.is_some(),
             },
             stack_skip: blocks.stack_skip,
             target,

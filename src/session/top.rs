@@ -281,6 +281,7 @@ pub fn run(s: TopSettings) -> Result<i32> {
     // Each refresh shows exactly what the drained count maps held.
     let program = ProfileOptions {
         map_totals: true,
+        intervals: true,
         ..settings.program.clone()
     };
     let mut prog = ProfileProgram::load(&mut obj, &program)?;
