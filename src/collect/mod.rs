@@ -300,7 +300,8 @@ impl Collector {
             },
         )
         .context("reading the count map")?;
-        if reset_count_map(&old)? {
+        // Kept for the next swap; after the last drain there is none.
+        if why != Drain::Last && reset_count_map(&old)? {
             self.spare = Some(old);
         }
         self.stats.entries += entries.len() as u64;
@@ -310,6 +311,9 @@ impl Collector {
                 self.stats.cached_at_end += 1;
                 entries.push((Some(key), weight));
             }
+            // Every stack not copied yet, in a few batches: nothing changes
+            // them any more.
+            self.copy_stacks(maps, false)?;
         }
         for (key, count) in entries {
             let Some(key) = key else { continue };
@@ -399,41 +403,48 @@ impl Collector {
 
     /// Copies every entry of both stack maps and deletes it in the kernel.
     fn purge_stacks(&mut self, maps: &Maps) -> Result<()> {
-        let mut kern = Vec::new();
+        self.copy_stacks(maps, true)
+    }
+
+    /// Copies every entry of the stack maps not copied yet, a batch syscall
+    /// per map, and with `delete` deletes them all in the kernel. (Read one
+    /// id at a time, the stacks of a profile's last drain took a syscall
+    /// each: ~0.3 ms for ~90 stacks.)
+    fn copy_stacks(&mut self, maps: &Maps, delete: bool) -> Result<()> {
+        let (mut kern, mut kern_seen) = (Vec::new(), 0u64);
         let vsize = maps.kern_stacks.value_size() as usize;
-        for_each_entry(maps.kern_stacks.as_fd(), 4, vsize, true, |k, v| {
-            kern.push((
-                i32::from_ne_bytes(k[..4].try_into().unwrap_or_default()),
-                parse_kernel_stack(v),
-            ));
-        })
-        .context("draining the kernel stack map")?;
-        self.kern_deleted += kern.len() as u64;
-        self.stats.stacks_deleted += kern.len() as u64;
-        for (id, frames) in kern {
+        for_each_entry(maps.kern_stacks.as_fd(), 4, vsize, delete, |k, v| {
+            kern_seen += 1;
+            let id = i32::from_ne_bytes(k[..4].try_into().unwrap_or_default());
             if !self.kern_ids.contains_key(&id) {
-                let c = self.kernel.intern(frames);
-                self.kern_ids.insert(id, c);
+                kern.push((id, parse_kernel_stack(v)));
             }
-        }
-        let mut user = Vec::new();
+        })
+        .context("reading the kernel stack map")?;
+        let (mut user, mut user_seen) = (Vec::new(), 0u64);
         for map in [maps.user_stacks, maps.user_stacks_deep] {
             let vsize = map.value_size() as usize;
-            for_each_entry(map.as_fd(), 4, vsize, true, |k, v| {
-                user.push((
-                    i32::from_ne_bytes(k[..4].try_into().unwrap_or_default()),
-                    parse_user_stack(v),
-                ));
+            for_each_entry(map.as_fd(), 4, vsize, delete, |k, v| {
+                user_seen += 1;
+                let id = i32::from_ne_bytes(k[..4].try_into().unwrap_or_default());
+                if !self.user_ids.contains_key(&id) {
+                    user.push((id, parse_user_stack(v)));
+                }
             })
-            .context("draining the user stack maps")?;
+            .context("reading the user stack maps")?;
         }
-        self.user_deleted += user.len() as u64;
-        self.stats.stacks_deleted += user.len() as u64;
+        if delete {
+            self.kern_deleted += kern_seen;
+            self.user_deleted += user_seen;
+            self.stats.stacks_deleted += kern_seen + user_seen;
+        }
+        for (id, frames) in kern {
+            let c = self.kernel.intern(frames);
+            self.kern_ids.insert(id, c);
+        }
         for (id, frames) in user {
-            if !self.user_ids.contains_key(&id) {
-                let c = self.user.intern(frames);
-                self.user_ids.insert(id, c);
-            }
+            let c = self.user.intern(frames);
+            self.user_ids.insert(id, c);
         }
         Ok(())
     }
