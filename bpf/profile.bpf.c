@@ -259,7 +259,7 @@ static __always_inline int same_key(const struct sample_key *a, const struct sam
  * runs (this sample interrupted it), or when the older key finds no room
  * there: it stays cached, and a full map loses one sample, as without the
  * cache, never a cached key's many. A global function: verified once, not
- * once for each way the stacks were taken (~120 instructions fewer). */
+ * once for each way the stacks were taken (174 instructions fewer). */
 __noinline int count_on_cpu(struct profile_stats *st, struct sample_scratch *sc, __u64 n)
 {
 	const __u64 *k;

@@ -224,9 +224,10 @@ impl Collector {
 
     /// Drains if the count map or a stack map is half full. (No timer: a
     /// drain costs ~2 ms of CPU, and a map that fills slowly only takes up
-    /// kernel memory it is sized for.) `stats` is a current reading of the kernel's counters. A
-    /// failed drain is said once and recording goes on: what it cost shows
-    /// as counted losses (a full map) or fails the final totals check.
+    /// kernel memory it is sized for.) `stats` is a current reading of the
+    /// kernel's counters. A failed drain is said once and recording goes
+    /// on: what it cost shows as counted losses (a full map) or fails the
+    /// final totals check.
     pub fn tick(&mut self, maps: &Maps, stats: &Stats) {
         if let Err(e) = self.try_tick(maps, stats) {
             if !self.warned {

@@ -251,7 +251,7 @@ fn report_end(
         eprintln!("bprof: {} files written{empty}", p.files);
     }
     // Built whole, then written once: stderr is unbuffered, and the report
-    // wrote each formatted piece with a syscall of its own (~40 of them).
+    // wrote each formatted piece with a syscall of its own (~20 a report).
     let mut text = Vec::new();
     summary.write(&mut text, settings.verbose)?;
     io::stderr().write_all(&text)?;
