@@ -497,9 +497,11 @@ fn tiny_maps_count_and_report_every_loss() {
     // Two map slots cannot hold the stacks of a whole system: losses must be
     // counted in the kernel and reported, not silently dropped. The
     // manystacks fixture makes nearly every sample a new user stack (a
-    // repeated one is found in the walk's per-CPU memo, never lost).
+    // repeated one is found in the walk's per-CPU memo, never lost), and a
+    // new thread every 5 ms makes new count keys: more than the CPUs' count
+    // caches hold, so keys they evict find the count map full.
     let bin = fixture("manystacks");
-    let w = Workload::start(Command::new(&bin).args(["3", "1", "17"]));
+    let w = Workload::start(Command::new(&bin).args(["3", "2", "17", "5"]));
     let out = run(bprof().args(["-F", "999", "-f", "-I", "--stack-storage-size", "2", "1.5"]));
     drop(w);
     let stderr = String::from_utf8_lossy(&out.stderr);
