@@ -293,10 +293,10 @@ pub(crate) fn run_on_cpu(
 
 /// Empties every online CPU's count cache into the count map in the slot
 /// (`flush_counts` in profile.bpf.c), so that an interval's drain holds
-/// every sample counted before it. A run moves ~50 new keys at most: the map takes new
-/// elements from a per-CPU cache the kernel refills after the run (an
-/// irq_work, which a busy machine may delay), so each CPU's runs go on
-/// while keys lack an element, waiting a little when a run moved none.
+/// every sample counted before it. A run moves ~50 new keys at most: the
+/// map takes new elements from a per-CPU cache the kernel refills after the
+/// run (an irq_work, which a busy machine may delay), so each CPU's runs go
+/// on while keys lack an element, waiting a little when a run moved none.
 /// What stays cached (a full map, or a CPU gone offline) is not lost: a
 /// later drain or the end takes it (`cached_counts`). Returns the runs.
 pub(crate) fn flush_count_caches(prog: &libbpf_rs::ProgramMut) -> Result<u64> {
