@@ -13,7 +13,7 @@
 //! the side band's mappings and the symbolizer. Everything else is crate
 //! internal.
 
-pub(crate) mod bpf;
+pub mod bpf;
 pub(crate) mod cli;
 pub mod collect;
 pub(crate) mod events;

@@ -10,7 +10,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 
 use crate::bpf::abi::{self, read_plain};
 use crate::bpf::skel::profile::types;
-use crate::collect::stacks::{Stats, UserFrame};
+use crate::bpf::stacks::{Stats, UserFrame};
 
 /// When a process in `target_tgids` (shared by the profile and stat
 /// objects) starts to count.

@@ -7,8 +7,10 @@
 //! [`counting`] the per-session reader of `bprof stat`, [`shared_counters`]
 //! the per-CPU counters every session shares, [`maps`] the typed map access
 //! and batch reads, [`mmap_array`] the unwinder's arrays written through mmap,
-//! [`preflight`] the checks made before loading and [`kfeatures`] the
-//! kernel features the programs need.
+//! [`preflight`] the checks made before loading, [`kfeatures`] the
+//! kernel features the programs need, and [`stacks`] the stacks and
+//! counters as the kernel hands them over, the plain data every later stage
+//! reads.
 
 pub(crate) mod abi;
 pub(crate) mod core_btf;
@@ -19,6 +21,7 @@ pub(crate) mod mmap_array;
 pub(crate) mod preflight;
 pub(crate) mod profile;
 pub(crate) mod shared_counters;
+pub mod stacks;
 
 /// Generated BPF skeletons, one module per `bpf/*.bpf.c`.
 pub(crate) mod skel {

@@ -14,7 +14,7 @@ use crate::bpf::kfeatures;
 use crate::bpf::maps::{self, TargetFrom};
 use crate::bpf::skel::profile::types::{filter_entry, filter_op, filter_term};
 use crate::bpf::skel::profile::{ProfileSkel, ProfileSkelBuilder};
-use crate::collect::stacks::{RawStack, Stats};
+use crate::bpf::stacks::{RawStack, Stats};
 use crate::collect::{self, Collector};
 use crate::filter::{self, Filter, Op, Term, Value};
 use crate::target::cgroup;

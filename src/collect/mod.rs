@@ -18,7 +18,6 @@
 //! record) stays resolvable from the copy.
 
 pub mod sideband;
-pub mod stacks;
 
 use std::os::fd::AsFd;
 use std::rc::Rc;
@@ -30,7 +29,7 @@ use crate::bpf::maps::{
     cached_counts, comm_string, create_count_map, flush_count_caches, for_each_entry, get_by_u32,
     install_inner, leaf_frame, parse_kernel_stack, parse_user_stack, reset_count_map, SampleKey,
 };
-use crate::collect::stacks::{RawStack, Stats, UserFrame};
+use crate::bpf::stacks::{RawStack, Stats, UserFrame};
 use crate::fasthash::HashMap;
 
 /// Why a drain runs, which decides what happens to the CPUs' count caches.

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{Context, Result};
 use perf_event_open_sys::bindings as pb;
 
-use crate::collect::stacks::BUILD_ID_SIZE;
+use crate::bpf::stacks::BUILD_ID_SIZE;
 use crate::events::sampling;
 use crate::mmap::Mmap;
 use crate::symbolize::jit::{self, JitFiles};

@@ -4,7 +4,7 @@
 use std::io::{self, Write};
 use std::time::Duration;
 
-use crate::collect::stacks::Stats;
+use crate::bpf::stacks::Stats;
 use crate::events::sampling::{Event, Rate};
 use crate::events::Mode;
 use crate::symbolize::SymbolStats;

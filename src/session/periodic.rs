@@ -23,8 +23,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Result};
 
+use crate::bpf::stacks::RawStack;
 use crate::collect::sideband::MmapIndex;
-use crate::collect::stacks::RawStack;
 use crate::events::sampling::Event;
 use crate::output::file::OutputFile;
 use crate::output::{folded, pprof, svg};

@@ -23,9 +23,9 @@ use ratatui::Terminal;
 
 use crate::bpf::maps::TargetFrom;
 use crate::bpf::profile::{ProfileOptions, ProfileProgram};
+use crate::bpf::stacks::{RawStack, UserFrame};
 use crate::cli::TopArgs;
 use crate::collect::sideband::{MmapIndex, Sideband};
-use crate::collect::stacks::{RawStack, UserFrame};
 use crate::events::sampling;
 use crate::events::Mode;
 use crate::output::folded::{self, FoldedOptions};

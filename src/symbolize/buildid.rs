@@ -6,8 +6,8 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::bpf::stacks::BUILD_ID_SIZE;
 use crate::collect::sideband::{Mapping, MmapIndex};
-use crate::collect::stacks::BUILD_ID_SIZE;
 
 /// A build ID, zero-padded to the size the kernel reports.
 pub type BuildId = [u8; BUILD_ID_SIZE];

@@ -15,7 +15,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::collect::stacks::BUILD_ID_SIZE;
+use crate::bpf::stacks::BUILD_ID_SIZE;
 
 /// The largest debug file bprof downloads.
 const MAX_DOWNLOAD: u64 = 1 << 30;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 
-use crate::collect::stacks::BUILD_ID_SIZE;
+use crate::bpf::stacks::BUILD_ID_SIZE;
 
 /// Debug files the system keeps by build ID (perf and gdb look there too):
 /// `/usr/lib/debug/.build-id/xx/rest.debug`. Root's directories only.

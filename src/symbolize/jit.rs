@@ -18,7 +18,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::collect::stacks::{RawStack, UserFrame};
+use crate::bpf::stacks::{RawStack, UserFrame};
 use crate::fsafe::{self, Checked, Owner, Refused};
 use crate::symbolize::{jitdump, perfmap};
 

@@ -25,8 +25,8 @@ use std::sync::Arc;
 
 use blazesym::symbolize::{Symbolized, Symbolizer};
 
+use crate::bpf::stacks::{RawStack, UserFrame, BUILD_ID_SIZE};
 use crate::collect::sideband::MmapIndex;
-use crate::collect::stacks::{RawStack, UserFrame, BUILD_ID_SIZE};
 use crate::fasthash::{HashMap, HashSet};
 use crate::symbolize::buildid::FileFinder;
 

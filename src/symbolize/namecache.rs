@@ -14,7 +14,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::bpf::shared_counters::STATE_DIR;
-use crate::collect::stacks::BUILD_ID_SIZE;
+use crate::bpf::stacks::BUILD_ID_SIZE;
 use crate::symbolize::elfcheck::FileId;
 
 /// The first line: the format and the debug file's identity.

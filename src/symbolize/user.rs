@@ -16,8 +16,8 @@ use super::{
     kernel_keys, namecache, plain_line, symbol_line, user_keys, vdso, FrameLine, Frames, Module,
     Stack, SymbolStats, UnknownStyle, UserKey, UNKNOWN,
 };
+use crate::bpf::stacks::{RawStack, BUILD_ID_SIZE};
 use crate::collect::sideband::MmapIndex;
-use crate::collect::stacks::{RawStack, BUILD_ID_SIZE};
 use crate::fasthash::{HashMap, HashSet};
 use crate::target;
 

@@ -10,7 +10,7 @@ use blazesym::symbolize::source::{Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 
-use crate::collect::stacks::BUILD_ID_SIZE;
+use crate::bpf::stacks::BUILD_ID_SIZE;
 
 /// bprof's own vDSO.
 pub(crate) struct OwnVdso {

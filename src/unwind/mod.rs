@@ -516,7 +516,7 @@ impl Unwinder {
 }
 
 /// The `-v` line of how walks ended.
-pub fn describe_ends(stats: &crate::collect::stacks::Stats) -> String {
+pub fn describe_ends(stats: &crate::bpf::stacks::Stats) -> String {
     let walks: u64 = stats.unwind_end.iter().sum();
     let mut parts = Vec::new();
     for (n, name) in stats.unwind_end.iter().zip(END_NAMES) {

@@ -1,7 +1,7 @@
 //! Stacks as they come out of the kernel: plain data, before symbolization.
 
 /// Size of a GNU build ID as the kernel reports it.
-pub const BUILD_ID_SIZE: usize = crate::bpf::abi::BUILD_ID_SIZE;
+pub const BUILD_ID_SIZE: usize = super::abi::BUILD_ID_SIZE;
 
 /// One user-space frame as `BPF_F_STACK_BUILD_ID` stack maps store it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
