@@ -3,7 +3,7 @@
 use std::mem::MaybeUninit;
 use std::os::fd::{IntoRawFd, OwnedFd};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use blazesym::symbolize::Symbolizer;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
@@ -18,6 +18,53 @@ use crate::bpf::stacks::{RawStack, Stats};
 use crate::collect::{self, Collector};
 use crate::filter::{self, Filter, Op, Term, Value};
 use crate::target::cgroup;
+
+/// How user stacks are taken (`--call-graph`, perf's spelling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallGraph {
+    /// The kernel's frame-pointer walk.
+    Fp,
+    /// `.eh_frame` unwinding in the BPF program, frame pointers where no
+    /// table exists.
+    Dwarf,
+}
+
+impl CallGraph {
+    /// Parses `fp` or `dwarf` (perf's `dwarf,SIZE` is accepted; the size
+    /// means nothing here, the live stack is walked).
+    pub fn parse(s: &str) -> Result<CallGraph> {
+        match s.split(',').next().unwrap_or_default() {
+            "fp" => Ok(CallGraph::Fp),
+            "dwarf" => Ok(CallGraph::Dwarf),
+            _ => bail!("invalid --call-graph '{s}': expected fp or dwarf"),
+        }
+    }
+}
+
+/// Whether targets' mmaps are learned in the BPF side as they happen
+/// (`--mmap-hook`): a hook on every syscall's exit, which sends each syscall
+/// of the machine down the kernel's traced path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MmapHook {
+    /// For `-- COMMAND` profiles only.
+    Auto,
+    /// For every `--call-graph dwarf` profile.
+    On,
+    /// Never.
+    Off,
+}
+
+impl MmapHook {
+    /// Parses `auto`, `on` or `off`.
+    pub fn parse(s: &str) -> Result<MmapHook> {
+        match s {
+            "auto" => Ok(MmapHook::Auto),
+            "on" => Ok(MmapHook::On),
+            "off" => Ok(MmapHook::Off),
+            _ => bail!("invalid --mmap-hook '{s}': expected auto, on or off"),
+        }
+    }
+}
 
 /// How the profile program is configured before load.
 #[derive(Debug, Clone)]
@@ -43,9 +90,9 @@ pub struct ProfileOptions {
     /// Off-CPU: count kernel threads too.
     pub kernel_threads: bool,
     /// How user stacks are walked.
-    pub call_graph: crate::unwind::CallGraph,
+    pub call_graph: CallGraph,
     /// `--mmap-hook`.
-    pub mmap_hook: crate::unwind::MmapHook,
+    pub mmap_hook: MmapHook,
     /// `--call-graph dwarf`: most rows the unwind tables may take.
     pub unwind_rows: u32,
     /// Off-CPU: ignore blocks shorter than this (ns).
@@ -71,7 +118,7 @@ impl ProfileOptions {
     }
 
     fn dwarf(&self) -> bool {
-        self.call_graph == crate::unwind::CallGraph::Dwarf && self.user_stacks
+        self.call_graph == CallGraph::Dwarf && self.user_stacks
     }
 
     /// Whether the targets are the -p processes and no other ever becomes
@@ -96,7 +143,6 @@ impl ProfileOptions {
     /// kernel's traced-syscall path), which system-wide, `-p` and `-t`
     /// profiles do not impose on the processes they watch unless asked.
     pub fn learns_mmaps(&self) -> bool {
-        use crate::unwind::MmapHook;
         self.dwarf()
             && match self.mmap_hook {
                 MmapHook::Auto => self.follow_children,

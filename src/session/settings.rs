@@ -81,8 +81,8 @@ impl ProfileSettings {
         let max_perf_map_size = parse_u64(&cli.max_perf_map_size, "--max-perf-map-size")?;
         let kernel_stacks = !cli.user_stacks_only;
         let user_stacks = !cli.kernel_stacks_only;
-        let call_graph = crate::unwind::CallGraph::parse(&cli.call_graph)?;
-        let mmap_hook = crate::unwind::MmapHook::parse(&cli.mmap_hook)?;
+        let call_graph = crate::bpf::profile::CallGraph::parse(&cli.call_graph)?;
+        let mmap_hook = crate::bpf::profile::MmapHook::parse(&cli.mmap_hook)?;
         let unwind_rows = parse_u64(&cli.unwind_rows, "--unwind-rows")?;
         if unwind_rows == 0 || unwind_rows > crate::unwind::MAX_ROWS as u64 {
             bail!(

@@ -3,10 +3,11 @@
 
 use anyhow::Result;
 
+use crate::bpf::profile::CallGraph;
 use crate::bpf::profile::ProfileProgram;
 use crate::collect::sideband::Sideband;
 use crate::session::settings::ProfileSettings;
-use crate::unwind::{CallGraph, Unwinder};
+use crate::unwind::Unwinder;
 
 /// With `--call-graph dwarf`: maps the table store, loads the tables of the
 /// processes in `scope` (all when `None`) and of `-- COMMAND`, and has the

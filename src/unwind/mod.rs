@@ -20,7 +20,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use libbpf_rs::MapCore;
 
 use crate::bpf::abi;
@@ -28,53 +28,6 @@ use crate::bpf::maps;
 use crate::bpf::mmap_array::MmapArray as Store;
 use crate::collect::sideband::Mapping;
 use files::VDSO_KEY;
-
-/// How user stacks are taken (`--call-graph`, perf's spelling).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallGraph {
-    /// The kernel's frame-pointer walk.
-    Fp,
-    /// `.eh_frame` unwinding in the BPF program, frame pointers where no
-    /// table exists.
-    Dwarf,
-}
-
-impl CallGraph {
-    /// Parses `fp` or `dwarf` (perf's `dwarf,SIZE` is accepted; the size
-    /// means nothing here, the live stack is walked).
-    pub fn parse(s: &str) -> Result<CallGraph> {
-        match s.split(',').next().unwrap_or_default() {
-            "fp" => Ok(CallGraph::Fp),
-            "dwarf" => Ok(CallGraph::Dwarf),
-            _ => bail!("invalid --call-graph '{s}': expected fp or dwarf"),
-        }
-    }
-}
-
-/// Whether targets' mmaps are learned in the BPF side as they happen
-/// (`--mmap-hook`): a hook on every syscall's exit, which sends each syscall
-/// of the machine down the kernel's traced path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MmapHook {
-    /// For `-- COMMAND` profiles only.
-    Auto,
-    /// For every `--call-graph dwarf` profile.
-    On,
-    /// Never.
-    Off,
-}
-
-impl MmapHook {
-    /// Parses `auto`, `on` or `off`.
-    pub fn parse(s: &str) -> Result<MmapHook> {
-        match s {
-            "auto" => Ok(MmapHook::Auto),
-            "on" => Ok(MmapHook::On),
-            "off" => Ok(MmapHook::Off),
-            _ => bail!("invalid --mmap-hook '{s}': expected auto, on or off"),
-        }
-    }
-}
 
 /// Most rows `--unwind-rows` accepts (8 bytes each: 512 MiB).
 pub const MAX_ROWS: u32 = 1 << 26;
