@@ -324,7 +324,7 @@ fn filter_entries(filters: &[String], mode: Mode) -> Result<Vec<filter_entry>> {
     if filter.is_empty() {
         Ok(Vec::new())
     } else {
-        crate::bpf::profile::compile_filter(&filter)
+        crate::filter::compile_filter(&filter)
     }
 }
 
