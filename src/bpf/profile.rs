@@ -14,8 +14,6 @@ use crate::bpf::kfeatures;
 use crate::bpf::maps::{self, TargetFrom};
 use crate::bpf::skel::profile::types::filter_entry;
 use crate::bpf::skel::profile::{ProfileSkel, ProfileSkelBuilder};
-use crate::bpf::stacks::{RawStack, Stats};
-use crate::collect::{self, Collector};
 
 /// How user stacks are taken (`--call-graph`, perf's spelling).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,8 +153,6 @@ pub struct ProfileProgram<'obj> {
     /// The skeleton, whose maps the later stages read.
     pub skel: ProfileSkel<'obj>,
     links: Vec<Link>,
-    /// Drains the count and stack maps into user space.
-    pub collector: Collector,
     /// The kernel keeps no layout generation: bprof's own is attached.
     layout_gens: bool,
     /// bprof's own generation was wanted but its tracepoints would not
@@ -208,17 +204,9 @@ impl<'obj> ProfileProgram<'obj> {
                 (skel, gens, core_btf::Use::Kernel { kept })
             }
         };
-        let n = opts.stack_storage_size;
-        let collector = Collector::new(
-            &skel.maps.count_slot,
-            n,
-            opts.kernel_stacks,
-            opts.user_stacks,
-        )?;
         let prog = ProfileProgram {
             skel,
             links: Vec::new(),
-            collector,
             layout_gens,
             layout_gens_missing: false,
             learn_exec: opts.learns_at_exec(),
@@ -386,19 +374,6 @@ impl<'obj> ProfileProgram<'obj> {
             }
             Err(e) => Err(e.into()),
         }
-    }
-
-    /// Reads the side band's pending records, keeping the target processes'
-    /// only when `matches_tgids` (see [`maps::TargetCheck`]).
-    pub(crate) fn drain_side_band(
-        &self,
-        sideband: &mut crate::collect::sideband::Sideband,
-        matches_tgids: bool,
-    ) {
-        let mut targets = maps::TargetCheck::new(
-            matches_tgids.then_some(&self.skel.maps.target_tgids as &dyn libbpf_rs::MapCore),
-        );
-        sideband.drain(&mut |pid| targets.wants(pid));
     }
 
     /// Adds a process to the targets, counted from `from` on.
@@ -602,24 +577,6 @@ impl<'obj> ProfileProgram<'obj> {
         self.links.clear();
     }
 
-    /// Called every tick while recording: drains the maps into user space
-    /// when they fill up or on a timer. Returns the current counters (an
-    /// error only if they cannot be read, and then nothing is drained).
-    pub fn tick(&mut self) -> Result<Stats> {
-        let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
-        let maps = collector_maps(&self.skel);
-        self.collector.tick(&maps, &stats);
-        Ok(stats)
-    }
-
-    /// While recording with `--every`: drains now and returns the stacks
-    /// counted since the last interval (see `Collector::take_interval`).
-    pub fn interval(&mut self) -> Result<Vec<RawStack>> {
-        let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
-        let maps = collector_maps(&self.skel);
-        self.collector.take_interval(&maps, &stats)
-    }
-
     /// The kernel's run time (ns) and run count of this profile's programs,
     /// or `None` when the kernel did not time them
     /// (`kernel.bpf_stats_enabled`, or another program's BPF_ENABLE_STATS,
@@ -646,28 +603,6 @@ impl<'obj> ProfileProgram<'obj> {
             }
         }
         (on || total.1 > 0).then_some(total)
-    }
-
-    /// After `detach`: the last drain, then the final counters (consistent
-    /// with it, see `Collector::finish`) and every aggregated stack.
-    pub fn finish(&mut self) -> Result<(Stats, Vec<RawStack>)> {
-        let maps = collector_maps(&self.skel);
-        self.collector.finish(&maps)?;
-        let stats = maps::read_stats(&self.skel.maps.profile_stats)?;
-        Ok((stats, self.collector.stacks()))
-    }
-}
-
-/// The count and stack maps the collector drains, lent from the skeleton
-/// (a field apart from the collector, so both can be borrowed at once).
-fn collector_maps<'a>(skel: &'a ProfileSkel<'_>) -> collect::Maps<'a> {
-    collect::Maps {
-        count_slot: &skel.maps.count_slot,
-        kern_stacks: &skel.maps.kern_stacks,
-        user_stacks: &skel.maps.user_stacks,
-        user_stacks_deep: &skel.maps.user_stacks_deep,
-        count_cache: &skel.maps.count_cache,
-        flush_counts: &skel.progs.flush_counts,
     }
 }
 

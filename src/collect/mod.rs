@@ -27,8 +27,11 @@ use libbpf_rs::{MapCore, MapHandle};
 
 use crate::bpf::maps::{
     cached_counts, comm_string, create_count_map, flush_count_caches, for_each_entry, get_by_u32,
-    install_inner, leaf_frame, parse_kernel_stack, parse_user_stack, reset_count_map, SampleKey,
+    install_inner, leaf_frame, parse_kernel_stack, parse_user_stack, read_stats, reset_count_map,
+    SampleKey,
 };
+use crate::bpf::profile::{ProfileOptions, ProfileProgram};
+use crate::bpf::skel::profile::ProfileSkel;
 use crate::bpf::stacks::{RawStack, Stats, UserFrame};
 use crate::fasthash::HashMap;
 
@@ -118,7 +121,7 @@ pub(crate) struct DrainStats {
 }
 
 /// The maps a collector reads, borrowed from the loaded skeleton.
-pub(crate) struct Maps<'a> {
+struct Maps<'a> {
     /// The one-slot `ARRAY_OF_MAPS` holding the current count map.
     pub count_slot: &'a dyn MapCore,
     /// Kernel stacks by id.
@@ -203,6 +206,18 @@ impl Collector {
         Ok(c)
     }
 
+    /// The collector of a loaded profile program: puts its first count map
+    /// in the program's slot; call before anything is attached.
+    pub fn for_program(prog: &ProfileProgram<'_>, opts: &ProfileOptions) -> Result<Self> {
+        let n = opts.stack_storage_size;
+        Collector::new(
+            &prog.skel.maps.count_slot,
+            n,
+            opts.kernel_stacks,
+            opts.user_stacks,
+        )
+    }
+
     /// Installs a fresh count map and returns the previous one, which no
     /// program uses any more once this returns.
     fn swap(&mut self, count_slot: &dyn MapCore) -> Result<Option<MapHandle>> {
@@ -221,13 +236,40 @@ impl Collector {
         self.merge_threads = yes;
     }
 
+    /// Called every tick while recording: drains the maps into user space
+    /// when they fill up. Returns the current counters (an error only if
+    /// they cannot be read, and then nothing is drained).
+    pub fn tick(&mut self, prog: &ProfileProgram<'_>) -> Result<Stats> {
+        let stats = read_stats(&prog.skel.maps.profile_stats)?;
+        let maps = collector_maps(&prog.skel);
+        self.drain_if_due(&maps, &stats);
+        Ok(stats)
+    }
+
+    /// While recording with `--every`: drains now and returns the stacks
+    /// counted since the last interval (see [`Collector::take_interval`]).
+    pub fn interval(&mut self, prog: &ProfileProgram<'_>) -> Result<Vec<RawStack>> {
+        let stats = read_stats(&prog.skel.maps.profile_stats)?;
+        let maps = collector_maps(&prog.skel);
+        self.take_interval(&maps, &stats)
+    }
+
+    /// After `detach`: the last drain, then the final counters (consistent
+    /// with it, see [`Collector::drain_last`]) and every aggregated stack.
+    pub fn finish(&mut self, prog: &ProfileProgram<'_>) -> Result<(Stats, Vec<RawStack>)> {
+        let maps = collector_maps(&prog.skel);
+        self.drain_last(&maps)?;
+        let stats = read_stats(&prog.skel.maps.profile_stats)?;
+        Ok((stats, self.stacks()))
+    }
+
     /// Drains if the count map or a stack map is half full. (No timer: a
     /// drain costs ~2 ms of CPU, and a map that fills slowly only takes up
     /// kernel memory it is sized for.) `stats` is a current reading of the
     /// kernel's counters. A failed drain is said once and recording goes
     /// on: what it cost shows as counted losses (a full map) or fails the
     /// final totals check.
-    pub fn tick(&mut self, maps: &Maps, stats: &Stats) {
+    fn drain_if_due(&mut self, maps: &Maps, stats: &Stats) {
         if let Err(e) = self.try_tick(maps, stats) {
             if !self.warned {
                 eprintln!("bprof: draining the kernel maps failed: {e:#}");
@@ -452,7 +494,7 @@ impl Collector {
     /// The last drain, once every program is detached: the swap's grace
     /// period also waits out a program still running on another CPU, so
     /// `read_stats` (called after this) sees final counters that match.
-    pub fn finish(&mut self, maps: &Maps) -> Result<()> {
+    fn drain_last(&mut self, maps: &Maps) -> Result<()> {
         // No program inserts any more: the map in use goes back into its own
         // slot (the update's grace period is what is wanted) rather than a
         // fresh one, whose making cost ~0.35 ms of every profile's end.
@@ -466,7 +508,7 @@ impl Collector {
 
     /// Every aggregated stack. The sum of the counts is what the drained
     /// maps held.
-    pub fn stacks(&mut self) -> Vec<RawStack> {
+    fn stacks(&mut self) -> Vec<RawStack> {
         self.stats.contents = (self.kernel.list.len() + self.user.list.len()) as u64;
         let kernel = &self.kernel.list;
         let user = &self.user.list;
@@ -519,13 +561,26 @@ impl Collector {
     /// interval, forgetting them, so user memory stays flat over a long
     /// run. Stack contents stay interned (an id may be named again).
     /// `stats`: a current reading of the kernel's counters.
-    pub fn take_interval(&mut self, maps: &Maps, stats: &Stats) -> Result<Vec<RawStack>> {
+    fn take_interval(&mut self, maps: &Maps, stats: &Stats) -> Result<Vec<RawStack>> {
         self.last_tick[0] = 0;
         self.drain(maps, stats.count_keys, Drain::Interval)?;
         let stacks = self.stacks();
         self.taken += stacks.iter().map(|s| s.count).sum::<u64>();
         self.agg = HashMap::default();
         Ok(stacks)
+    }
+}
+
+/// The count and stack maps the collector drains, lent from the program's
+/// skeleton.
+fn collector_maps<'a>(skel: &'a ProfileSkel<'_>) -> Maps<'a> {
+    Maps {
+        count_slot: &skel.maps.count_slot,
+        kern_stacks: &skel.maps.kern_stacks,
+        user_stacks: &skel.maps.user_stacks,
+        user_stacks_deep: &skel.maps.user_stacks_deep,
+        count_cache: &skel.maps.count_cache,
+        flush_counts: &skel.progs.flush_counts,
     }
 }
 

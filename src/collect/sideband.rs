@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{Context, Result};
 use perf_event_open_sys::bindings as pb;
 
+use crate::bpf::maps;
+use crate::bpf::profile::ProfileProgram;
 use crate::bpf::stacks::BUILD_ID_SIZE;
 use crate::events::sampling;
 use crate::mmap::Mmap;
@@ -166,6 +168,15 @@ impl Sideband {
             // also watched for a perf map from the start.
             self.index.jit.note_process(pid, watch);
         }
+    }
+
+    /// Reads the pending records, keeping the program's target processes'
+    /// only when `matches_tgids` (see [`maps::TargetCheck`]).
+    pub fn drain_for(&mut self, prog: &ProfileProgram<'_>, matches_tgids: bool) {
+        let mut targets = maps::TargetCheck::new(
+            matches_tgids.then_some(&prog.skel.maps.target_tgids as &dyn libbpf_rs::MapCore),
+        );
+        self.drain(&mut |pid| targets.wants(pid));
     }
 
     /// Reads every pending record from every ring, keeping those of the

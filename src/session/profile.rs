@@ -15,6 +15,7 @@ use crate::bpf::maps::TargetFrom;
 use crate::bpf::profile::ProfileProgram;
 use crate::bpf::shared_counters::{Shared, DEFAULT_PIN_DIR};
 use crate::collect::sideband::Sideband;
+use crate::collect::Collector;
 use crate::events::counting::EventSpec;
 use crate::events::sampling::{self, Event};
 use crate::output::folded;
@@ -96,11 +97,12 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     };
     let mut obj = [MaybeUninit::uninit(), MaybeUninit::uninit()];
     let mut prog = ProfileProgram::load(&mut obj, &settings.program)?;
+    let mut collector = Collector::for_program(&prog, &settings.program)?;
     if settings.verbose {
         eprintln!("bprof: kernel types for CO-RE {}", prog.core_btf());
     }
     // Folded stacks and flame graphs show no thread ids (pprof does).
-    prog.collector.merge_threads(
+    collector.merge_threads(
         (settings.folded_stdout || settings.folded_file.is_some() || settings.svg.is_some())
             && settings.pprof.is_none(),
     );
@@ -124,23 +126,25 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
         &cpus,
         &mut runner,
         &mut prog,
+        &mut collector,
         &mut sideband,
         &symbolizer,
     )?;
 
     // Maps → stacks.
     let t_end = Instant::now();
-    let (stats, mut raw) = prog.finish()?;
+    let (stats, mut raw) = collector.finish(&prog)?;
     if let Some(p) = recorded.periodic.as_mut() {
         // The last interval, however short.
         let raw = std::mem::take(&mut raw);
         p.write(&settings, recorded.event, &mut sideband.index, raw, t_end)?;
     }
-    let drains = prog.collector.stats;
-    let drained_total = prog.collector.total();
+    let drains = collector.stats;
+    let drained_total = collector.total();
     symbolize::keep_bpf_names(&raw);
     let bpf_time = prog.bpf_time();
     drop(prog);
+    drop(collector);
     let t_maps = Instant::now();
 
     // Stacks → symbols → outputs.
@@ -291,6 +295,7 @@ fn record(
     cpus: &[u32],
     runner: &mut Runner,
     prog: &mut ProfileProgram,
+    collector: &mut Collector,
     sideband: &mut Sideband,
     symbolizer: &Symbolizer,
 ) -> Result<Recorded> {
@@ -327,17 +332,17 @@ fn record(
     let tick = drain_tick(settings, cpus.len(), !progress.is_hidden());
     let matches_tgids = settings.program.matches_tgids();
     let end = runner.run_woken(tick, TICK / 10, &wake, |full, last| {
-        prog.drain_side_band(sideband, matches_tgids);
+        sideband.drain_for(prog, matches_tgids);
         if let Some(u) = unwinder.as_mut() {
             crate::session::unwinding::take_new(u, prog, sideband);
         }
         if let Some(p) = periodic.as_mut().filter(|p| !last && p.due(Instant::now())) {
-            let raw = prog.interval()?;
+            let raw = collector.interval(prog)?;
             p.write(settings, event, &mut sideband.index, raw, Instant::now())?;
         }
         if !last && full {
             // Drains the kernel maps before they fill; also the progress count.
-            let samples = prog.tick().map(|s| s.counted).unwrap_or(0);
+            let samples = collector.tick(prog).map(|s| s.counted).unwrap_or(0);
             if !progress.is_hidden() {
                 progress.set_position(runner.elapsed().as_millis() as u64);
                 progress.set_message(format!("{samples} samples"));
@@ -355,7 +360,7 @@ fn record(
     });
     prog.detach();
     progress.finish_and_clear();
-    prog.drain_side_band(sideband, matches_tgids);
+    sideband.drain_for(prog, matches_tgids);
     Ok(Recorded {
         end,
         elapsed,

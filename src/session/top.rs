@@ -26,6 +26,7 @@ use crate::bpf::profile::{ProfileOptions, ProfileProgram};
 use crate::bpf::stacks::{RawStack, UserFrame};
 use crate::cli::TopArgs;
 use crate::collect::sideband::{MmapIndex, Sideband};
+use crate::collect::Collector;
 use crate::events::sampling;
 use crate::events::Mode;
 use crate::output::folded::{self, FoldedOptions};
@@ -285,8 +286,9 @@ pub fn run(s: TopSettings) -> Result<i32> {
         ..settings.program.clone()
     };
     let mut prog = ProfileProgram::load(&mut obj, &program)?;
+    let mut collector = Collector::for_program(&prog, &program)?;
     // The view breaks counts down by thread.
-    prog.collector.merge_threads(false);
+    collector.merge_threads(false);
     let runner = &mut Runner::new(
         &settings.target,
         settings.duration,
@@ -322,7 +324,7 @@ pub fn run(s: TopSettings) -> Result<i32> {
     let mut shown = 0u64;
     let mut last = Instant::now();
     let end = runner.run(TICK, |ending| {
-        prog.drain_side_band(&mut sideband, settings.program.matches_tgids());
+        sideband.drain_for(&prog, settings.program.matches_tgids());
         if let Some(u) = unwinder.as_mut() {
             crate::session::unwinding::take_new(u, &prog, &mut sideband);
         }
@@ -343,10 +345,10 @@ pub fn run(s: TopSettings) -> Result<i32> {
         }
         // Half a tick early rather than a tick late.
         if last.elapsed() + TICK / 2 >= s.delay {
-            let raw = prog.interval()?;
+            let raw = collector.interval(&prog)?;
             // What the kernel counted into the drained maps, by their own
             // totals: what the view must have taken, exactly.
-            let counted = prog.collector.counted_in_drained();
+            let counted = collector.counted_in_drained();
             let stats = crate::bpf::maps::read_stats(&prog.skel.maps.profile_stats)?;
             let seconds = last.elapsed().as_secs_f64();
             last = Instant::now();
@@ -366,7 +368,7 @@ pub fn run(s: TopSettings) -> Result<i32> {
             }
         } else {
             // Between refreshes only the maps' fill decides a drain.
-            prog.tick()?;
+            collector.tick(&prog)?;
         }
         if redraw {
             screen.draw(&view)?;
@@ -374,7 +376,7 @@ pub fn run(s: TopSettings) -> Result<i32> {
         Ok(())
     })?;
     prog.detach();
-    let (stats, rest) = prog.finish()?;
+    let (stats, rest) = collector.finish(&prog)?;
     drop(screen);
     let taken = shown + rest.iter().map(|s| s.count).sum::<u64>();
     let why = match end {
