@@ -4,7 +4,6 @@ use std::mem::MaybeUninit;
 use std::os::fd::{IntoRawFd, OwnedFd};
 
 use anyhow::{bail, Context, Result};
-use blazesym::symbolize::Symbolizer;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
@@ -474,17 +473,11 @@ impl<'obj> ProfileProgram<'obj> {
         self.layout_gens_missing
     }
 
-    /// Attaches the off-CPU program and measures how many BPF and tracepoint
-    /// frames start the kernel stacks it takes: it records one raw stack
-    /// (skip 0), whose first named frame outside BPF/tracing is where real
-    /// stacks begin (JIT frames without a kallsyms name count as BPF). `forced` (`--stack-skip`) overrides the measurement. Off-CPU
-    /// accounting starts only once the skip is set. Returns the skip used.
-    pub fn attach_offcpu(
-        &mut self,
-        forced: Option<u32>,
-        symbolizer: &Symbolizer,
-        verbose: bool,
-    ) -> Result<u32> {
+    /// Attaches the off-CPU program. The kernel stacks it takes start with
+    /// BPF and tracepoint frames: [`Self::calibration_stack`] hands over one
+    /// raw stack to count them by, and off-CPU accounting starts only once
+    /// [`Self::arm_offcpu`] has set how many to skip.
+    pub fn attach_offcpu(&mut self) -> Result<()> {
         let link = self
             .skel
             .progs
@@ -492,15 +485,17 @@ impl<'obj> ProfileProgram<'obj> {
             .attach()
             .context("attaching tp_btf/sched_switch")?;
         self.links.push(link);
-        let skip = match forced {
-            Some(n) => n,
-            None => self.measure_skip(symbolizer, verbose)?,
-        };
+        Ok(())
+    }
+
+    /// Starts off-CPU accounting, skipping the first `skip` frames of every
+    /// kernel stack it takes.
+    pub fn arm_offcpu(&mut self, skip: u32) -> Result<()> {
         let bss = self.bss_mut()?;
         bss.kernel_skip = skip;
         // SAFETY: a plain store into the mmapped .bss; the program reads it.
         unsafe { std::ptr::write_volatile(&mut bss.offcpu_armed, 1) };
-        Ok(skip)
+        Ok(())
     }
 
     /// The program's mmapped .bss, where user space sets what it reads.
@@ -512,7 +507,9 @@ impl<'obj> ProfileProgram<'obj> {
             .context("BPF object has no .bss")
     }
 
-    fn measure_skip(&mut self, symbolizer: &Symbolizer, verbose: bool) -> Result<u32> {
+    /// The addresses of one raw kernel stack (skip 0) of the off-CPU
+    /// program, leaf first, once a context switch has recorded it.
+    pub fn calibration_stack(&self) -> Result<Vec<u64>> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         loop {
             let bss = self
@@ -543,32 +540,7 @@ impl<'obj> ProfileProgram<'obj> {
             .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
             .take_while(|&ip| ip != 0)
             .collect();
-        let names = crate::symbolize::kernel_names(symbolizer, &ips);
-        // BPF JIT images live outside the kernel text and kallsyms may not
-        // name them (or name them after a nearby data symbol): a real frame
-        // is in the text and not a BPF or tracing frame.
-        let text = crate::symbolize::kernel_text_range();
-        let skip = ips
-            .iter()
-            .zip(&names)
-            .position(|(&ip, n)| {
-                text.is_none_or(|(lo, hi)| (lo..hi).contains(&ip))
-                    && n.as_deref()
-                        .is_some_and(|n| !crate::symbolize::is_bpf_frame(n))
-            })
-            .context(
-                "measuring the stack skip: the raw stack held only BPF frames (use --stack-skip N)",
-            )?;
-        if verbose {
-            for (i, (ip, n)) in ips.iter().zip(&names).enumerate().take(skip + 2) {
-                let mark = if i < skip { "skipped" } else { "kept" };
-                eprintln!(
-                    "bprof:   raw off-CPU frame {i}: {ip:#x} {} ({mark})",
-                    n.as_deref().unwrap_or("[unknown]")
-                );
-            }
-        }
-        Ok(skip as u32)
+        Ok(ips)
     }
 
     /// Stops sampling: detaches every program and closes the perf events,

@@ -6,7 +6,7 @@ use std::mem::MaybeUninit;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use blazesym::symbolize::Symbolizer;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -449,7 +449,12 @@ fn attach(
         );
     }
     if mode.off_cpu() {
-        let skip = prog.attach_offcpu(settings.stack_skip, symbolizer, settings.verbose)?;
+        prog.attach_offcpu()?;
+        let skip = match settings.stack_skip {
+            Some(n) => n,
+            None => measure_skip(&prog.calibration_stack()?, symbolizer, settings.verbose)?,
+        };
+        prog.arm_offcpu(skip)?;
         if settings.verbose {
             let how = if settings.stack_skip.is_some() {
                 "--stack-skip"
@@ -460,6 +465,38 @@ fn attach(
         }
     }
     Ok(event)
+}
+
+/// How many BPF and tracepoint frames start the off-CPU program's kernel
+/// stacks, from one raw stack of it (`ips`): the first named frame outside
+/// BPF/tracing is where real stacks begin (JIT frames without a kallsyms
+/// name count as BPF).
+fn measure_skip(ips: &[u64], symbolizer: &Symbolizer, verbose: bool) -> Result<u32> {
+    let names = symbolize::kernel_names(symbolizer, ips);
+    // BPF JIT images live outside the kernel text and kallsyms may not
+    // name them (or name them after a nearby data symbol): a real frame
+    // is in the text and not a BPF or tracing frame.
+    let text = symbolize::kernel_text_range();
+    let skip = ips
+        .iter()
+        .zip(&names)
+        .position(|(&ip, n)| {
+            text.is_none_or(|(lo, hi)| (lo..hi).contains(&ip))
+                && n.as_deref().is_some_and(|n| !symbolize::is_bpf_frame(n))
+        })
+        .context(
+            "measuring the stack skip: the raw stack held only BPF frames (use --stack-skip N)",
+        )?;
+    if verbose {
+        for (i, (ip, n)) in ips.iter().zip(&names).enumerate().take(skip + 2) {
+            let mark = if i < skip { "skipped" } else { "kept" };
+            eprintln!(
+                "bprof:   raw off-CPU frame {i}: {ip:#x} {} ({mark})",
+                n.as_deref().unwrap_or("[unknown]")
+            );
+        }
+    }
+    Ok(skip as u32)
 }
 
 /// Whose mappings the side band reads at start: the -p/-L targets, none
