@@ -8,7 +8,8 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use bprof::bpf::stacks::{RawStack, UserFrame};
-use bprof::collect::sideband::{Mapping, MmapIndex};
+use bprof::collect::sideband::MmapIndex;
+use bprof::process::maps::Mapping;
 use bprof::symbolize as symbols;
 use bprof::symbolize::buildid;
 

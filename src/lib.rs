@@ -22,6 +22,7 @@ pub(crate) mod filter;
 pub(crate) mod fsafe;
 pub(crate) mod mmap;
 pub(crate) mod output;
+pub mod process;
 pub(crate) mod session;
 pub mod symbolize;
 pub(crate) mod target;

@@ -22,6 +22,7 @@ use crate::bpf::profile::ProfileProgram;
 use crate::bpf::stacks::BUILD_ID_SIZE;
 use crate::events::sampling;
 use crate::mmap::Mmap;
+use crate::process::maps::{executable_mappings, Mapping};
 use crate::symbolize::jit::{self, JitFiles};
 
 /// Data pages per CPU (a power of two): 256 KiB holds thousands of records.
@@ -29,15 +30,6 @@ const DATA_PAGES: usize = 64;
 const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
 /// PERF_RECORD_MISC_COMM_EXEC: the COMM record of an exec.
 const MISC_COMM_EXEC: u16 = 1 << 13;
-
-/// A file some process mapped, as that process named it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Mapping {
-    /// The process that mapped it (its mount namespace gives the path meaning).
-    pub pid: u32,
-    /// Path as seen inside that process.
-    pub path: PathBuf,
-}
 
 /// What the side band saw.
 #[derive(Debug, Default)]
@@ -161,9 +153,7 @@ impl Sideband {
             }
         };
         for &pid in pids {
-            self.index
-                .without_build_id
-                .extend(crate::symbolize::buildid::executable_mappings(pid));
+            self.index.without_build_id.extend(executable_mappings(pid));
             // Its user, should it exit during the profile; -p targets are
             // also watched for a perf map from the start.
             self.index.jit.note_process(pid, watch);

@@ -7,7 +7,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::bpf::stacks::BUILD_ID_SIZE;
-use crate::collect::sideband::{Mapping, MmapIndex};
+use crate::collect::sideband::MmapIndex;
+use crate::process::maps::{executable_mappings, Mapping};
 
 /// A build ID, zero-padded to the size the kernel reports.
 pub type BuildId = [u8; BUILD_ID_SIZE];
@@ -80,26 +81,6 @@ fn candidates(m: &Mapping, all: bool) -> Vec<PathBuf> {
         out.push(root.join(m.path.strip_prefix("/").unwrap_or(&m.path)));
     }
     out
-}
-
-/// Executable file mappings of a live process, from /proc/PID/maps.
-pub(crate) fn executable_mappings(pid: u32) -> Vec<Mapping> {
-    let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return Vec::new();
-    };
-    let paths: BTreeSet<&str> = maps
-        .lines()
-        .filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.contains('x')))
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .filter(|p| p.starts_with('/'))
-        .collect();
-    paths
-        .into_iter()
-        .map(|p| Mapping {
-            pid,
-            path: PathBuf::from(p),
-        })
-        .collect()
 }
 
 impl<'a> FileFinder<'a> {

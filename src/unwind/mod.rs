@@ -26,7 +26,7 @@ use libbpf_rs::MapCore;
 use crate::bpf::abi;
 use crate::bpf::maps;
 use crate::bpf::mmap_array::MmapArray as Store;
-use crate::collect::sideband::Mapping;
+use crate::process::maps::{parse_dev, parse_range, Mapping};
 use files::VDSO_KEY;
 
 /// Most rows `--unwind-rows` accepts (8 bytes each: 512 MiB).
@@ -317,15 +317,6 @@ impl Unwinder {
     }
 }
 
-/// "7f00-7f10" (hex) → (start, end), as /proc/PID/maps writes a range.
-pub(crate) fn parse_range(s: &str) -> Option<(u64, u64)> {
-    let (a, b) = s.split_once('-')?;
-    Some((
-        u64::from_str_radix(a, 16).ok()?,
-        u64::from_str_radix(b, 16).ok()?,
-    ))
-}
-
 /// An anonymous executable mapping (JIT code) as the walker sees one: no
 /// file (inode 0), so no table: it follows frame pointers there without
 /// asking the kernel which mapping the PC is in.
@@ -336,16 +327,6 @@ fn anon_slot(start: u64, end: u64) -> procmaps::Slot {
         off: 0,
         file: (0, 0),
     }
-}
-
-/// "fe:01" → the kernel's dev_t.
-fn parse_dev(s: &str) -> Option<u64> {
-    let (ma, mi) = s.split_once(':')?;
-    let (ma, mi) = (
-        u64::from_str_radix(ma, 16).ok()?,
-        u64::from_str_radix(mi, 16).ok()?,
-    );
-    Some((ma << 20) | mi)
 }
 
 impl Unwinder {
@@ -442,7 +423,7 @@ impl Unwinder {
 
     /// The shared libraries `pid` maps (not its executable).
     pub fn add_libraries(&mut self, files: &dyn MapCore, pid: u32) {
-        for m in crate::symbolize::buildid::executable_mappings(pid) {
+        for m in crate::process::maps::executable_mappings(pid) {
             let name = m.path.file_name().unwrap_or_default().to_string_lossy();
             if name.contains(".so") {
                 let _ = self.add_file(files, pid, &m.path, None);

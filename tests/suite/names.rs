@@ -371,7 +371,7 @@ fn an_address_on_a_data_object_is_never_named_after_it() {
         .by_build_id
         .entry(id)
         .or_default()
-        .insert(bprof::collect::sideband::Mapping {
+        .insert(bprof::process::maps::Mapping {
             pid: me,
             path: bin.clone(),
         });
