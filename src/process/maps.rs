@@ -1,5 +1,6 @@
-//! `/proc/PID/maps`: the executable mappings of a live process, and the
-//! way the file writes an address range and a device.
+//! `/proc/PID/maps`, read in one place: its lines' fields, the executable
+//! file mappings of a live process, and the way the file writes an address
+//! range and a device.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -14,15 +15,65 @@ pub struct Mapping {
     pub path: PathBuf,
 }
 
+/// One line of /proc/PID/maps, split at its whitespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Line<'a> {
+    /// The address range as written (`7f00-7f10`): also the mapping's name
+    /// under /proc/PID/map_files.
+    pub range: &'a str,
+    /// `r-xp` and the like.
+    pub perms: &'a str,
+    /// The file offset, in hex.
+    pub off: &'a str,
+    /// The file's device, `major:minor` in hex.
+    pub dev: &'a str,
+    /// The file's inode number.
+    pub ino: &'a str,
+    /// The path's first word: empty for anonymous memory, `[vdso]` and the
+    /// like for the kernel's special mappings.
+    pub path: &'a str,
+}
+
+impl Line<'_> {
+    /// Whether the mapping holds code.
+    pub(crate) fn executable(&self) -> bool {
+        self.perms.contains('x')
+    }
+}
+
+/// The text of process `pid`'s maps; `None` once it is gone.
+pub(crate) fn read(pid: u32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/maps")).ok()
+}
+
+/// The text of bprof's own maps.
+pub(crate) fn read_own() -> Option<String> {
+    fs::read_to_string("/proc/self/maps").ok()
+}
+
+/// The lines of a maps text that have their five fixed fields.
+pub(crate) fn lines(text: &str) -> impl Iterator<Item = Line<'_>> {
+    text.lines().filter_map(|line| {
+        let mut f = line.split_whitespace();
+        Some(Line {
+            range: f.next()?,
+            perms: f.next()?,
+            off: f.next()?,
+            dev: f.next()?,
+            ino: f.next()?,
+            path: f.next().unwrap_or_default(),
+        })
+    })
+}
+
 /// Executable file mappings of a live process, from /proc/PID/maps.
 pub(crate) fn executable_mappings(pid: u32) -> Vec<Mapping> {
-    let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+    let Some(maps) = read(pid) else {
         return Vec::new();
     };
-    let paths: BTreeSet<&str> = maps
-        .lines()
-        .filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.contains('x')))
-        .filter_map(|l| l.split_whitespace().nth(5))
+    let paths: BTreeSet<&str> = lines(&maps)
+        .filter(Line::executable)
+        .map(|l| l.path)
         .filter(|p| p.starts_with('/'))
         .collect();
     paths
@@ -51,4 +102,49 @@ pub(crate) fn parse_dev(s: &str) -> Option<u64> {
         u64::from_str_radix(mi, 16).ok()?,
     );
     Some((ma << 20) | mi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_split_into_their_fields() {
+        let text = "\
+7f00-7f10 r-xp 00001000 fe:01 1234                       /usr/lib/libc.so.6
+7f20-7f30 rw-p 00000000 00:00 0
+7ffc-7ffe r-xp 00000000 00:00 0                          [vdso]
+7f40-7f50 r-xp 00000000 fe:01 99                         /tmp/a b (deleted)
+truncated r-xp
+";
+        let all: Vec<Line> = lines(text).collect();
+        assert_eq!(all.len(), 4);
+        assert_eq!(
+            all[0],
+            Line {
+                range: "7f00-7f10",
+                perms: "r-xp",
+                off: "00001000",
+                dev: "fe:01",
+                ino: "1234",
+                path: "/usr/lib/libc.so.6",
+            }
+        );
+        assert!(all[0].executable() && !all[1].executable());
+        assert_eq!(all[1].path, "");
+        assert_eq!(all[2].path, "[vdso]");
+        // The path's first word, as every reader took it.
+        assert_eq!(all[3].path, "/tmp/a");
+        assert_eq!(parse_range(all[0].range), Some((0x7f00, 0x7f10)));
+        assert_eq!(parse_dev(all[0].dev), Some(0xfe << 20 | 1));
+    }
+
+    #[test]
+    fn own_executable_mappings_hold_the_running_binary() {
+        let exe = std::env::current_exe().unwrap();
+        let mine = executable_mappings(std::process::id());
+        assert!(mine.iter().any(|m| m.path == exe), "{mine:?}");
+        assert!(mine.iter().all(|m| m.pid == std::process::id()));
+        assert!(read_own().is_some_and(|t| lines(&t).any(|l| l.path == "[vdso]")));
+    }
 }

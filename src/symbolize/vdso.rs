@@ -30,9 +30,9 @@ pub(crate) fn own() -> Option<&'static OwnVdso> {
 
 fn read_own() -> Option<OwnVdso> {
     use std::io::{Read, Seek, SeekFrom};
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-    let (start, end) = crate::process::maps::parse_range(line.split_whitespace().next()?)?;
+    let maps = crate::process::maps::read_own()?;
+    let line = crate::process::maps::lines(&maps).find(|l| l.path == "[vdso]")?;
+    let (start, end) = crate::process::maps::parse_range(line.range)?;
     let mut mem = std::fs::File::open("/proc/self/mem").ok()?;
     mem.seek(SeekFrom::Start(start)).ok()?;
     let mut image = vec![0u8; usize::try_from(end.checked_sub(start)?).ok()?];

@@ -26,7 +26,7 @@ use libbpf_rs::MapCore;
 use crate::bpf::abi;
 use crate::bpf::maps;
 use crate::bpf::mmap_array::MmapArray as Store;
-use crate::process::maps::{parse_dev, parse_range, Mapping};
+use crate::process::maps::{self as proc_maps, parse_dev, parse_range, Mapping};
 use files::VDSO_KEY;
 
 /// Most rows `--unwind-rows` accepts (8 bytes each: 512 MiB).
@@ -155,18 +155,13 @@ impl Unwinder {
         pid: u32,
         tables_only: bool,
     ) {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Some(text) = proc_maps::read(pid) else {
             return;
         };
-        for line in text.lines() {
-            let mut f = line.split_whitespace();
-            let (Some(range), Some(perms), Some(off), Some(dev), Some(ino)) =
-                (f.next(), f.next(), f.next(), f.next(), f.next())
-            else {
-                continue;
-            };
-            let path = f.next().unwrap_or_default();
-            if !perms.contains('x') {
+        for line in proc_maps::lines(&text) {
+            let (range, off, dev, ino, path) =
+                (line.range, line.off, line.dev, line.ino, line.path);
+            if !line.executable() {
                 continue;
             }
             // Anonymous executable memory (JIT code): frame pointers there,
