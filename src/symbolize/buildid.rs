@@ -6,12 +6,9 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::bpf::stacks::BUILD_ID_SIZE;
 use crate::collect::sideband::MmapIndex;
+use crate::process::buildid::{padded, BuildId};
 use crate::process::maps::{executable_mappings, Mapping};
-
-/// A build ID, zero-padded to the size the kernel reports.
-pub type BuildId = [u8; BUILD_ID_SIZE];
 
 /// Reads a file's build ID, padded like the kernel's.
 pub fn read(path: &Path) -> Option<BuildId> {
@@ -27,15 +24,6 @@ pub fn read(path: &Path) -> Option<BuildId> {
         .ok()?
         .ok()??;
     Some(padded(&id))
-}
-
-/// A build ID as the kernel records it: zero-padded (or cut) to
-/// BUILD_ID_SIZE bytes.
-pub(crate) fn padded(id: &[u8]) -> BuildId {
-    let mut padded = [0u8; BUILD_ID_SIZE];
-    let n = id.len().min(BUILD_ID_SIZE);
-    padded[..n].copy_from_slice(&id[..n]);
-    padded
 }
 
 /// Finds files by build ID: first the files the side band saw mapped with

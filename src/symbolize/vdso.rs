@@ -37,9 +37,9 @@ fn read_own() -> Option<OwnVdso> {
     mem.seek(SeekFrom::Start(start)).ok()?;
     let mut image = vec![0u8; usize::try_from(end.checked_sub(start)?).ok()?];
     mem.read_exact(&mut image).ok()?;
-    let build_id = crate::unwind::table::build_id_only(&image)
+    let build_id = crate::process::buildid::build_id_only(&image)
         .filter(|id| !id.is_empty() && id.len() <= BUILD_ID_SIZE)
-        .map(|id| crate::symbolize::buildid::padded(&id));
+        .map(|id| crate::process::buildid::padded(&id));
     Some(OwnVdso {
         start,
         image,

@@ -258,7 +258,7 @@ mod tests {
         let d = scratch("roundtrip");
         let (id, data, t) = own_table();
         assert!(t.rows.len() > 100);
-        let bid = || crate::unwind::table::build_id_only(&data);
+        let bid = || crate::process::buildid::build_id_only(&data);
         let mut c = TableCache::open_in(&d, "boot-a", roomy).unwrap();
         assert!(c.get(&id, 1 << 24, bid).is_none());
         c.put(&id, &t);
@@ -281,7 +281,7 @@ mod tests {
     fn a_damaged_kept_table_is_rebuilt_not_trusted() {
         let d = scratch("damaged");
         let (id, data, t) = own_table();
-        let bid = || crate::unwind::table::build_id_only(&data);
+        let bid = || crate::process::buildid::build_id_only(&data);
         let mut c = TableCache::open_in(&d, "boot", roomy).unwrap();
         c.put(&id, &t);
         let path = d.join("unwind-boot").join(id.key());
@@ -314,7 +314,7 @@ mod tests {
     fn a_full_file_system_keeps_nothing() {
         let d = scratch("full");
         let (id, data, t) = own_table();
-        let bid = || crate::unwind::table::build_id_only(&data);
+        let bid = || crate::process::buildid::build_id_only(&data);
         let mut c = TableCache::open_in(&d, "boot", |_, _, _| false).unwrap();
         c.put(&id, &t);
         assert!(!d.join("unwind-boot").join(id.key()).exists());

@@ -16,6 +16,7 @@ use crate::bpf::abi;
 use crate::bpf::maps;
 use crate::fsafe::{self, Owner};
 use crate::mmap::Mmap;
+use crate::process::buildid::build_id_only;
 use crate::symbolize::elfcheck::FileId;
 
 /// Largest file bprof reads to build a table.
@@ -117,7 +118,7 @@ impl Unwinder {
             .filter(|_| !on_fuse(checked.file.as_fd()));
         let kept = cache
             .as_mut()
-            .and_then(|c| c.get(&id, limit, || table::build_id_only(data.bytes())));
+            .and_then(|c| c.get(&id, limit, || build_id_only(data.bytes())));
         let built = match kept {
             Some(t) => Ok(t),
             None => {
@@ -136,14 +137,14 @@ impl Unwinder {
             }
             Err(table::NoTable::TooLarge(_)) => {
                 self.full += 1;
-                (Vec::new(), table::build_id_only(data.bytes()))
+                (Vec::new(), build_id_only(data.bytes()))
             }
             Err(table::NoTable::NotElf(_)) => {
                 self.failed
                     .insert(path.to_path_buf(), "not an x86-64 ELF file".into());
                 return None;
             }
-            Err(_) => (Vec::new(), table::build_id_only(data.bytes())),
+            Err(_) => (Vec::new(), build_id_only(data.bytes())),
         };
         if rows.is_empty() {
             self.no_table += 1;

@@ -163,13 +163,6 @@ impl std::fmt::Display for NoTable {
     }
 }
 
-/// The build ID of an ELF file whose table cannot be built (still names
-/// its frames).
-pub fn build_id_only(data: &[u8]) -> Option<Vec<u8>> {
-    let obj = object::File::parse(data).ok()?;
-    obj.build_id().ok().flatten().map(<[u8]>::to_vec)
-}
-
 /// Gaps between FDEs shorter than this are alignment padding (functions
 /// are aligned to at most 16 bytes on x86-64): no row ends the previous
 /// rule there. Padding never runs, and a return address past a noreturn
