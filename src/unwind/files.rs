@@ -270,7 +270,7 @@ impl Unwinder {
     /// of this kernel maps, under [`VDSO_KEY`] with its build ID: its
     /// frames are (build ID, offset), named from bprof's own image.
     pub fn load_vdso(&mut self, files: &dyn MapCore) {
-        let Some(own) = crate::symbolize::vdso::own() else {
+        let Some(own) = crate::process::vdso::own() else {
             return;
         };
         let room = self.tables.room();
