@@ -20,6 +20,7 @@ pub(crate) mod events;
 pub(crate) mod fasthash;
 pub(crate) mod filter;
 pub(crate) mod fsafe;
+pub(crate) mod jit;
 pub(crate) mod mmap;
 pub(crate) mod output;
 pub mod process;

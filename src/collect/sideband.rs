@@ -6,7 +6,7 @@
 //! system-wide (what `perf record` does too). Only these small records go
 //! through the ring buffers; samples never do. With `task` set it also
 //! reports process exits, when a JIT process's perf map must be opened
-//! before it is gone (see `symbolize::jit`).
+//! before it is gone (see `jit`).
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -21,9 +21,9 @@ use crate::bpf::maps;
 use crate::bpf::profile::ProfileProgram;
 use crate::bpf::stacks::BUILD_ID_SIZE;
 use crate::events::sampling;
+use crate::jit::{self, JitFiles};
 use crate::mmap::Mmap;
 use crate::process::maps::{executable_mappings, Mapping};
-use crate::symbolize::jit::{self, JitFiles};
 
 /// Data pages per CPU (a power of two): 256 KiB holds thousands of records.
 const DATA_PAGES: usize = 64;

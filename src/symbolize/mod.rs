@@ -11,12 +11,9 @@ pub mod buildid;
 pub(crate) mod debuginfod;
 pub(crate) mod elfcheck;
 mod files;
-pub(crate) mod jit;
-pub(crate) mod jitdump;
 pub(crate) mod kallsyms;
 mod kernel;
 mod namecache;
-pub(crate) mod perfmap;
 mod user;
 pub(crate) mod vdso;
 

@@ -271,7 +271,7 @@ impl<'a> Pass<'a> {
 
     /// Frames no file was known for: JIT code from the perf map / jitdump
     /// bprof opened safely (live and exited processes alike, see
-    /// crate::symbolize::jit), else the live process's own mappings.
+    /// crate::jit), else the live process's own mappings.
     pub(super) fn ip_frames(&mut self, pid: u32, ips: &[u64]) {
         let jit = self.index.jit.names(pid, ips);
         let resolved = target::alive(pid).then(|| {

@@ -12,6 +12,9 @@
 //! another mount namespace are opened inside that process's root, under the
 //! name the process knows itself by there.
 
+mod jitdump;
+mod perfmap;
+
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
@@ -20,7 +23,6 @@ use std::path::{Path, PathBuf};
 
 use crate::bpf::stacks::{RawStack, UserFrame};
 use crate::fsafe::{self, Checked, Owner, Refused};
-use crate::symbolize::{jitdump, perfmap};
 
 /// Default cap on a perf map or jitdump (`--max-perf-map-size`).
 pub const DEFAULT_MAX_SIZE: u64 = 64 << 20;

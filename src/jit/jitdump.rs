@@ -6,14 +6,14 @@
 //! The file belongs to a user bprof does not trust: it is read with `pread`
 //! from an already checked descriptor, record by record, every size is
 //! checked against the file and the cap, names are cut to
-//! [`crate::symbolize::perfmap::MAX_NAME`].
+//! [`super::perfmap::MAX_NAME`].
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-use crate::symbolize::perfmap::{self, MAX_NAME};
+use super::perfmap::{self, MAX_NAME};
 
 /// "JiTD" as a native-endian u32 (`JITHEADER_MAGIC`).
 pub const MAGIC: u32 = 0x4A69_5444;
