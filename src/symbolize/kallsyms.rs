@@ -50,15 +50,15 @@ impl Drop for Selected {
 
 /// The symbols `addrs` resolve to, from the copy, or `None` for the live
 /// /proc/kallsyms: an address outside the core text, or no copy possible.
-/// The copy is mapped once per process (`bprof top` and `--every`
-/// symbolize every interval) and searched in place.
-pub(crate) fn core_copy_for(addrs: &[u64]) -> Option<Selected> {
-    selection(
-        Path::new(STATE_DIR),
-        core_copy()?,
-        addrs,
-        &super::bpfsyms::bpf_lines,
-    )
+/// `others` gives the lines of the addresses outside the core text (BPF
+/// programs' functions), or `None` when one has none. The copy is mapped
+/// once per process (`bprof top` and `--every` symbolize every interval)
+/// and searched in place.
+pub(crate) fn core_copy_for(
+    addrs: &[u64],
+    others: &dyn Fn(&[u64]) -> Option<String>,
+) -> Option<Selected> {
+    selection(Path::new(STATE_DIR), core_copy()?, addrs, others)
 }
 
 /// This boot's copy, mapped once per process.

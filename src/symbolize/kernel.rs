@@ -7,7 +7,7 @@ use blazesym::symbolize::source::{Kernel, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::MaybeDefault;
 
-use crate::symbolize::kallsyms;
+use crate::symbolize::{bpfsyms, kallsyms};
 
 /// Each address with its symbol, and whether the live /proc/kallsyms was
 /// read for them.
@@ -21,7 +21,7 @@ pub(super) fn symbolize_kernel(
     // kallsyms only: reading a vmlinux image would be slow and is rarely
     // present. The per-boot copy of the core text's symbols when it covers
     // every address: the live file costs ~40 ms of the kernel's time to print.
-    let selected = kallsyms::core_copy_for(addrs);
+    let selected = kallsyms::core_copy_for(addrs, &bpfsyms::bpf_lines);
     let kallsyms = match &selected {
         Some(s) => MaybeDefault::Some(s.path().to_path_buf()),
         None => MaybeDefault::Default,
