@@ -10,8 +10,7 @@ use anyhow::{bail, Context, Result};
 use crate::events::sampling::Event;
 use crate::output::file::OutputFile;
 use crate::output::summary::Summary;
-use crate::output::{folded, pprof, report, svg};
-use crate::session::periodic;
+use crate::output::{folded, pattern, pprof, report, svg};
 use crate::session::profile::Recorded;
 use crate::session::settings::ProfileSettings;
 use crate::symbolize;
@@ -36,7 +35,7 @@ impl Files {
                 return create(p);
             }
             if let Some(p) = p {
-                OutputFile::create(&periodic::expand(p, SystemTime::now(), 1, Duration::ZERO))?;
+                OutputFile::create(&pattern::expand(p, SystemTime::now(), 1, Duration::ZERO))?;
             }
             Ok(None)
         };

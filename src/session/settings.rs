@@ -177,7 +177,7 @@ fn outputs(cli: &ProfileArgs) -> Result<Option<Duration>> {
     let mut any = false;
     for (name, p) in named {
         if let Some(p) = p {
-            crate::session::periodic::check_pattern(name, p)?;
+            crate::output::pattern::check_pattern(name, p)?;
             any = true;
         }
     }
