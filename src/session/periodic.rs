@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Result;
 
 use crate::bpf::stacks::RawStack;
-use crate::collect::sideband::MmapIndex;
+use crate::collect::sideband::{forget_gone, MmapIndex};
 use crate::events::sampling::Event;
 use crate::output::file::OutputFile;
 use crate::output::pattern::expand;
@@ -157,28 +157,6 @@ impl Periodic {
         }
         Ok(())
     }
-}
-
-/// Forgets the mappings of processes that were gone at the end of the last
-/// interval too: their samples were counted before they exited, so by now
-/// (one drain later) every one of them has been written.
-pub(crate) fn forget_gone(index: &mut MmapIndex, gone: &mut HashSet<u32>) {
-    let mut pids: HashSet<u32> = index.without_build_id.iter().map(|m| m.pid).collect();
-    pids.extend(index.by_build_id.values().flatten().map(|m| m.pid));
-    let now_gone: HashSet<u32> = pids
-        .into_iter()
-        .filter(|&p| !crate::target::alive(p))
-        .collect();
-    // Gone at both ends: not a reused pid's new process.
-    let forget: HashSet<u32> = now_gone.intersection(gone).copied().collect();
-    if !forget.is_empty() {
-        index.without_build_id.retain(|m| !forget.contains(&m.pid));
-        index.by_build_id.retain(|_, ms| {
-            ms.retain(|m| !forget.contains(&m.pid));
-            !ms.is_empty()
-        });
-    }
-    *gone = now_gone;
 }
 
 #[cfg(test)]
