@@ -81,8 +81,6 @@ pub(super) struct Recorded {
     unwind_full: usize,
     /// When recording started (the pprof files' start time).
     pub(super) started_at: SystemTime,
-    /// `--every`: the intervals written so far.
-    periodic: Option<Periodic>,
 }
 
 /// Runs one profile from start to written outputs.
@@ -121,7 +119,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     sideband.index.jit.max_size = settings.max_perf_map_size;
     // Source lines and inlined functions only where an output shows them.
     let symbolizer = symbolize::symbolizer_with(settings.pprof.is_some());
-    let mut recorded = record(
+    let (recorded, mut periodic) = record(
         &settings,
         &cpus,
         &mut runner,
@@ -134,7 +132,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     // Maps → stacks.
     let t_end = Instant::now();
     let (stats, mut raw) = collector.finish(&prog)?;
-    if let Some(p) = recorded.periodic.as_mut() {
+    if let Some(p) = periodic.as_mut() {
         // The last interval, however short.
         let raw = std::mem::take(&mut raw);
         p.write(&settings, recorded.event, &mut sideband.index, raw, t_end)?;
@@ -158,12 +156,12 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     );
     let t_sym = Instant::now();
     let lines = folded::lines(&stacks, &settings.folded);
-    let mismatch = match &recorded.periodic {
+    let mismatch = match &periodic {
         // Every interval's files together.
         Some(p) => crate::collect::check_totals(&stats, drained_total, &[(String::new(), p.total)]),
         None => crate::collect::check_totals(&stats, drained_total, &lines),
     };
-    let (unique_stacks, sym_stats) = match &recorded.periodic {
+    let (unique_stacks, sym_stats) = match &periodic {
         Some(p) => (p.stacks, p.sym),
         None => (stacks.len(), sym_stats),
     };
@@ -229,7 +227,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     )?;
 
     sideband.index.jit.report(settings.verbose);
-    report_end(&settings, &summary, &recorded, &drains)?;
+    report_end(&settings, &summary, &recorded, periodic.as_ref(), &drains)?;
     let exit_code = runner::exit_code(recorded.status, false);
     if let Some(m) = mismatch {
         bail!("{m}");
@@ -244,10 +242,11 @@ fn report_end(
     settings: &ProfileSettings,
     summary: &Summary,
     recorded: &Recorded,
+    periodic: Option<&Periodic>,
     drains: &crate::collect::DrainStats,
 ) -> Result<()> {
     report_refused(settings.verbose);
-    if let Some(p) = &recorded.periodic {
+    if let Some(p) = periodic {
         let empty = match p.empty {
             0 => String::new(),
             n => format!("; {n} intervals had no samples and no files"),
@@ -288,7 +287,8 @@ fn report_end(
 }
 
 /// Attaches everything, runs the target and records until the end; leaves
-/// the programs detached and the command stopped.
+/// the programs detached and the command stopped. Returns what was
+/// recorded and, with `--every`, the intervals written so far.
 // Long on purpose: attach, run and detach must stay in this order around the tick loop; splitting would pass most of its locals around.
 fn record(
     settings: &ProfileSettings,
@@ -298,7 +298,7 @@ fn record(
     collector: &mut Collector,
     sideband: &mut Sideband,
     symbolizer: &Symbolizer,
-) -> Result<Recorded> {
+) -> Result<(Recorded, Option<Periodic>)> {
     // Cycles and instructions of the same target, through the counters
     // shared with every other bprof session.
     let mut stat_obj = MaybeUninit::uninit();
@@ -361,7 +361,7 @@ fn record(
     prog.detach();
     progress.finish_and_clear();
     sideband.drain_for(prog, matches_tgids);
-    Ok(Recorded {
+    let recorded = Recorded {
         end,
         elapsed,
         event,
@@ -370,8 +370,8 @@ fn record(
         unwind_full: unwinder.as_ref().map_or(0, |u| u.full()),
         unwind: unwinder.map(|u| u.report()),
         started_at,
-        periodic,
-    })
+    };
+    Ok((recorded, periodic))
 }
 
 /// What every profiling session (a profile, `bprof top`) does between
