@@ -11,9 +11,24 @@ use crate::events::sampling::Event;
 use crate::output::file::OutputFile;
 use crate::output::summary::Summary;
 use crate::output::{folded, pattern, pprof, report, svg};
-use crate::session::profile::Recorded;
+use crate::session::runner::End;
 use crate::session::settings::ProfileSettings;
 use crate::symbolize;
+
+/// What recording produced, before maps are read.
+pub(super) struct Recorded {
+    pub(super) end: End,
+    pub(super) elapsed: Duration,
+    pub(super) event: Event,
+    pub(super) counts: Option<String>,
+    pub(super) status: Option<crate::target::ExitStatus>,
+    /// `--call-graph dwarf`: the `-v` line on the unwind tables.
+    pub(super) unwind: Option<String>,
+    /// Files whose unwind table did not fit the tables' budget.
+    pub(super) unwind_full: usize,
+    /// When recording started (the pprof files' start time).
+    pub(super) started_at: SystemTime,
+}
 
 /// The output files, created before the profile so an unwritable path fails
 /// before anything is recorded.

@@ -21,7 +21,7 @@ use crate::events::sampling::{self, Event};
 use crate::output::folded;
 use crate::output::stat::cycles_text;
 use crate::output::summary::Summary;
-use crate::session::outputs::{write_outputs, Files};
+use crate::session::outputs::{write_outputs, Files, Recorded};
 use crate::session::periodic::Periodic;
 use crate::session::runner::{self, End, Runner};
 pub use crate::session::settings::ProfileSettings;
@@ -66,21 +66,6 @@ fn drain_tick(settings: &ProfileSettings, ncpus: usize, bar: bool) -> Duration {
 pub struct Outcome {
     /// bprof's exit code (the command's, when there was one).
     pub exit_code: i32,
-}
-
-/// What recording produced, before maps are read.
-pub(super) struct Recorded {
-    end: End,
-    pub(super) elapsed: Duration,
-    pub(super) event: Event,
-    pub(super) counts: Option<String>,
-    status: Option<crate::target::ExitStatus>,
-    /// `--call-graph dwarf`: the `-v` line on the unwind tables.
-    unwind: Option<String>,
-    /// Files whose unwind table did not fit the tables' budget.
-    unwind_full: usize,
-    /// When recording started (the pprof files' start time).
-    pub(super) started_at: SystemTime,
 }
 
 /// Runs one profile from start to written outputs.
