@@ -4,9 +4,7 @@
  * program uses one instruction-level feature and is loaded alone (see
  * src/kfeatures.rs). A load that fails means the kernel lacks it.
  */
-#include "vmlinux.h"
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_tracing.h>
+#include "kernel.bpf.h"
 
 __u64 probe_counter = 0;
 

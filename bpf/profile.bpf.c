@@ -16,21 +16,8 @@
  * - arm_command (tp_btf/task_rename): -- COMMAND becomes a target at its
  *   exec, as perf record's enable_on_exec.
  */
-#include "vmlinux.h"
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
+#include "kernel.bpf.h"
 #include "profile.h"
-
-/* errno values and task flags are #defines, which BTF does not carry. */
-#define E2BIG 7
-#define EEXIST 17
-#define EFAULT 14
-#define ENOMEM 12
-#define ENOENT 2
-#define PF_KTHREAD 0x00200000
-#define TASK_INTERRUPTIBLE 0x1
-#define TASK_UNINTERRUPTIBLE 0x2
 
 const volatile struct profile_config cfg = {};
 

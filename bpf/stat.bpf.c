@@ -23,10 +23,7 @@
  * --for-each-cgroup cgroup the outgoing task is in (the cgroup or any below
  * it). The sync run closes the open interval.
  */
-#include "vmlinux.h"
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
+#include "kernel.bpf.h"
 #include "stat.h"
 
 const volatile struct stat_config cfg = {};

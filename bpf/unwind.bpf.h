@@ -32,9 +32,6 @@ struct unwind_ctx {
 	struct walk_memos *wm;
 };
 
-/* VM_EXEC: the same bit in every kernel. */
-#define BPROF_VM_EXEC 0x4
-
 static long vma_cb(struct task_struct *task, struct vm_area_struct *vma, struct vma_info *v)
 {
 	/* Read as plain memory, not through the trusted pointer: the verifier

@@ -11,9 +11,7 @@
 #ifndef BPROF_UNWIND_STATE_BPF_H
 #define BPROF_UNWIND_STATE_BPF_H
 
-#define PAGE_SHIFT_X86 12
-#define ENOENT 2
-#define EBUSY 16
+#include "kernel.bpf.h"
 
 /* The files' tables: each file's page index followed by its rows (both 8
  * bytes an entry), in one of the segments user space creates as tables
