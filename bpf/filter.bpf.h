@@ -3,10 +3,20 @@
  * --filter evaluation, shared by every program that keeps or drops events:
  * walks the entries user space compiled into the `filters` array, the way
  * perf's sample_filter.bpf.c does, with a loop bound the verifier accepts.
- * The including file defines `filters` and `cfg`.
  */
 #ifndef BPROF_FILTER_BPF_H
 #define BPROF_FILTER_BPF_H
+
+#include "kernel.bpf.h"
+#include "profile.h"
+
+/* The compiled --filter, written by user space before attaching. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BPROF_MAX_FILTERS);
+	__type(key, __u32);
+	__type(value, struct filter_entry);
+} filters SEC(".maps");
 
 /* What a test can look at; fields a program cannot know are 0 (user space
  * rejects the terms that need them). */
@@ -82,8 +92,10 @@ static __always_inline int test_entry(const struct filter_entry *e, const struct
 	}
 }
 
-/* 1 when the event passes every test: an AND of OR-groups. */
-static __always_inline int filter_pass(const struct filter_sample *s)
+/* 1 when the event passes the tests of the first *len entries: an AND of
+ * OR-groups. len points into the program's read-only config, read where
+ * it is compared, as a constant to the verifier. */
+static __always_inline int filter_pass(const struct filter_sample *s, const volatile __u32 *len)
 {
 	int in_group = 0, group_ok = 0;
 
@@ -94,7 +106,7 @@ static __always_inline int filter_pass(const struct filter_sample *s)
 		const struct filter_entry *e;
 		__u32 key = i;
 
-		if (key >= cfg.filter_len)
+		if (key >= *len)
 			break;
 		e = bpf_map_lookup_elem(&filters, &key);
 		if (!e)

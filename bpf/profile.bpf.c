@@ -18,6 +18,11 @@
  */
 #include "kernel.bpf.h"
 #include "profile.h"
+#include "targets.bpf.h"
+#include "filter.bpf.h"
+#include "stacks.bpf.h"
+#include "unwind_state.bpf.h"
+#include "unwind.bpf.h"
 
 const volatile struct profile_config cfg = {};
 
@@ -112,16 +117,6 @@ struct {
 	__type(value, struct profile_stats);
 } profile_stats SEC(".maps");
 
-#include "targets.bpf.h"
-
-/* The compiled --filter, written by user space before attaching. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, BPROF_MAX_FILTERS);
-	__type(key, __u32);
-	__type(value, struct filter_entry);
-} filters SEC(".maps");
-
 /* Off-CPU: switch-out time and stacks, per task. */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -137,8 +132,6 @@ struct {
 	__type(key, __u32);
 	__uint(value_size, BPROF_MAX_STACK_DEPTH * sizeof(__u64));
 } calib_stack SEC(".maps");
-
-#include "filter.bpf.h"
 
 static __always_inline struct profile_stats *stats(void)
 {
@@ -225,10 +218,6 @@ static __always_inline void count(struct profile_stats *st, const struct sample_
 	__sync_fetch_and_add(&st->counted, 1);
 	__sync_fetch_and_add(&st->counted_weight, n);
 }
-
-#include "stacks.bpf.h"
-
-#include "unwind.bpf.h"
 
 static __always_inline int same_key(const struct sample_key *a, const struct sample_key *b)
 {
@@ -532,7 +521,7 @@ int do_sample(struct perf_sample_ctx *ctx)
 		fs.period = ctx->sample_period;
 		fs.ip = ctx->regs.ip;
 		fs.comm = key->comm;
-		if (!filter_pass(&fs)) {
+		if (!filter_pass(&fs, &cfg.filter_len)) {
 			st->filtered++;
 			return 0;
 		}
@@ -597,7 +586,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 
 		bpf_probe_read_kernel_str(comm, sizeof(comm), prev->comm);
 		fs.comm = comm;
-		if (cfg.filter_len && !filter_pass(&fs)) {
+		if (cfg.filter_len && !filter_pass(&fs, &cfg.filter_len)) {
 			st->filtered++;
 		} else {
 			__u32 slot = SCRATCH_OFF_CPU;

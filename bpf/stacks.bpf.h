@@ -5,10 +5,12 @@
  * name), and the frame-pointer user stack taken by the kernel's build-ID
  * walk, with its raw-stack cache. The dwarf walk (unwind.bpf.h) hashes
  * its records with hash_record and interns them here too.
- * Included once, by profile.bpf.c, after its config and errno values.
  */
 #ifndef BPROF_STACKS_BPF_H
 #define BPROF_STACKS_BPF_H
+
+#include "kernel.bpf.h"
+#include "profile.h"
 
 /*
  * Kernel stacks, stored by content so that two stacks never share an id

@@ -25,6 +25,7 @@
  */
 #include "kernel.bpf.h"
 #include "stat.h"
+#include "targets.bpf.h"
 
 const volatile struct stat_config cfg = {};
 
@@ -78,8 +79,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } counted_cpus SEC(".maps");
-
-#include "targets.bpf.h"
 
 static __always_inline long read_event(__u32 i, struct bpf_perf_event_value *v)
 {

@@ -7,6 +7,7 @@
 #ifndef BPROF_TARGETS_BPF_H
 #define BPROF_TARGETS_BPF_H
 
+#include "kernel.bpf.h"
 #include "targets.h"
 
 struct {

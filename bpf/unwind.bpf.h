@@ -14,12 +14,13 @@
  * a file not loaded yet) is walked by its frame pointer. Every early end is
  * counted by kind and leaves a FRAME_TRUNCATED record. Past the leaf, most
  * walks are taken from the walk memo instead (walk_memo.bpf.h).
- *
- * Included by profile.bpf.c after its maps.
  */
 #ifndef BPROF_UNWIND_BPF_H
 #define BPROF_UNWIND_BPF_H
 
+#include "kernel.bpf.h"
+#include "profile.h"
+#include "stacks.bpf.h"
 #include "unwind_state.bpf.h"
 
 struct unwind_ctx {

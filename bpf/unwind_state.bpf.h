@@ -5,13 +5,13 @@
  * their generation), the sample's registers and count key, and the per-CPU
  * memos that spare a walk its cold lines: the mappings and rules found
  * lately, a window onto the stack, and the last walk's rules by frame.
- *
- * Included by unwind.bpf.h.
  */
 #ifndef BPROF_UNWIND_STATE_BPF_H
 #define BPROF_UNWIND_STATE_BPF_H
 
 #include "kernel.bpf.h"
+#include "profile.h"
+#include "stacks.bpf.h"
 
 /* The files' tables: each file's page index followed by its rows (both 8
  * bytes an entry), in one of the segments user space creates as tables
