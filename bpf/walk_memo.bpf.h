@@ -5,11 +5,13 @@
  * compares a later walk's frame 1 and those words with an entry and gives
  * its stack id without walking on, and walk_memo_keep completes the entry
  * once the walk's stack has an id.
- *
- * Included by unwind.bpf.h after the stack window's reads (win_read).
  */
 #ifndef BPROF_WALK_MEMO_BPF_H
 #define BPROF_WALK_MEMO_BPF_H
+
+#include "kernel.bpf.h"
+#include "stack_window.bpf.h"
+#include "unwind_state.bpf.h"
 
 #define WALK_MEMO_MASK ((1 << WALK_MEMO_BITS) - 1)
 
