@@ -22,6 +22,7 @@
 #include "filter.bpf.h"
 #include "stacks.bpf.h"
 #include "unwind_state.bpf.h"
+#include "unwind_mappings.bpf.h"
 #include "walk_memo.bpf.h"
 #include "unwind.bpf.h"
 
