@@ -21,7 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const RUNS: usize = 5;
-/// work631 rounds: about 3 s of work.
+/// work631 rounds: a few seconds of work.
 const ROUNDS: &str = "110";
 
 struct Usage {
@@ -120,7 +120,7 @@ fn bench_cost(work: &Path) {
             .cpu,
         );
         // The floor: the same timer samples, every one dropped by the
-        // filter before any stack is taken (0.5 us of BPF each). What is
+        // filter before any stack is taken. What is
         // left is the price of the timer interrupts and of bprof's start.
         floor.push(
             measure(

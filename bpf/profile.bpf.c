@@ -49,9 +49,10 @@ struct count_map {
 	 * --stack-storage-size entries (a hash inner map's size may differ),
 	 * and a larger one here was preallocated at every start for nothing. */
 	__uint(max_entries, 1);
-	/* Entries allocated as keys arrive: preallocating 16 384 cost ~0.8 ms
-	 * at every start and at the first drain. An entry that cannot be had
-	 * (the map full, or no memory) loses its sample, counted. */
+	/* Entries allocated as keys arrive: preallocated, every count map
+	 * would be filled out at every start and at the first drain. An entry
+	 * that cannot be had (the map full, or no memory) loses its sample,
+	 * counted. */
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(key_size, sizeof(struct sample_key));
 	__uint(value_size, sizeof(__u64));
@@ -70,8 +71,7 @@ struct {
  * (direct-mapped by a hash of the key). A sample whose key is cached
  * touches its slot's lines alone, where the count map's lookup is an
  * indirect call (the inner map is not known to the verifier), a hash of the
- * whole key and four dependent lines: ~0.5 us less of a cache-cold xz
- * sample's ~4 us (scripts/bench-ab.sh).
+ * whole key and four dependent lines (BENCHMARKS.md, scripts/bench-ab.sh).
  * User space empties every CPU's cache into the count map before an
  * interval's drain (flush_counts: --every, bprof top), and reads what the
  * caches hold after the last sample; a drain for room leaves them be.
@@ -237,7 +237,7 @@ static __always_inline int same_key(const struct sample_key *a, const struct sam
  * runs (this sample interrupted it), or when the older key finds no room
  * there: it stays cached, and a full map loses one sample, as without the
  * cache, never a cached key's many. A global function: verified once, not
- * once for each way the stacks were taken (174 instructions fewer). */
+ * once for each way the stacks were taken. */
 __noinline int count_on_cpu(struct profile_stats *st, struct sample_scratch *sc, __u64 n)
 {
 	const __u64 *k;
@@ -747,12 +747,11 @@ static __always_inline void learn_mapping(struct task_struct *task, __u64 addr)
 }
 
 /* Raw tracepoints, not the syscalls: and sched: events: closing a perf
- * tracepoint event waits out RCU grace periods (~60-75 ms each here) at
- * every profile's end; a raw tracepoint's link does not. Any hook on a
- * syscall sends every syscall of the machine down the kernel's traced path
- * (~100-200 ns each here, whatever the program does), so user space
- * attaches this one only to -- COMMAND profiles (see
- * ProfileOptions::learns_mmaps). */
+ * tracepoint event waits out RCU grace periods at every profile's end; a
+ * raw tracepoint's link does not. Any hook on a syscall sends every
+ * syscall of the machine down the kernel's traced path, whatever the
+ * program does, so user space attaches this one only to -- COMMAND
+ * profiles (see ProfileOptions::learns_mmaps). */
 SEC("raw_tp/sys_exit")
 int learn_mmap(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -760,8 +759,8 @@ int learn_mmap(struct bpf_raw_tracepoint_args *ctx)
 
 	/* Every syscall of the machine comes here: most return small numbers
 	 * or errors, and only what could be a mapping's address (page-aligned,
-	 * past mmap_min_addr) costs a read of the syscall number (reading it
-	 * first cost ~110 ns a syscall). */
+	 * past mmap_min_addr) costs a read of the syscall number, which every
+	 * syscall would pay if it were read first. */
 	if (ret < 0x10000 || (ret & 0xfff))
 		return 0;
 	if (exiting_syscall(ctx) != BPROF_NR_MMAP)
@@ -774,7 +773,7 @@ int learn_mmap(struct bpf_raw_tracepoint_args *ctx)
  * runs in the exec'ing task): the program's text (start_code) and the entry
  * point the task starts at (the interpreter's, or a static program's own).
  * raw_tp, not tp_btf: libbpf parses the kernel's whole BTF to attach a
- * tp_btf program (~8 ms of every start). */
+ * tp_btf program, at every start. */
 SEC("raw_tp/sched_process_exec")
 int learn_exec(struct bpf_raw_tracepoint_args *ctx)
 {

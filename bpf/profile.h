@@ -183,12 +183,12 @@ struct profile_config {
 	__u8 kernel_threads;  /* off-CPU time of kernel threads too */
 	__u8 period_as_us;    /* --wall: an on-CPU sample counts its period in us */
 	__u8 dwarf;           /* --call-graph dwarf: walk user stacks with unwind tables */
-	__u8 cgroups;         /* keys name the cgroup (pprof labels it): ~150 ns a sample */
+	__u8 cgroups;         /* keys name the cgroup (pprof labels it): a helper call */
 	__u8 map_totals;      /* keep each count map's own total (bprof top): a lookup a sample */
 	__u32 filter_len;     /* entries used in filters[] */
 	/* > 0: the target processes are exactly fixed_tgids[0, n) (-p, no
 	 * child followed), compared here rather than looked up in
-	 * target_tgids, whose cold lines cost ~130 ns a sample. */
+	 * target_tgids, whose lines are cold at most samples. */
 	__u32 nr_fixed_tgids;
 	__u64 min_block_ns;   /* off-CPU blocks shorter than this are ignored */
 	__u64 max_block_ns;   /* ... and longer than this */
@@ -215,9 +215,9 @@ struct user_stack {
 };
 
 /* user_stacks' values: a user_stack's first BPROF_SHORT_FRAMES records.
- * A store copies its value whole into a fresh allocation, and 8 KiB of
- * mostly unused records cost ~12 us a store on a cache-cold CPU: ~1 us of
- * the program's ~4.5 us per sample, on average, in a 4 s profile of xz. */
+ * A store copies its value whole into a fresh allocation: 8 KiB of mostly
+ * unused records made each store of a short stack slow on a cache-cold
+ * CPU. */
 struct user_stack_short {
 	__u32 nr;
 	__u32 pad;

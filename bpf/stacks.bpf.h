@@ -152,10 +152,8 @@ static long hash_word(__u32 i, struct words_ctx *w)
 
 /* One callback per COMPARE_BATCH 32-byte records (4 words each): a
  * callback costs more than the compares it holds. 2, not more: each compare
- * is unrolled and verified twice (short and deep stacks), for a compare
- * that runs only when a stack's hash is already stored. At 4 they were 556
- * of the profile program's 6 666 instructions processed at every load (2:
- * ~280 fewer; each costs ~0.9 us of verification here). */
+ * is unrolled and verified twice (short and deep stacks), at every load,
+ * for a compare that runs only when a stack's hash is already stored. */
 #define COMPARE_BATCH 2
 
 static __always_inline long compare_batch(__u32 i, struct words_ctx *w, const __u32 bound)

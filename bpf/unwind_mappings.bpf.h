@@ -17,7 +17,8 @@
 static long vma_cb(struct task_struct *task, struct vm_area_struct *vma, struct vma_info *v)
 {
 	/* Read as plain memory, not through the trusted pointer: the verifier
-	 * looks each such pointer load up by name among ~150 000 BTF types. */
+	 * looks each such pointer load up by name among all the kernel's BTF
+	 * types. */
 	struct file *f = BPF_CORE_READ(vma, vm_file);
 
 	/* Not code: no mapping for a walk (a return address there is garbage)
@@ -39,7 +40,7 @@ static long vma_cb(struct task_struct *task, struct vm_area_struct *vma, struct 
 }
 
 /* learn's look at one slot (a bpf_loop callback: the slot loop unrolled
- * in learn cost ~5 ms of verification in each program that calls it). */
+ * in learn was verified again in each program that calls it). */
 struct learn_scan {
 	struct unwind_chunk *ch;
 	const struct vma_info *v;

@@ -17,8 +17,8 @@
  * bytes an entry), in one of the segments user space creates as tables
  * arrive (from 512 KiB on, up to --unwind-rows in all) and writes through
  * mmap, far faster than map updates. Allocating the whole budget up front
- * cost every start ~8 ms of zeroed pages for tables that mostly take a
- * few hundred KiB. */
+ * made every start zero pages for tables that mostly take a small part
+ * of it. */
 struct unwind_seg {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	/* INNER_MAP: the segments differ in size. */
@@ -96,8 +96,8 @@ struct sample_scratch {
 };
 
 /* x86-64's pt_regs as the ptrace ABI fixes it, and the perf_event program's
- * context (UAPI), read without CO-RE: libbpf searches the kernel's ~150 000
- * BTF types once per relocated struct at every load (~1.4 ms each here). */
+ * context (UAPI), read without CO-RE: libbpf searches all the kernel's BTF
+ * types once per relocated struct at every load. */
 struct x86_regs {
 	__u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
 	__u64 ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
@@ -197,8 +197,8 @@ struct walk_state {
  * holds the same words at the same addresses (return addresses, saved
  * registers: compared, not trusted), has that stack without the walk's
  * other frames. A loop's samples differ in their leaf (frame 0, walked and
- * in the count key) and share their callers; on xz the callers were ~13
- * of 14 frames, at ~80 ns each. Only walks that reached the outermost
+ * in the count key) and share their callers, most of their frames. Only
+ * walks that reached the outermost
  * frame are kept: the other ends may not repeat (a read fault, the mm lock).
  * 16 entries (8 sets of 2 ways) of up to WALK_MEMO_WORDS words: deeper
  * walks are not kept (cpu_scratch's 32 KiB has no room for more).
@@ -260,15 +260,14 @@ struct map_memos {
 	struct map_memo_entry e[1 << MAP_MEMO_BITS];
 };
 
-/* A copy of the part of the user stack the walk reads next. Each
- * bpf_probe_read_user costs ~80 ns here, about the same for 8 bytes as
- * for 1 KiB, and a walk reads upward from the sample's rsp: so reads come
- * from this copy, refilled from the address wanted when the address leaves
- * it: UNWIND_WINDOW bytes, or where that crosses into a page that is not
- * there (past the stack's top), to the end of the address's page. A
- * 30-frame stack then costs 1 to 3 reads, not 30+. xz's ~14 frames span
- * more than 1 KiB: with 2 KiB read across pages, one read a walk instead
- * of two, -283 ns a sample (scripts/bench-ab.sh). */
+/* A copy of the part of the user stack the walk reads next. A
+ * bpf_probe_read_user costs about the same for 8 bytes as for 1 KiB, and
+ * a walk reads upward from the sample's rsp: so reads come from this copy,
+ * refilled from the address wanted when the address leaves it:
+ * UNWIND_WINDOW bytes, or where that crosses into a page that is not there
+ * (past the stack's top), to the end of the address's page. A 30-frame
+ * stack then costs a few reads, not 30+; 2 KiB, read across pages, holds a
+ * typical walk's frames in one (BENCHMARKS.md, scripts/bench-ab.sh). */
 #define UNWIND_WINDOW 2048
 
 struct stack_window {
@@ -280,8 +279,8 @@ struct stack_window {
 
 /* Rules of recently walked return addresses, per CPU and context (slot):
  * samples of one program mostly repeat their callers, and a hit costs one
- * load where a table search takes ~6 scattered ones (cache and TLB
- * misses, dear under nested paging: xz's 14 frames cost 6 us without it).
+ * load where a table search takes several scattered ones (cache and TLB
+ * misses, dear under nested paging).
  * A context never nests with itself, so an entry is never seen half
  * written. */
 #define UNWIND_MEMO_BITS 10
@@ -298,7 +297,7 @@ struct rule_memos {
 /* The rules of this CPU's last walk, by frame number: a program's samples
  * mostly share their callers, so frame n's return address is usually the
  * last walk's frame n. Its rules lie in a few consecutive lines where the
- * rule memo's lie one per frame, each cold after the workload ran (~100 ns
+ * rule memo's lie one per frame, each cold after the workload ran (dear
  * under nested paging). Valid for one address space, process and
  * unwind_gen (as map_memo_entry): an address there names one file offset,
  * so one rule. */
@@ -319,7 +318,7 @@ struct last_walk {
  * The ids of the user stacks this CPU's context interned lately, by the
  * walk's two 64-bit hashes and the process. A hit skips user_stack_ids,
  * user_stacks and the compare of the stored stack: cold lines and TLB
- * misses that were ~40% of a sample's cost on cache-hostile work. A hit is
+ * misses, much of a sample's cost on cache-hostile work. A hit is
  * not compared: two different stacks of one process would need the same
  * 128 bits of two independent hashes, and the process in the key means a
  * process crafting such a stack could only mislabel its own samples. Ids
@@ -342,10 +341,9 @@ struct stack_memo {
 /*
  * Every per-CPU scratch and memo of a sample, one value per context (slot):
  * one lookup, where each map of its own cost a lookup, and with it a cold
- * line of the map's own struct, at every sample: seven lookups made one
- * saved ~160-270 ns of a cache-cold xz sample (scripts/bench-ab.sh). The parts
- * every sample writes come first, so they share lines; a value is at most
- * 32 KiB.
+ * line of the map's own struct, at every sample (BENCHMARKS.md,
+ * scripts/bench-ab.sh). The parts every sample writes come first, so they
+ * share lines; a value is at most 32 KiB.
  */
 struct cpu_scratch {
 	struct sample_scratch sample;

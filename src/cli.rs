@@ -162,7 +162,7 @@ pub struct ProfileArgs {
     /// --call-graph dwarf: learn a target's new code mappings at its mmaps
     /// (a hook on every syscall's exit), so that its first ms walk whole
     /// before bprof has read them. Every syscall of the machine then takes
-    /// the kernel's traced path (~100-200 ns each on a nested VM). "auto":
+    /// the kernel's traced path, which costs it time. "auto":
     /// for -- COMMAND profiles only (builds, scripts: short-lived children).
     #[arg(long = "mmap-hook", value_name = "auto|on|off", default_value = "auto")]
     pub mmap_hook: String,

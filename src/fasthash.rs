@@ -1,8 +1,8 @@
 //! The hasher of bprof's own tables: stack keys, frame keys, addresses.
 //!
-//! std's default (SipHash-1-3) was about a tenth of bprof's user-space CPU
-//! on a 12 s profile of xz: the drains and symbolization hash every frame
-//! of every stack a few times. This one folds a 64x64-bit multiply per
+//! std's default (SipHash-1-3) is a large part of bprof's user-space CPU
+//! (BENCHMARKS.md): the drains and symbolization hash every frame of every
+//! stack a few times. This one folds a 64x64-bit multiply per
 //! word instead. Its seed comes from std's random keys once per process, so
 //! keys made of what profiled processes chose (their addresses) cannot be
 //! picked to collide.

@@ -1,9 +1,9 @@
 //! The kernel types libbpf relocates the profile program against (CO-RE),
 //! kept per boot.
 //!
-//! Without help, libbpf parses the kernel's whole BTF (~150 000 types) at
-//! every load and searches all of it once for each struct the program
-//! reads: ~10 ms of every profile's start here. The first profile of a
+//! Without help, libbpf parses the kernel's whole BTF at every load and
+//! searches all of it once for each struct the program reads: a large part
+//! of every profile's start (BENCHMARKS.md). The first profile of a
 //! boot copies the types the program's own BTF names (structs, unions,
 //! enums and typedefs, each with every member at its offset, and what they
 //! embed; a pointer becomes `void *`, which CO-RE's field checks accept for

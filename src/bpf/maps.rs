@@ -104,8 +104,8 @@ pub fn attach_followers(
 /// Sizes the `target_tgids` and `target_tids` maps (bpf/targets.bpf.h) for
 /// every -p / -t id given: at least their defaults of 65536 and 4096, but
 /// only the processes given when no forked child is followed (nothing
-/// else is ever added, and 65536 entries or buckets cost every start
-/// ~0.6 ms to allocate and zero).
+/// else is ever added, and 65536 entries or buckets would be allocated and
+/// zeroed at every start).
 pub fn size_targets(
     tgids: &mut libbpf_rs::OpenMapMut<'_>,
     tids: &mut libbpf_rs::OpenMapMut<'_>,
@@ -293,14 +293,16 @@ pub(crate) fn run_on_cpu(
 
 /// Empties every online CPU's count cache into the count map in the slot
 /// (`flush_counts` in profile.bpf.c), so that an interval's drain holds
-/// every sample counted before it. A run moves ~50 new keys at most: the
-/// map takes new elements from a per-CPU cache the kernel refills after the
-/// run (an irq_work, which a busy machine may delay), so each CPU's runs go
-/// on while keys lack an element, waiting a little when a run moved none.
+/// every sample counted before it. A run moves a few dozen new keys at
+/// most: the map takes new elements from a per-CPU cache the kernel
+/// refills after the run (an irq_work, which a busy machine may delay),
+/// so each CPU's runs go on while keys lack an element, waiting a little
+/// when a run moved none.
 /// What stays cached (a full map, or a CPU gone offline) is not lost: a
 /// later drain or the end takes it (`cached_counts`). Returns the runs.
 pub(crate) fn flush_count_caches(prog: &libbpf_rs::ProgramMut) -> Result<u64> {
-    // 1 024 slots at ~48 new keys a run, and some waits.
+    // Every slot of a CPU's cache at a few dozen new keys a run, with room
+    // to spare, and some waits.
     const MAX_RUNS: u32 = 64;
     const MAX_STALLS: u32 = 8;
     let cpus = crate::events::sampling::online_cpus().context("listing the online CPUs")?;

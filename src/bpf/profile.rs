@@ -100,7 +100,7 @@ pub struct ProfileOptions {
     /// for a live view's exact count at every refresh.
     pub map_totals: bool,
     /// Drains end intervals (`--every`, `bprof top`), which empty the CPUs'
-    /// count caches first: only then is `flush_counts` loaded (~0.3 ms).
+    /// count caches first: only then is `flush_counts` loaded and verified.
     pub intervals: bool,
 }
 
@@ -125,8 +125,8 @@ impl ProfileOptions {
     /// Whether a target's code mappings are learned at its exec
     /// (learn_exec). Not for -p profiles: their processes run already and
     /// no other becomes a target, so one that execs walks by the mappings
-    /// the kernel serves its walks until its records are read (~10 ms),
-    /// which spares every such profile the learner's verification (~1.5 ms).
+    /// the kernel serves its walks until its records are read, which spares
+    /// every such profile the learner's verification.
     pub fn learns_at_exec(&self) -> bool {
         self.dwarf() && !self.fixed_processes()
     }
@@ -134,9 +134,9 @@ impl ProfileOptions {
     /// Whether targets' mmaps are learned as they happen (learn_mmap). By
     /// default for `-- COMMAND`, whose children (a build's compilers, a
     /// script's tools) are often short-lived. Its hook on every syscall's
-    /// exit costs each syscall of the machine ~100-200 ns here (the
-    /// kernel's traced-syscall path), which system-wide, `-p` and `-t`
-    /// profiles do not impose on the processes they watch unless asked.
+    /// exit sends each syscall of the machine down the kernel's
+    /// traced-syscall path, which system-wide, `-p` and `-t` profiles do
+    /// not impose on the processes they watch unless asked.
     pub fn learns_mmaps(&self) -> bool {
         self.dwarf()
             && match self.mmap_hook {
@@ -320,8 +320,8 @@ impl<'obj> ProfileProgram<'obj> {
             open.maps.unwind_rules.set_max_entries(1)?;
         } else if opts.fixed_processes() {
             // The processes given, and no other: 4096 chunks of 2 MiB of
-            // code each (its buckets, sized for 65 536, cost ~0.6 ms of
-            // every start).
+            // code each (its buckets, sized for 65 536, would be allocated
+            // at every start).
             let chunks = opts.tgids.len().saturating_mul(4096).min(65536) as u32;
             open.maps.unwind_maps.set_max_entries(chunks)?;
         }
@@ -333,7 +333,7 @@ impl<'obj> ProfileProgram<'obj> {
             opts.follow_children,
         )?;
         // A profile holds a handful of targets in maps sized for 65 536:
-        // preallocating them cost ~6 MB of elements at every start. (The
+        // preallocated, all their elements would be made at every start. (The
         // stat object keeps them preallocated: on 5.10 a tracing program
         // may not use a hash map that allocates as it goes; a profile needs
         // 6.1, where it may.)
@@ -363,8 +363,8 @@ impl<'obj> ProfileProgram<'obj> {
             open.progs.layout_enter.set_autoload(false);
             open.progs.layout_exit.set_autoload(false);
         }
-        // The features are probed only when the load fails: the probes cost
-        // ~15 ms of loading and BTF parsing that a working kernel never needs.
+        // The features are probed only when the load fails: the probes'
+        // loading and BTF parsing are work a working kernel never needs.
         match open.load() {
             Ok(skel) => Ok((skel, layout_gens)),
             Err(e) if last => {

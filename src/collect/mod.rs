@@ -264,7 +264,7 @@ impl Collector {
     }
 
     /// Drains if the count map or a stack map is half full. (No timer: a
-    /// drain costs ~2 ms of CPU, and a map that fills slowly only takes up
+    /// drain costs CPU, and a map that fills slowly only takes up
     /// kernel memory it is sized for.) `stats` is a current reading of the
     /// kernel's counters. A failed drain is said once and recording goes
     /// on: what it cost shows as counted losses (a full map) or fails the
@@ -450,8 +450,8 @@ impl Collector {
 
     /// Copies every entry of the stack maps not copied yet, a batch syscall
     /// per map, and with `delete` deletes them all in the kernel. (Read one
-    /// id at a time, the stacks of a profile's last drain took a syscall
-    /// each: ~0.3 ms for ~90 stacks.)
+    /// id at a time, the stacks of a profile's last drain would take a
+    /// syscall each.)
     fn copy_stacks(&mut self, maps: &Maps, delete: bool) -> Result<()> {
         let (mut kern, mut kern_seen) = (Vec::new(), 0u64);
         let vsize = maps.kern_stacks.value_size() as usize;
@@ -497,7 +497,7 @@ impl Collector {
     fn drain_last(&mut self, maps: &Maps) -> Result<()> {
         // No program inserts any more: the map in use goes back into its own
         // slot (the update's grace period is what is wanted) rather than a
-        // fresh one, whose making cost ~0.35 ms of every profile's end.
+        // fresh one, whose making would add to every profile's end.
         if self.spare.is_none() {
             if let Some(current) = &self.current {
                 self.spare = MapHandle::try_from(current).ok();

@@ -171,8 +171,8 @@ impl Sideband {
 
     /// Reads every pending record from every ring, keeping those of the
     /// processes `wanted` says the profile is about (the rings hold every
-    /// process's: indexing, queueing and JIT-watching the others cost
-    /// bprof ~13 us per foreign exec).
+    /// process's: indexing, queueing and JIT-watching the others would cost
+    /// bprof work at every foreign exec).
     pub fn drain(&mut self, wanted: &mut dyn FnMut(u32) -> bool) {
         for ring in &self.rings {
             drain_ring(ring, self.page, &mut self.index, wanted);

@@ -4,8 +4,8 @@
 //! BPF program, which is what lets `-- COMMAND` follow children and lets
 //! filters see every sample. (Per-task events, inherited, would keep the
 //! program off other processes' samples, but perf switches a task's events
-//! out and in at each of its context switches: ~7 us each here, a pipe
-//! ping-pong ran 30% longer under them.)
+//! out and in at each of its context switches, which slows a target that
+//! switches often.)
 
 use std::fmt;
 use std::io;
@@ -126,8 +126,8 @@ pub fn sampling_attr(event: Event, rate: Rate, idle: bool) -> pb::perf_event_att
     // A software timer's overflow in the idle task is dropped by the kernel
     // before any program runs (perf_swevent_hrtimer): each idle CPU would
     // otherwise run the program at the full rate only for it to skip the
-    // sample (0.4-1.4 us each in two measurements here; half the runs of a
-    // one-thread target on two CPUs). Hardware events are left alone: not
+    // sample (half the runs of a one-thread target on two CPUs). Hardware
+    // events are left alone: not
     // every PMU accepts the bit, and a halted CPU counts no cycles.
     if !idle && !event.is_hardware() {
         attr.set_exclude_idle(1);

@@ -280,7 +280,7 @@ impl JitFiles {
         // A process that maps executable memory but writes no perf map (a
         // libffi trampoline, a JIT without perf support), or a -p target, is
         // looked at every tick for a second, then every tenth tick: two
-        // lstats through /proc/PID/root a tick were ~0.3 ms of a 12 s -p
+        // lstats through /proc/PID/root every tick add up over a long
         // profile. (Its files are still looked for at its exit and at the
         // end.)
         let slow = self.polls % 10 != 0;
@@ -306,8 +306,8 @@ impl JitFiles {
                 p.misses = p.misses.saturating_add(1);
                 p.first_miss.get_or_insert(now);
                 // Nothing there yet (the usual tick): one lstat per file,
-                // where reading who it runs as and opening cost ~10 system
-                // calls (~7 us) a tick.
+                // where reading who it runs as and opening cost about ten
+                // system calls a tick.
                 if !may_exist(pid, p) {
                     continue;
                 }

@@ -37,10 +37,8 @@ const BAR_TICK: Duration = Duration::from_secs(1);
 /// How often the kernel maps are checked for filling while recording:
 /// every TICK, or up to MAX_TICK apart when on-CPU samples at a known rate
 /// cannot fill a quarter of a map between two checks (a sample adds at most
-/// one key and one stack of each kind). A wakeup costs ~0.1 ms on a VM:
-/// ten a second were most of bprof's CPU while recording, and one a second
-/// (with the perf-map check and the counters' read) still ~0.2 ms/s; at
-/// the defaults on 2 CPUs a quarter of a map takes 2 s. Off-CPU counts
+/// one key and one stack of each kind). A wakeup is dear on a VM: ten a
+/// second would be most of bprof's CPU while recording. Off-CPU counts
 /// come at the scheduler's rate, and `--every` and `-L` (threads, looked up
 /// in /proc at the checks) keep the short tick. `bar`: a progress bar on a
 /// terminal, which moves at each check: then at most BAR_TICK apart.
@@ -239,7 +237,7 @@ fn report_end(
         eprintln!("bprof: {} files written{empty}", p.files);
     }
     // Built whole, then written once: stderr is unbuffered, and the report
-    // wrote each formatted piece with a syscall of its own (~20 a report).
+    // would write each formatted piece with a syscall of its own.
     let mut text = Vec::new();
     summary.write(&mut text, settings.verbose)?;
     io::stderr().write_all(&text)?;
@@ -533,7 +531,7 @@ fn try_start_counts<'obj>(
     let specs = EventSpec::parse_list("cycles,instructions")?;
     let online = sampling::online_cpus()?;
     // No PMU (most VMs): say so without loading and verifying the counting
-    // program, ~10 ms of CPU that would count nothing.
+    // program, which would count nothing.
     let first = online.first().copied().unwrap_or(0);
     let unsupported = |s: &EventSpec| {
         s.open_on_cpu(first)

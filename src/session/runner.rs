@@ -41,8 +41,8 @@ pub(crate) struct Runner<'t> {
 }
 
 /// How often `-p`/`-L` targets are looked up: a poll of their pidfds, or a
-/// /proc read per thread (`-L`), which at the 10 ms tick of a profile was
-/// most of bprof's own CPU while recording.
+/// /proc read per thread (`-L`), which at every 10 ms tick of a profile
+/// would be most of bprof's own CPU while recording.
 const TARGET_CHECK: Duration = Duration::from_millis(100);
 
 impl<'t> Runner<'t> {

@@ -1,7 +1,7 @@
 //! Kernel frames in BPF programs, named as kallsyms names them
 //! (`bpf_prog_<tag>_<function>`) from the loaded programs' info: bprof's
 //! own hooks run in its targets, and naming their frames from the live
-//! /proc/kallsyms would make the kernel print all of it (~40 ms). The
+//! /proc/kallsyms would make the kernel print all of it. The
 //! names are kept while bprof's programs are loaded: a profile unloads
 //! them before its stacks are named. See kallsyms.rs for the core text.
 
@@ -53,8 +53,8 @@ pub(crate) fn keep_bpf_functions(addrs: &[u64]) {
 /// The loaded BPF functions holding any of `addrs`, named as the kernel
 /// names them (`bpf_get_prog_name`): `bpf_prog_`, the function's tag in
 /// hex, `_` and its BTF name (the program's name without BTF). Asking the
-/// kernel for its programs costs a few syscalls each; the live kallsyms,
-/// ~40 ms.
+/// kernel for its programs costs a few syscalls each; reading the live
+/// kallsyms, far more.
 fn loaded_bpf_functions(addrs: &[u64]) -> Vec<BpfFunc> {
     use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions};
 

@@ -124,8 +124,8 @@ pub(crate) fn refused_files() -> Vec<(PathBuf, String)> {
 
 /// Turns file offsets of `path` into virtual offsets (its PT_LOAD program
 /// headers): a separate debug file has the same addresses but not the same
-/// file layout. Only the ELF header and program headers are read (the
-/// whole file was: libc's 1.9 MB for a few dozen bytes); files whose
+/// file layout. Only the ELF header and program headers are read, not
+/// the whole file for a few dozen bytes; files whose
 /// program headers lie past their first MiB, or not ELF, give `None`s.
 pub(super) fn virt_offsets(path: &Path, offsets: &[u64]) -> Vec<Option<u64>> {
     use object::read::elf::{FileHeader, ProgramHeader};

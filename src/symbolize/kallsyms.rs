@@ -1,8 +1,8 @@
 //! A per-boot copy of the core kernel's symbols.
 //!
-//! Reading /proc/kallsyms makes the kernel print ~120 000 lines, about 40 ms
-//! of system CPU here, and blazesym then parses them all: most of a short
-//! profile's symbolization. The core kernel's text (`[_stext, _etext)`) does
+//! Reading /proc/kallsyms makes the kernel print every symbol it has, and
+//! blazesym then parses them all: most of a short profile's symbolization
+//! (BENCHMARKS.md). The core kernel's text (`[_stext, _etext)`) does
 //! not change while the machine is up, so its symbols are copied once per
 //! boot into root's private state directory. A profile whose kernel frames
 //! all lie there hands blazesym a kallsyms of just the symbols those frames
@@ -79,8 +79,8 @@ fn core_copy_in(dir: &Path, live: &Path, addrs: &[u64]) -> Option<Selected> {
 }
 
 /// A copy, mapped: its text (header line, then the symbols' lines sorted
-/// by address) and the core text's range. It is searched in place: reading
-/// and indexing its ~120 000 lines cost ~12 ms of every profile.
+/// by address) and the core text's range. It is searched in place:
+/// reading and indexing all its lines would cost every profile.
 struct Copy {
     text: Text,
     lo: u64,

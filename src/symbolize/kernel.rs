@@ -20,7 +20,7 @@ pub(super) fn symbolize_kernel(
     }
     // kallsyms only: reading a vmlinux image would be slow and is rarely
     // present. The per-boot copy of the core text's symbols when it covers
-    // every address: the live file costs ~40 ms of the kernel's time to print.
+    // every address: the live file costs the kernel dearly to print.
     let selected = kallsyms::core_copy_for(addrs, &bpfsyms::bpf_lines);
     let kallsyms = match &selected {
         Some(s) => MaybeDefault::Some(s.path().to_path_buf()),

@@ -48,7 +48,7 @@ impl Target {
 
     /// pidfds of the `-p` processes, to learn of their exit by one poll
     /// instead of a /proc/PID/stat read each (the kernel formats the whole
-    /// line: ~100 us here, ten times a second). `None` when one could not
+    /// line, ten times a second). `None` when one could not
     /// be opened (the process gone already, or a kernel before 5.3).
     pub fn pidfds(&self) -> Option<Vec<OwnedFd>> {
         self.pids.iter().map(|&pid| pidfd(pid)).collect()

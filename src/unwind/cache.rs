@@ -1,7 +1,7 @@
 //! Unwind tables kept per boot.
 //!
-//! A file's table is built by parsing its whole `.eh_frame`: python3's 24
-//! files took ~37 ms here, most of a short profile's start, and the same
+//! A file's table is built by parsing its whole `.eh_frame`: for python3's
+//! files, most of a short profile's start (BENCHMARKS.md), and the same
 //! libraries are mapped by profile after profile. Each table built (its
 //! rows, build ID and count of unsupported rules) is kept in root's state
 //! directory under the file's identity (device, inode, size, mtime and

@@ -294,8 +294,8 @@ impl Unwinder {
         let mut next = self.rules.used();
         let mut out = Vec::with_capacity(rows.len());
         // A few hundred rules name tens of thousands of rows: a small
-        // direct-mapped memo spares most rows the map's SipHash (~0.7 ms of
-        // libc's table). A crafted file can only make it miss.
+        // direct-mapped memo spares most rows the map's SipHash. A crafted
+        // file can only make it miss.
         let mut memo = [None::<((i32, i16, u8, u8), u32)>; 256];
         for r in rows {
             let key = (r.cfa_off, r.rbp_off, r.cfa_type, r.rbp_type);

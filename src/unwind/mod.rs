@@ -32,7 +32,7 @@ use files::VDSO_KEY;
 /// Most rows `--unwind-rows` accepts (8 bytes each: 512 MiB).
 pub const MAX_ROWS: u32 = 1 << 26;
 /// Page-index entries allowed beside `rows` rows: one page of 4 KiB of code
-/// holds ~55 rows in libc, so an eighth covers the tables with room to
+/// holds dozens of rows (libc's), so an eighth covers the tables with room to
 /// spare (8 bytes each: 4 MiB for the default 4 Mi rows). A file without
 /// room for its index is searched without one.
 fn index_pages(rows: u32) -> u64 {

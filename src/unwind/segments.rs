@@ -3,8 +3,8 @@
 //! files' tables arrive. A file's page index and rows are in one segment.
 //!
 //! Allocating the whole `--unwind-rows` budget at start (36 MiB of zeroed
-//! pages by default) cost every profile ~8 ms of its start for tables that
-//! mostly take a few hundred KiB; segments cost what the tables take, in
+//! pages by default) would slow every profile's start for tables that
+//! mostly take a small part of it; segments cost what the tables take, in
 //! steps that double from 512 KiB.
 
 use std::os::fd::{AsFd, AsRawFd};
@@ -15,10 +15,10 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 use crate::bpf::abi::{self, Plain};
 use crate::bpf::mmap_array::MmapArray as Store;
 
-/// Entries of the first segment (512 KiB: a program, libc and ld.so take
-/// ~35 000; a 2 MiB one took 0.2-0.4 ms more to make), or an eighth of the budget if
-/// that is less; each later one has at least twice the entries of the one
-/// before, and at least what the table needs.
+/// Entries of the first segment (512 KiB: about what a program, libc and
+/// ld.so take; a larger one takes longer to make), or an eighth of the
+/// budget if that is less; each later one has at least twice the entries
+/// of the one before, and at least what the table needs.
 const FIRST: u64 = 1 << 16;
 
 /// Entries segment `s` can still take.
