@@ -2,16 +2,19 @@
 //! with BPF.
 //!
 //! The folders follow the pipeline (README, "Architecture"): `target`,
-//! `events` and `filter` say what to watch → `bpf` loads the programs and
-//! creates the maps → [`collect`] drains the maps into stacks and counts →
-//! `unwind` feeds unwind tables to the BPF walker (`--call-graph dwarf`) →
-//! [`symbolize`] names the frames → `output` writes folded stacks, SVG,
-//! pprof, report and stat text. `session` drives one profile, `bprof stat`
-//! or `bprof top`; the binary is a thin wrapper around [`run`].
+//! `events` and `filter` say what to watch → [`bpf`] loads the programs,
+//! reads their maps and hands over the raw stacks → [`collect`] drains the
+//! maps while recording → `unwind` feeds unwind tables to the BPF walker
+//! (`--call-graph dwarf`) → [`symbolize`] names the frames → `output`
+//! writes folded stacks, SVG, pprof, report and stat text. [`process`]
+//! holds what several stages read of a process (its mappings, build IDs,
+//! bprof's own vDSO) and `jit` the JIT symbol files of the profiled ones.
+//! `session` drives one profile, `bprof stat` or `bprof top`; the binary is
+//! a thin wrapper around [`run`].
 //!
 //! The public surface is what the benches and tests reach: the raw stacks,
-//! the side band's mappings and the symbolizer. Everything else is crate
-//! internal.
+//! the side band's index, a process's mappings and the symbolizer.
+//! Everything else is crate internal.
 
 pub mod bpf;
 pub(crate) mod cli;

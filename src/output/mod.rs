@@ -1,4 +1,7 @@
-//! Outputs: folded stacks, pprof, the profile.py-style report and the SVG flame graph.
+//! Outputs: folded stacks, the SVG flame graph, pprof, the profile.py-style
+//! report, `bprof stat`'s lines, the summary and `bprof top`'s view; each
+//! output file is written whole ([`file`]) under a name that periodic
+//! profiles expand per interval ([`pattern`]).
 
 pub mod file;
 pub mod folded;
