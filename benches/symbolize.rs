@@ -7,9 +7,9 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use bprof::bpf::stacks::{RawStack, UserFrame};
 use bprof::collect::sideband::MmapIndex;
 use bprof::process::maps::Mapping;
+use bprof::stacks::{RawStack, UserFrame};
 use bprof::symbolize as symbols;
 use bprof::symbolize::buildid;
 

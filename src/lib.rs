@@ -2,8 +2,9 @@
 //! with BPF.
 //!
 //! The folders follow the pipeline (README, "Architecture"): `target`,
-//! `events` and `filter` say what to watch → [`bpf`] loads the programs,
-//! reads their maps and hands over the raw stacks → [`collect`] drains the
+//! `events` and `filter` say what to watch → `bpf` loads the programs,
+//! reads their maps and hands over the raw stacks ([`stacks`]) →
+//! [`collect`] drains the
 //! maps while recording → `unwind` feeds unwind tables to the BPF walker
 //! (`--call-graph dwarf`) → [`symbolize`] names the frames → `output`
 //! writes folded stacks, SVG, pprof, report and stat text. [`process`]
@@ -16,7 +17,7 @@
 //! the side band's index, a process's mappings and the symbolizer.
 //! Everything else is crate internal.
 
-pub mod bpf;
+pub(crate) mod bpf;
 pub(crate) mod cli;
 pub mod collect;
 pub(crate) mod events;
@@ -32,6 +33,7 @@ pub mod symbolize;
 pub(crate) mod target;
 pub(crate) mod unwind;
 
+pub use bpf::stacks;
 pub use session::run;
 /// Unwind table building, for the benches (benches/unwind_tables.rs).
 pub use unwind::table as unwind_table;

@@ -379,11 +379,11 @@ fn an_address_on_a_data_object_is_never_named_after_it() {
         file_offset_of(&bin, "table"),
         file_offset_of(&bin, "lookup_slot"),
     );
-    let frame = |offset| bprof::bpf::stacks::UserFrame::File {
+    let frame = |offset| bprof::stacks::UserFrame::File {
         build_id: id,
         offset,
     };
-    let raw = vec![bprof::bpf::stacks::RawStack {
+    let raw = vec![bprof::stacks::RawStack {
         tgid: me,
         tid: me,
         cgroup: 0,
