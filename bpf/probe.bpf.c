@@ -2,7 +2,7 @@
 /*
  * Feature probes that libbpf's helper and type probes cannot make: each
  * program uses one instruction-level feature and is loaded alone (see
- * src/kfeatures.rs). A load that fails means the kernel lacks it.
+ * src/bpf/kfeatures.rs). A load that fails means the kernel lacks it.
  */
 #include "kernel.bpf.h"
 

@@ -8,7 +8,8 @@
 //! the per-CPU counters every session shares, [`maps`] the typed map access
 //! and batch reads, [`mmap_array`] the unwinder's arrays written through mmap,
 //! [`preflight`] the checks made before loading, [`kfeatures`] the
-//! kernel features the programs need, and [`stacks`] the stacks and
+//! kernel features the programs need, [`core_btf`] the kernel types kept
+//! per boot for their relocations, and [`stacks`] the stacks and
 //! counters as the kernel hands them over, the plain data every later stage
 //! reads.
 

@@ -94,7 +94,7 @@ pub struct Unwinder {
     parsed: usize,
     /// `unwind_files` changed since [`Unwinder::publish`].
     files_changed: bool,
-    /// Kernel names (dev, ino) given a file's entry by [`Self::alias`].
+    /// Kernel names (dev, ino) given a file's entry by [`Self::alias_kernel_names`].
     aliased: HashSet<(u64, u64)>,
     /// Files opened on overlayfs.
     overlay: HashSet<(u64, u64)>,
