@@ -11,7 +11,7 @@ use std::time::Instant;
 use libbpf_rs::MapCore;
 
 use super::procmaps::Slot;
-use super::{kernel_dev, table, Unwinder};
+use super::{kernel_dev, table, Unwinder, VDSO_KEY};
 use crate::bpf::abi;
 use crate::bpf::maps;
 use crate::fsafe::{self, Owner};
@@ -21,9 +21,6 @@ use crate::symbolize::elfcheck::FileId;
 
 /// Largest file bprof reads to build a table.
 const MAX_FILE: u64 = 2 << 30;
-/// The `unwind_files` key of the vDSO's table: no file has inode
-/// u64::MAX on device 0.
-pub(super) const VDSO_KEY: (u64, u64) = (0, u64::MAX);
 
 /// Whether `fd` is a file on overlayfs.
 fn on_overlayfs(fd: std::os::fd::BorrowedFd) -> bool {

@@ -27,7 +27,10 @@ use crate::bpf::abi;
 use crate::bpf::maps;
 use crate::bpf::mmap_array::MmapArray as Store;
 use crate::process::maps::{self as proc_maps, parse_dev, parse_range, Mapping};
-use files::VDSO_KEY;
+
+/// The `unwind_files` key of the vDSO's table: no file has inode
+/// u64::MAX on device 0.
+const VDSO_KEY: (u64, u64) = (0, u64::MAX);
 
 /// Most rows `--unwind-rows` accepts (8 bytes each: 512 MiB).
 pub const MAX_ROWS: u32 = 1 << 26;
