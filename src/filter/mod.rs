@@ -1,6 +1,7 @@
 //! `--filter`: perf's sample-filter language (tools/perf/util/bpf-filter.y),
-//! parsed and checked in user space; [`compile_filter`] turns the result
-//! into the BPF map entries one loaded program walks for any filter.
+//! parsed and checked in user space; [`compile::compile_filter`] turns
+//! the result into the BPF map entries one loaded program walks for any
+//! filter.
 //!
 //! ```text
 //! filter  := term_or ( (',' | '&&') term_or )*    -- AND
@@ -277,10 +278,8 @@ impl fmt::Display for FilterError {
 
 impl std::error::Error for FilterError {}
 
-mod compile;
-mod parse;
-pub use compile::compile_filter;
-pub use parse::parse_all;
+pub(crate) mod compile;
+pub(crate) mod parse;
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,6 @@
 //! Unit and property tests of the filter parser.
 
-use super::parse::parse;
+use super::parse::{parse, parse_all};
 use super::*;
 use proptest::prelude::*;
 

@@ -308,7 +308,7 @@ fn stack_storage_size(text: &str) -> Result<u32> {
 
 /// `--filter`s parsed, checked against the mode and compiled to map entries.
 fn filter_entries(filters: &[String], mode: Mode) -> Result<Vec<filter_entry>> {
-    let filter = crate::filter::parse_all(filters)?;
+    let filter = crate::filter::parse::parse_all(filters)?;
     if mode.off_cpu() {
         // Off-CPU time has no sampled ip or period.
         if let Some(t) = filter
@@ -324,7 +324,7 @@ fn filter_entries(filters: &[String], mode: Mode) -> Result<Vec<filter_entry>> {
     if filter.is_empty() {
         Ok(Vec::new())
     } else {
-        crate::filter::compile_filter(&filter)
+        crate::filter::compile::compile_filter(&filter)
     }
 }
 
