@@ -16,7 +16,7 @@ pub fn read(path: &Path) -> Option<BuildId> {
     if let Err(why) = crate::symbolize::elfcheck::check(path) {
         // Not every mapped file is ELF; only a malformed ELF is news.
         if why != crate::symbolize::elfcheck::NOT_ELF {
-            crate::symbolize::note_refused(path, &why);
+            super::files::note_refused(path, &why);
         }
         return None;
     }

@@ -27,8 +27,8 @@ use crate::collect::sideband::MmapIndex;
 use crate::fasthash::{HashMap, HashSet};
 use crate::symbolize::buildid::FileFinder;
 
+pub(crate) use files::refused_files;
 pub use files::symbolize_file;
-pub(crate) use files::{note_refused, refused_files};
 use kernel::symbolize_kernel;
 pub(crate) use kernel::{is_bpf_frame, kernel_names, kernel_text_range};
 
