@@ -1,6 +1,7 @@
-//! The BPF side: the only code that loads or attaches programs or calls a
-//! map; collect/ and unwind/ hold handles borrowed from here and read and
-//! write through [`maps`] and [`mmap_array`].
+//! The BPF side: the only code that loads or attaches programs, and the
+//! typed access to their maps; collect/ and unwind/ hold map handles lent
+//! from here and read and write them mostly through [`maps`] and
+//! [`mmap_array`].
 //!
 //! [`profile`] is the sampling program (on-CPU, off-CPU, fork following),
 //! [`abi`] the constants and layouts shared with the programs,
