@@ -2,6 +2,7 @@
 
 pub mod file;
 pub mod folded;
+pub mod names;
 pub mod pprof;
 pub mod report;
 pub mod stat;
