@@ -231,6 +231,14 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
         bail!("{m}");
     }
     unwritten.report()?;
+    if let Some(n) = recorded
+        .periodic
+        .as_ref()
+        .map(|p| p.unwritten)
+        .filter(|&n| n > 0)
+    {
+        bail!("{n} interval files could not be written (said above as they happened)");
+    }
     Ok(Outcome { exit_code })
 }
 
@@ -248,7 +256,14 @@ fn report_end(
             0 => String::new(),
             n => format!("; {n} intervals had no samples and no files"),
         };
-        eprintln!("bprof: {} files written{empty}", p.files);
+        let unwritten = match p.unwritten {
+            0 => String::new(),
+            n => format!(
+                "; {n} could not be written ({} samples not in them)",
+                p.unwritten_samples
+            ),
+        };
+        eprintln!("bprof: {} files written{unwritten}{empty}", p.files);
     }
     // Built whole, then written once: stderr is unbuffered, and the report
     // wrote each formatted piece with a syscall of its own (~20 a report).
