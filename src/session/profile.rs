@@ -485,12 +485,23 @@ fn snapshot_scope(settings: &ProfileSettings, child: Option<u32>) -> Option<Vec<
     }
 }
 
-/// Files refused as malformed: named with -v, counted otherwise.
+/// Files refused as malformed: named with -v, counted otherwise; and the
+/// names shown mangled because demangling them was unbounded (-v).
 fn report_refused(verbose: bool) {
     let refused = symbolize::refused_files();
+    let undemangled = symbolize::undemangled();
+    if verbose && undemangled > 0 {
+        eprintln!(
+            "bprof: {undemangled} names shown mangled: demangled, they would have been too long to show"
+        );
+    }
     if verbose {
         for (path, why) in &refused {
-            eprintln!("bprof: skipped {} as malformed: {why}", path.display());
+            eprintln!(
+                "bprof: skipped {} as malformed: {}",
+                crate::output::names::path(path),
+                crate::output::names::clean(why)
+            );
         }
     } else if !refused.is_empty() {
         eprintln!(
