@@ -81,6 +81,18 @@ pub fn open_untrusted(path: &Path, owner: Owner, max_size: u64) -> Result<Checke
     check(file, owner, max_size)
 }
 
+/// [`open_untrusted`] for the file a live process maps at `[start, end)`,
+/// through its `/proc/PID/map_files` link: a link the kernel makes (so it
+/// is followed), to exactly the mapped file, whatever its path names now.
+pub fn open_mapped(pid: u32, start: u64, end: u64, max_size: u64) -> Result<Checked, Refused> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(format!("/proc/{pid}/map_files/{start:x}-{end:x}"))
+        .map_err(Refused::Io)?;
+    check(file, Owner::Any, max_size)
+}
+
 /// [`open_untrusted`] for `rel` inside another process's root directory
 /// (`/proc/PID/root`, a container's): every component, `..` and symlink is
 /// resolved inside that root (`openat2` with `RESOLVE_IN_ROOT`), so a

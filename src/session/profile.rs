@@ -509,6 +509,21 @@ fn report_refused(verbose: bool) {
             refused.len()
         );
     }
+    let sections = symbolize::skipped_sections();
+    if verbose {
+        for (path, why) in &sections {
+            eprintln!(
+                "bprof: read {} without its malformed sections (its symbol tables still name its functions): {}",
+                crate::output::names::path(path),
+                crate::output::names::clean(why)
+            );
+        }
+    } else if !sections.is_empty() {
+        eprintln!(
+            "bprof: {} files read without their malformed sections (-v names them)",
+            sections.len()
+        );
+    }
 }
 
 /// Joins the shared counters for the profile's target; `None` (after saying

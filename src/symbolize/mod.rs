@@ -31,7 +31,7 @@ use crate::fasthash::{HashMap, HashSet};
 use crate::symbolize::buildid::FileFinder;
 
 pub use files::symbolize_file;
-pub(crate) use files::{note_refused, refused_files};
+pub(crate) use files::{note_refused, refused_files, skipped_sections};
 use kernel::symbolize_kernel;
 pub(crate) use kernel::{is_bpf_frame, kernel_names, kernel_text_range};
 
@@ -406,7 +406,7 @@ pub(crate) fn symbolize_frames(
         unknown_keys: HashSet::default(),
         user_locs: HashMap::default(),
         debuginfod: crate::symbolize::debuginfod::Client::from_env(),
-        data_cache: HashMap::default(),
+        mapped: HashMap::default(),
     };
     let kaddrs = sorted_unique(raw.iter().flat_map(kernel_keys));
     let (kernel, kallsyms_live) = symbolize_kernel(symbolizer, &kaddrs);
@@ -430,8 +430,8 @@ pub(crate) fn symbolize_frames(
     }
     let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());
     for ((id, tgid), offsets) in by_file {
-        let path = finder.find(&id, tgid);
-        pass.file_frames(id, tgid, path, &offsets);
+        let file = finder.find(&id, tgid);
+        pass.file_frames(id, tgid, file, &offsets);
     }
     for (pid, ips) in by_pid {
         pass.ip_frames(pid, &ips);
