@@ -88,6 +88,7 @@ pub(super) struct Recorded {
 // Long on purpose: the profile's stages in order (load, record, drain, symbolize, write, report); each is a call, the rest hands values between them.
 pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     crate::bpf::preflight::check()?;
+    crate::symbolize::debuginfod::configure(settings.debuginfod_cache_size)?;
     let files = Files::create(&settings)?;
     let cpus = if settings.target.cpus.is_empty() {
         sampling::online_cpus()?
