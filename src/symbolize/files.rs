@@ -486,4 +486,27 @@ mod tests {
         let not_elf = File::open(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
         assert_eq!(virt_offsets_in(&not_elf, &[0]), vec![None]);
     }
+
+    /// What blazesym reads is the file that was checked: another file
+    /// renamed over its path afterwards changes nothing.
+    #[test]
+    fn a_file_swapped_after_its_check_changes_nothing() {
+        let d = std::env::temp_dir().join(format!("bprof-swap-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        let p = d.join("lib.so");
+        fs::copy(std::env::current_exe().unwrap(), &p).unwrap();
+        let checked = ElfFile::open(&p).unwrap();
+        let (id, data) = (checked.build_id(), checked.read_data_symbols());
+        assert!(id.is_some() && !data.is_empty());
+        let other = d.join("other");
+        fs::copy("/bin/true", &other).unwrap();
+        fs::rename(&other, &p).unwrap();
+        assert_eq!(checked.build_id(), id);
+        assert_eq!(checked.read_data_symbols(), data);
+        let now = ElfFile::open(&p).unwrap();
+        assert_ne!(now.build_id(), id);
+        assert_ne!(now.read_data_symbols(), data);
+        let _ = fs::remove_dir_all(&d);
+    }
 }

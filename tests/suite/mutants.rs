@@ -163,3 +163,84 @@ fn hostile_thousands_of_mutants_never_abort_or_panic() {
         "no mutant was refused: the mutations did nothing"
     );
 }
+
+/// File offset of symbol `name` of the ELF image `data` (its .symtab, its
+/// address through the PT_LOAD headers).
+fn symbol_offset(data: &[u8], name: &str) -> u64 {
+    use object::read::elf::{ProgramHeader, Sym};
+    let h = object::elf::FileHeader64::<object::Endianness>::parse(data).unwrap();
+    let e = h.endian().unwrap();
+    let sections = h.sections(e, data).unwrap();
+    let syms = sections.symbols(e, data, object::elf::SHT_SYMTAB).unwrap();
+    let addr = syms
+        .iter()
+        .find(|s| syms.symbol_name(e, s).ok() == Some(name.as_bytes()))
+        .unwrap_or_else(|| panic!("no symbol {name}"))
+        .st_value(e);
+    h.program_headers(e, data)
+        .unwrap()
+        .iter()
+        .filter(|p| p.p_type(e) == object::elf::PT_LOAD)
+        .find(|p| addr >= p.p_vaddr(e) && addr < p.p_vaddr(e) + p.p_filesz(e))
+        .map(|p| addr - p.p_vaddr(e) + p.p_offset(e))
+        .expect("a segment")
+}
+
+/// A malformed symbol table costs that table: the dynamic symbols still
+/// name the functions they hold.
+#[test]
+fn hostile_a_malformed_symbol_table_costs_that_table_only() {
+    let _g = exclusive();
+    let dir = scratch("mutants_symtab");
+    let src = dir.join("t.c");
+    std::fs::write(
+        &src,
+        "__attribute__((noinline)) int exported_fn(int x) { return x * 3 + 1; }\n\
+         __attribute__((noinline)) static int local_only(int x) { return exported_fn(x) + 2; }\n\
+         int main(int c, char **v) { (void)v; return local_only(c); }\n",
+    )
+    .unwrap();
+    let bin = dir.join("t");
+    assert!(Command::new("gcc")
+        .args(["-O1", "-rdynamic", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
+    let data = std::fs::read(&bin).unwrap();
+    let offs = [
+        symbol_offset(&data, "exported_fn"),
+        symbol_offset(&data, "local_only"),
+    ];
+    let names = |path: &Path| -> Vec<String> {
+        let sym = bprof::symbolize::symbolizer();
+        bprof::symbolize::symbolize_file(&sym, path, blazesym::symbolize::Input::FileOffset(&offs))
+            .into_iter()
+            .map(|s| match s {
+                blazesym::symbolize::Symbolized::Sym(s) => s.name.to_string(),
+                _ => String::new(),
+            })
+            .collect()
+    };
+    assert_eq!(names(&bin), ["exported_fn", "local_only"]);
+    // .symtab's entry size made one no table can have.
+    let h = object::elf::FileHeader64::<object::Endianness>::parse(&*data).unwrap();
+    let e = h.endian().unwrap();
+    let (shoff, shentsize) = (h.e_shoff(e) as usize, h.e_shentsize(e) as usize);
+    let symtab = h
+        .sections(e, &*data)
+        .unwrap()
+        .iter()
+        .position(|s| s.sh_type(e) == object::elf::SHT_SYMTAB)
+        .unwrap();
+    let mut m = data.clone();
+    let at = shoff + symtab * shentsize + 56;
+    m[at..at + 8].copy_from_slice(&23u64.to_le_bytes());
+    let mutant = dir.join("t-mutant");
+    std::fs::write(&mutant, &m).unwrap();
+    let got = names(&mutant);
+    // Named from .dynsym; the static function was only in the table lost.
+    assert_eq!(got[0], "exported_fn", "{got:?}");
+    assert_ne!(got[1], "local_only", "{got:?}");
+}
