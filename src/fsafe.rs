@@ -443,7 +443,7 @@ pub fn rename_in(
 }
 
 /// The target of the symlink `name` in `dir`.
-fn readlinkat(dir: &File, name: &std::ffi::OsStr) -> io::Result<PathBuf> {
+pub fn readlinkat(dir: &File, name: &std::ffi::OsStr) -> io::Result<PathBuf> {
     use std::os::unix::ffi::OsStringExt;
     let c = c_name(name)?;
     let mut buf = vec![0u8; libc::PATH_MAX as usize];

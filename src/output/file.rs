@@ -76,6 +76,9 @@ enum How {
     /// Opened and written in place on commit; `follow`: through a trusted
     /// symlink.
     InPlace { follow: bool },
+    /// One of bprof's own descriptors, which its caller opened
+    /// (`/dev/stdout`, `/dev/fd/3`): written as it is.
+    Inherited(i32),
 }
 
 impl OutputFile {
@@ -128,8 +131,14 @@ impl OutputFile {
                             }
                         );
                     }
-                    writable(&dir, &name, true).with_context(|| format!("cannot write {shown}"))?;
-                    How::InPlace { follow: true }
+                    match inherited(&dir, &name) {
+                        Some(fd) => How::Inherited(fd),
+                        None => {
+                            writable(&dir, &name, true)
+                                .with_context(|| format!("cannot write {shown}"))?;
+                            How::InPlace { follow: true }
+                        }
+                    }
                 }
                 libc::S_IFDIR => bail!("cannot write {shown}: is a directory"),
                 libc::S_IFCHR => {
@@ -206,6 +215,20 @@ impl OutputFile {
                 write(&mut w).with_context(|| format!("writing {shown}"))?;
                 w.flush().with_context(|| format!("writing {shown}"))
             }
+            How::Inherited(fd) => {
+                // SAFETY: dup of a descriptor checked open when prepared;
+                // the new one is owned by the File.
+                let f = unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 0) };
+                if f < 0 {
+                    return Err(io::Error::last_os_error())
+                        .with_context(|| format!("cannot write {shown}"));
+                }
+                // SAFETY: f is a fresh descriptor nothing else owns.
+                let f = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(f) };
+                let mut w = BufWriter::new(f);
+                write(&mut w).with_context(|| format!("writing {shown}"))?;
+                w.flush().with_context(|| format!("writing {shown}"))
+            }
         }
     }
 }
@@ -249,6 +272,26 @@ fn in_place_checks(f: &File) -> Result<(), String> {
             m.uid()
         )),
     }
+}
+
+/// The descriptor of bprof's own that the trusted symlink `name` in `dir`
+/// stands for, if open: `/dev/stdout` (`/proc/self/fd/1`), `/dev/fd/N`.
+/// What its caller opened for it is written as it is, whoever owns it.
+fn inherited(dir: &File, name: &OsStr) -> Option<i32> {
+    let own = PathBuf::from(format!("/proc/{}/fd", std::process::id()));
+    let in_own = fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())).ok() == Some(own);
+    let fd: i32 = if in_own {
+        name.to_str()?.parse().ok()?
+    } else {
+        let to = fsafe::readlinkat(dir, name).ok()?;
+        let n = to
+            .strip_prefix("/proc/self/fd")
+            .or_else(|_| to.strip_prefix("/dev/fd"))
+            .ok()?;
+        n.to_str()?.parse().ok()?
+    };
+    // SAFETY: F_GETFD only asks whether the descriptor is open.
+    (unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0).then_some(fd)
 }
 
 /// Whether bprof may write `name` in `dir` (an existing special file, or

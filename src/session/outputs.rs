@@ -3,6 +3,7 @@
 //! files before stdout.
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
@@ -11,7 +12,6 @@ use crate::events::sampling::Event;
 use crate::output::file::OutputFile;
 use crate::output::summary::Summary;
 use crate::output::{folded, pprof, report, svg};
-use crate::session::periodic;
 use crate::session::profile::Recorded;
 use crate::session::settings::ProfileSettings;
 use crate::symbolize;
@@ -31,25 +31,22 @@ impl Files {
             |p: &Option<std::path::PathBuf>| p.as_deref().map(OutputFile::create).transpose();
         // Periodic outputs are patterns, one file per interval. Their
         // folders are made now (the part of the path before any escape),
-        // so a missing or refused one fails before anything is recorded;
-        // where the folder does not vary, the first interval's file is
-        // prepared (and dropped) as a check too.
+        // so a missing, refused or unwritable one fails before anything is
+        // recorded; each interval's name is checked when it is written (one
+        // that cannot be costs that file only).
         let pattern = |p: &Option<std::path::PathBuf>| -> Result<Option<OutputFile>> {
             if settings.every.is_none() {
                 return create(p);
             }
             if let Some(p) = p {
                 let fixed = fixed_folder(p);
-                crate::fsafe::open_dir_nofollow(&fixed, Some(0o755)).with_context(|| {
-                    format!(
-                        "cannot make the output folder {}",
-                        crate::output::names::path(&fixed)
-                    )
-                })?;
-                if p.parent()
-                    .is_none_or(|d| d.as_os_str().len() <= fixed.as_os_str().len())
-                {
-                    OutputFile::create(&periodic::expand(p, SystemTime::now(), 1, Duration::ZERO))?;
+                let shown = crate::output::names::path(&fixed);
+                let dir = crate::fsafe::open_dir_nofollow(&fixed, Some(0o755))
+                    .with_context(|| format!("cannot make the output folder {shown}"))?;
+                // SAFETY: a valid directory fd and a NUL-terminated name.
+                if unsafe { libc::faccessat(dir.as_raw_fd(), c".".as_ptr(), libc::W_OK, 0) } != 0 {
+                    return Err(io::Error::last_os_error())
+                        .with_context(|| format!("cannot write in the output folder {shown}"));
                 }
             }
             Ok(None)
