@@ -16,8 +16,10 @@
 //!   another user's file.
 //! - A file another user owns in a directory that user can write is not
 //!   replaced (the kernel's protected_regular rule, asked everywhere).
-//! - A symlink at the path is written through only when root's in a
-//!   directory no other user can write (`/dev/stdout`).
+//! - A symlink at the path is followed only when root's in a directory no
+//!   other user can write, and where it leads is checked as the path itself
+//!   would be; `/dev/stdout` and `/dev/fd/N` write the descriptor bprof's
+//!   caller opened.
 //! - Of other files, only character devices (`/dev/null`, a terminal) and
 //!   root's FIFOs are written, in place, opened `O_NONBLOCK` so that an open
 //!   never waits for a reader; only when there is something to write.
@@ -39,6 +41,9 @@ const NEW_MODE: u32 = 0o644;
 /// Mode of a new private output file (one that shows more than a profile
 /// does), less the umask.
 const PRIVATE_MODE: u32 = 0o600;
+/// Symlinks followed from the path given, at most.
+const MAX_LINKS: usize = 8;
+
 /// Bits an output never has, whatever the file it replaces had: setuid,
 /// setgid, sticky and world-writable.
 const NEVER: u32 = 0o7002;
@@ -73,9 +78,9 @@ enum How {
         file: Option<File>,
         existed: bool,
     },
-    /// Opened and written in place on commit; `follow`: through a trusted
-    /// symlink.
-    InPlace { follow: bool },
+    /// A character device or root's FIFO, opened and written in place on
+    /// commit.
+    InPlace,
     /// One of bprof's own descriptors, which its caller opened
     /// (`/dev/stdout`, `/dev/fd/3`): written as it is.
     Inherited(i32),
@@ -89,6 +94,14 @@ impl OutputFile {
 
     /// [`OutputFile::create`] with options.
     pub fn create_with(path: &Path, opts: Options) -> Result<OutputFile> {
+        let mut f = Self::create_at(path, opts, 0)?;
+        f.path = path.to_path_buf();
+        Ok(f)
+    }
+
+    /// [`OutputFile::create_with`] `depth` symlinks away from the path the
+    /// user gave.
+    fn create_at(path: &Path, opts: Options, depth: usize) -> Result<OutputFile> {
         let shown = names::path(path);
         let name = path
             .file_name()
@@ -133,23 +146,32 @@ impl OutputFile {
                     }
                     match inherited(&dir, &name) {
                         Some(fd) => How::Inherited(fd),
-                        None => {
-                            writable(&dir, &name, true)
+                        // Where it leads is checked as the path given
+                        // would be: never the kernel's walk, which would
+                        // follow another user's symlink further on.
+                        None if depth < MAX_LINKS => {
+                            let to = fsafe::readlinkat(&dir, &name)
                                 .with_context(|| format!("cannot write {shown}"))?;
-                            How::InPlace { follow: true }
+                            let to = if to.is_absolute() {
+                                to
+                            } else {
+                                fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+                                    .with_context(|| format!("cannot write {shown}"))?
+                                    .join(to)
+                            };
+                            return Self::create_at(&to, opts, depth + 1);
                         }
+                        None => bail!("cannot write {shown}: too many levels of symbolic links"),
                     }
                 }
                 libc::S_IFDIR => bail!("cannot write {shown}: is a directory"),
                 libc::S_IFCHR => {
-                    writable(&dir, &name, false)
-                        .with_context(|| format!("cannot write {shown}"))?;
-                    How::InPlace { follow: false }
+                    writable(&dir, &name).with_context(|| format!("cannot write {shown}"))?;
+                    How::InPlace
                 }
                 libc::S_IFIFO if trusted_uid(st.st_uid) => {
-                    writable(&dir, &name, false)
-                        .with_context(|| format!("cannot write {shown}"))?;
-                    How::InPlace { follow: false }
+                    writable(&dir, &name).with_context(|| format!("cannot write {shown}"))?;
+                    How::InPlace
                 }
                 libc::S_IFIFO => bail!(
                     "refusing to write {shown}: a FIFO owned by uid {}",
@@ -198,12 +220,11 @@ impl OutputFile {
                 tmp.clear();
                 Ok(())
             }
-            How::InPlace { follow } => {
-                let nofollow = if *follow { 0 } else { libc::O_NOFOLLOW };
+            How::InPlace => {
                 let f = fsafe::openat(
                     &self.dir,
                     &self.name,
-                    libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOCTTY | nofollow,
+                    libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW,
                     0,
                 )
                 .map_err(|e| match e.raw_os_error() {
@@ -246,8 +267,7 @@ impl Drop for OutputFile {
 
 /// What an output written in place may be, checked on the open descriptor
 /// (the name may have changed since it was prepared): a character device,
-/// a FIFO of root's (then written blocking, as a pipe on stdout is), or a
-/// regular file of root's reached through root's symlink (truncated first).
+/// or a FIFO of root's (then written blocking, as a pipe on stdout is).
 fn in_place_checks(f: &File) -> Result<(), String> {
     let m = f.metadata().map_err(|e| e.to_string())?;
     let t = m.mode() & libc::S_IFMT;
@@ -266,7 +286,6 @@ fn in_place_checks(f: &File) -> Result<(), String> {
             blocking();
             Ok(())
         }
-        libc::S_IFREG if trusted_uid(m.uid()) => f.set_len(0).map_err(|e| e.to_string()),
         _ => Err(format!(
             "it is now a file of uid {} that bprof does not write in place",
             m.uid()
@@ -294,12 +313,11 @@ fn inherited(dir: &File, name: &OsStr) -> Option<i32> {
     (unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0).then_some(fd)
 }
 
-/// Whether bprof may write `name` in `dir` (an existing special file, or
-/// where the symlink there leads).
-fn writable(dir: &File, name: &OsStr, follow: bool) -> io::Result<()> {
+/// Whether bprof may write `name` in `dir` (an existing special file).
+fn writable(dir: &File, name: &OsStr) -> io::Result<()> {
     let c = std::ffi::CString::new(name.as_encoded_bytes())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+    let flags = libc::AT_SYMLINK_NOFOLLOW;
     // SAFETY: a valid directory fd and a NUL-terminated name.
     if unsafe { libc::faccessat(dir.as_raw_fd(), c.as_ptr(), libc::W_OK, flags) } != 0 {
         return Err(io::Error::last_os_error());
@@ -493,6 +511,12 @@ mod tests {
         chown(&theirs, 65534);
         std::os::unix::fs::symlink(&target, theirs.join("link")).unwrap();
         assert!(write(&theirs.join("link")).is_err());
+        // Root's symlink that leads through another user's directory: where
+        // it leads is checked too, not walked by the kernel.
+        let chain = d.join("chain");
+        std::os::unix::fs::symlink(theirs.join("link"), &chain).unwrap();
+        assert!(format!("{:#}", write(&chain).unwrap_err())
+            .contains("in a directory another user owns"));
         std::os::unix::fs::symlink(&d, theirs.join("dir")).unwrap();
         let e = format!("{:#}", write(&theirs.join("dir").join("new")).unwrap_err());
         assert!(

@@ -344,7 +344,7 @@ fn hostile_a_symlinked_or_foreign_debuginfod_cache_is_refused_at_start() {
         .env("DEBUGINFOD_CACHE_PATH", &cache)
         .args(["--no-counts", "-F", "499", "-f", "--"])
         .arg(&bin)
-        .arg("0.5"));
+        .arg("1"));
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
     use std::os::unix::fs::MetadataExt;
@@ -352,7 +352,8 @@ fn hostile_a_symlinked_or_foreign_debuginfod_cache_is_refused_at_start() {
     assert_eq!((m.uid(), m.mode() & 0o777), (0, 0o700));
     let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
     assert_totals(&err, &lines);
-    assert!(total_for(&lines, "fx_w631n") > 100, "{lines:?}");
+    // (However busy the machine: the profile is there, whole.)
+    assert!(total_for(&lines, "fx_w631n") > 20, "{lines:?}");
 }
 
 /// Removes a directory tree (nobody's, made for a test) when the test ends.
