@@ -82,7 +82,8 @@ impl<'a> Pass<'a> {
             answered = self.names_from_debug_file(&id, p, d, offsets, &mut resolved);
         }
         // What a readable debug file left unnamed, the file itself (whose
-        // debug link leads blazesym to the same DWARF) cannot name either.
+        // debug link, where followed, leads to the same DWARF) cannot name
+        // either.
         if let Some(p) = file.as_ref().filter(|_| !answered) {
             let rest: Vec<usize> = (0..offsets.len())
                 .filter(|&i| resolved[i].is_none())
@@ -150,7 +151,7 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// The code symbols at `offsets` of `path`: data objects never name an
+    /// The code symbols at `offsets` of `file`: data objects never name an
     /// address.
     fn code_symbols(&mut self, file: &ElfFile, offsets: &[u64]) -> Vec<Option<Symbolized<'a>>> {
         let data = file.data_symbols();
