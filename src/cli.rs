@@ -269,6 +269,16 @@ pub struct ProfileArgs {
     )]
     pub max_perf_map_size: String,
 
+    /// With DEBUGINFOD_URLS set: the most the debuginfod cache may hold;
+    /// the least recently used files are removed past it, and no larger
+    /// file is downloaded.
+    #[arg(
+        long = "debuginfod-cache-size",
+        value_name = "BYTES",
+        default_value = "1073741824"
+    )]
+    pub debuginfod_cache_size: String,
+
     /// Show a frame inside a file that has no symbol for it as `[module]`
     /// (one box per module in a flame graph) instead of `module+0xOFFSET`.
     #[arg(long = "unknown-as-module")]

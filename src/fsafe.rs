@@ -81,6 +81,18 @@ pub fn open_untrusted(path: &Path, owner: Owner, max_size: u64) -> Result<Checke
     check(file, owner, max_size)
 }
 
+/// [`open_untrusted`] for the file a live process maps at `[start, end)`,
+/// through its `/proc/PID/map_files` link: a link the kernel makes (so it
+/// is followed), to exactly the mapped file, whatever its path names now.
+pub fn open_mapped(pid: u32, start: u64, end: u64, max_size: u64) -> Result<Checked, Refused> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(format!("/proc/{pid}/map_files/{start:x}-{end:x}"))
+        .map_err(Refused::Io)?;
+    check(file, Owner::Any, max_size)
+}
+
 /// [`open_untrusted`] for `rel` inside another process's root directory
 /// (`/proc/PID/root`, a container's): every component, `..` and symlink is
 /// resolved inside that root (`openat2` with `RESOLVE_IN_ROOT`), so a
@@ -312,6 +324,242 @@ pub fn replace_private_file(
         let _ = std::fs::remove_file(dir_path.join(&tmp));
     }
     written
+}
+
+/// Whether bprof trusts a file or symlink owned by `uid` as its own: root's,
+/// or its own user's.
+pub fn trusted_uid(uid: u32) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    uid == 0 || uid == unsafe { libc::geteuid() }
+}
+
+/// Whether a directory (`st`) is written by nobody bprof does not trust: a
+/// trusted owner, no write access for group or others.
+pub fn dir_is_private(st: &libc::stat) -> bool {
+    trusted_uid(st.st_uid) && st.st_mode & 0o022 == 0
+}
+
+/// Whether the user `uid` can change what a directory (`st`) holds: its
+/// owner, or anyone where the group or others may write it.
+pub fn can_write_dir(uid: u32, st: &libc::stat) -> bool {
+    st.st_uid == uid || st.st_mode & 0o022 != 0
+}
+
+fn c_name(name: &std::ffi::OsStr) -> io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(name.as_bytes()).map_err(|_| io::ErrorKind::InvalidInput.into())
+}
+
+/// `openat(dir, name, flags, mode)`, always `O_CLOEXEC`.
+pub fn openat(dir: &File, name: &std::ffi::OsStr, flags: i32, mode: u32) -> io::Result<File> {
+    use std::os::fd::FromRawFd;
+    let c = c_name(name)?;
+    // SAFETY: a valid directory fd and a NUL-terminated name; the returned fd
+    // is checked and then owned by the File.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor nothing else owns.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// `fstatat(dir, name)` without following a final symlink.
+pub fn lstatat(dir: &File, name: &std::ffi::OsStr) -> io::Result<libc::stat> {
+    let c = c_name(name)?;
+    // SAFETY: stat is plain data, filled by the kernel.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid directory fd, a NUL-terminated name and a stat buffer.
+    let r = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+/// `fstat` of an open file, as the kernel's struct.
+pub fn fstat(f: &File) -> io::Result<libc::stat> {
+    // SAFETY: stat is plain data, filled by the kernel.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd and a stat buffer.
+    if unsafe { libc::fstat(f.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+/// `unlinkat(dir, name)` of a file.
+pub fn unlinkat(dir: &File, name: &std::ffi::OsStr) -> io::Result<()> {
+    let c = c_name(name)?;
+    // SAFETY: a valid directory fd and a NUL-terminated name.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `renameat2(dir, from, dir, to)`; with `no_replace`, fails (EEXIST)
+/// rather than replace something that appeared at `to`.
+pub fn rename_in(
+    dir: &File,
+    from: &std::ffi::OsStr,
+    to: &std::ffi::OsStr,
+    no_replace: bool,
+) -> io::Result<()> {
+    let (f, t) = (c_name(from)?, c_name(to)?);
+    let flags = if no_replace {
+        libc::RENAME_NOREPLACE
+    } else {
+        0
+    };
+    // SAFETY: valid directory fds and NUL-terminated names.
+    let r = unsafe {
+        libc::renameat2(
+            dir.as_raw_fd(),
+            f.as_ptr(),
+            dir.as_raw_fd(),
+            t.as_ptr(),
+            flags,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The target of the symlink `name` in `dir`.
+pub fn readlinkat(dir: &File, name: &std::ffi::OsStr) -> io::Result<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let c = c_name(name)?;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: a valid directory fd, a NUL-terminated name and a buffer of
+    // the length passed.
+    let n = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    Ok(PathBuf::from(std::ffi::OsString::from_vec(buf)))
+}
+
+/// Whether the symlink `link` (lstat) in the directory `dir` (fstat) may
+/// be followed on root's behalf: it is root's (or bprof's user's), in a
+/// directory no other user can write, so no one else chose or can change
+/// where it leads. The kernel's protected_symlinks asks this only in
+/// sticky world-writable directories; bprof asks it everywhere.
+pub fn trusted_link(link: &libc::stat, dir: &libc::stat) -> bool {
+    trusted_uid(link.st_uid) && dir_is_private(dir)
+}
+
+/// Symlinks followed in one path, at most (the kernel's own limit).
+const MAX_LINKS: usize = 40;
+
+/// Opens the directory `path` to create or replace files in it on root's
+/// behalf. Every component is opened with `O_NOFOLLOW` from the one before
+/// (`openat`), so what is checked is what is used; a symlink on the way is
+/// followed only when [`trusted_link`] allows it, and refused otherwise,
+/// naming it. With `create`, missing directories are made with that mode
+/// (less the umask), never through a symlink.
+pub fn open_dir_nofollow(path: &Path, create: Option<u32>) -> anyhow::Result<File> {
+    use std::collections::VecDeque;
+    use std::path::Component;
+    let open_dir = |dir: &File, name: &std::ffi::OsStr| {
+        openat(
+            dir,
+            name,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0,
+        )
+    };
+    let root = || File::open("/");
+    let start = if path.is_absolute() {
+        root()
+    } else {
+        File::open(".")
+    };
+    let mut cur = start?;
+    let mut todo: VecDeque<std::ffi::OsString> = VecDeque::new();
+    let push_front = |todo: &mut VecDeque<std::ffi::OsString>, p: &Path| {
+        for c in p.components().rev() {
+            todo.push_front(c.as_os_str().to_os_string());
+        }
+    };
+    push_front(&mut todo, path);
+    let mut links = 0;
+    while let Some(name) = todo.pop_front() {
+        let shown = crate::output::names::path(Path::new(&name));
+        match Path::new(&name).components().next() {
+            Some(Component::RootDir) => {
+                cur = root()?;
+                continue;
+            }
+            Some(Component::CurDir) | None => continue,
+            _ => {}
+        }
+        let opened = match (open_dir(&cur, &name), create) {
+            (Err(e), Some(mode)) if e.kind() == io::ErrorKind::NotFound => {
+                let c = c_name(&name)?;
+                // SAFETY: a valid directory fd and a NUL-terminated name.
+                let r = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), mode as libc::mode_t) };
+                let made = io::Error::last_os_error();
+                if r != 0 && made.kind() != io::ErrorKind::AlreadyExists {
+                    anyhow::bail!("cannot create directory {shown}: {made}");
+                }
+                open_dir(&cur, &name)
+            }
+            (other, _) => other,
+        };
+        match opened {
+            Ok(d) => cur = d,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+                let link = lstatat(&cur, &name)?;
+                if link.st_mode & libc::S_IFMT != libc::S_IFLNK {
+                    anyhow::bail!("{shown}: not a directory");
+                }
+                let dir = fstat(&cur)?;
+                if !trusted_link(&link, &dir) {
+                    anyhow::bail!(
+                        "{shown} is a symlink owned by uid {} in a directory {}: not followed",
+                        link.st_uid,
+                        if trusted_uid(dir.st_uid) {
+                            "other users can write"
+                        } else {
+                            "another user owns"
+                        }
+                    );
+                }
+                links += 1;
+                if links > MAX_LINKS {
+                    anyhow::bail!("too many levels of symbolic links");
+                }
+                push_front(&mut todo, &readlinkat(&cur, &name)?);
+            }
+            Err(e) => anyhow::bail!("{shown}: {e}"),
+        }
+    }
+    Ok(cur)
 }
 
 #[cfg(test)]

@@ -471,7 +471,11 @@ impl JitFiles {
     pub fn report(&self, verbose: bool) {
         if verbose {
             for (path, why) in self.skipped.borrow().iter() {
-                eprintln!("bprof: skipped {path}: {why}");
+                eprintln!(
+                    "bprof: skipped {}: {}",
+                    crate::output::names::clean(path),
+                    crate::output::names::clean(why)
+                );
             }
             let bad = self.malformed.get();
             if bad > 0 {

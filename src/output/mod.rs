@@ -5,6 +5,7 @@
 
 pub mod file;
 pub mod folded;
+pub mod names;
 pub mod pattern;
 pub mod pprof;
 pub mod report;

@@ -85,6 +85,40 @@ pub(crate) fn executable_mappings(pid: u32) -> Vec<Mapping> {
         .collect()
 }
 
+/// One executable mapping of a live process, as /proc/PID/maps shows it.
+pub(crate) struct Mapped {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    /// Its file offset.
+    pub(crate) off: u64,
+    /// Its file's path (whole, spaces and all), or `[vdso]`, `[heap]`, empty.
+    pub(crate) path: String,
+}
+
+/// The executable mappings of live process `pid`, from /proc/PID/maps.
+pub(crate) fn mappings(pid: u32) -> Vec<Mapped> {
+    let Some(maps) = read(pid) else {
+        return Vec::new();
+    };
+    maps.lines()
+        .filter_map(|l| {
+            let mut w = l.splitn(6, ' ');
+            let (start, end) = parse_range(w.next()?)?;
+            if !w.next()?.contains('x') {
+                return None;
+            }
+            let off = u64::from_str_radix(w.next()?, 16).ok()?;
+            let path = w.nth(2).unwrap_or_default().trim_start().to_string();
+            Some(Mapped {
+                start,
+                end,
+                off,
+                path,
+            })
+        })
+        .collect()
+}
+
 /// "7f00-7f10" (hex) → (start, end), as /proc/PID/maps writes a range.
 pub(crate) fn parse_range(s: &str) -> Option<(u64, u64)> {
     let (a, b) = s.split_once('-')?;

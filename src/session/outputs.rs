@@ -3,6 +3,7 @@
 //! files before stdout.
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
@@ -10,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use crate::events::sampling::Event;
 use crate::output::file::OutputFile;
 use crate::output::summary::Summary;
-use crate::output::{folded, pattern, pprof, report, svg};
+use crate::output::{folded, pprof, report, svg};
 use crate::session::runner::End;
 use crate::session::settings::ProfileSettings;
 use crate::symbolize;
@@ -43,23 +44,62 @@ impl Files {
     pub(super) fn create(settings: &ProfileSettings) -> Result<Files> {
         let create =
             |p: &Option<std::path::PathBuf>| p.as_deref().map(OutputFile::create).transpose();
-        // Periodic outputs are patterns, one file per interval: each is
-        // checked now by preparing (and dropping) the first interval's.
+        // Periodic outputs are patterns, one file per interval. Their
+        // folders are made now (the part of the path before any escape),
+        // so a missing, refused or unwritable one fails before anything is
+        // recorded; each interval's name is checked when it is written (one
+        // that cannot be costs that file only).
         let pattern = |p: &Option<std::path::PathBuf>| -> Result<Option<OutputFile>> {
             if settings.every.is_none() {
                 return create(p);
             }
             if let Some(p) = p {
-                OutputFile::create(&pattern::expand(p, SystemTime::now(), 1, Duration::ZERO))?;
+                let fixed = fixed_folder(p);
+                let shown = crate::output::names::path(&fixed);
+                let dir = crate::fsafe::open_dir_nofollow(&fixed, Some(0o755))
+                    .with_context(|| format!("cannot make the output folder {shown}"))?;
+                // SAFETY: a valid directory fd and a NUL-terminated name.
+                if unsafe { libc::faccessat(dir.as_raw_fd(), c".".as_ptr(), libc::W_OK, 0) } != 0 {
+                    return Err(io::Error::last_os_error())
+                        .with_context(|| format!("cannot write in the output folder {shown}"));
+                }
             }
             Ok(None)
         };
+        // The summary names the command line, which may hold what its
+        // arguments hold: for its user only.
+        let stats_json = settings
+            .stats_json
+            .as_deref()
+            .map(|p| {
+                let opts = crate::output::file::Options {
+                    private: !settings.target.command.is_empty(),
+                    ..Default::default()
+                };
+                OutputFile::create_with(p, opts)
+            })
+            .transpose()?;
         Ok(Files {
             folded: pattern(&settings.folded_file)?,
             svg: pattern(&settings.svg)?,
             pprof: pattern(&settings.pprof)?,
-            stats_json: create(&settings.stats_json)?,
+            stats_json,
         })
+    }
+}
+
+/// The folder of an output pattern up to its first component with an
+/// escape (`out/%t/x.folded` → `out`): the same for every interval.
+fn fixed_folder(pattern: &std::path::Path) -> std::path::PathBuf {
+    let parent = pattern.parent().unwrap_or(std::path::Path::new(""));
+    let fixed: std::path::PathBuf = parent
+        .components()
+        .take_while(|c| !c.as_os_str().as_encoded_bytes().contains(&b'%'))
+        .collect();
+    if fixed.as_os_str().is_empty() {
+        std::path::PathBuf::from(".")
+    } else {
+        fixed
     }
 }
 

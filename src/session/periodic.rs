@@ -22,7 +22,7 @@ use anyhow::Result;
 use crate::bpf::stacks::RawStack;
 use crate::collect::sideband::{forget_gone, MmapIndex};
 use crate::events::sampling::Event;
-use crate::output::file::OutputFile;
+use crate::output::file::{Options, OutputFile};
 use crate::output::pattern::expand;
 use crate::output::{folded, pprof, svg};
 use crate::session::settings::ProfileSettings;
@@ -42,6 +42,10 @@ pub struct Periodic {
     pub empty: u64,
     /// Files written.
     pub files: u64,
+    /// Files that could not be written (each said when it happened).
+    pub unwritten: u64,
+    /// The samples those files would have held.
+    pub unwritten_samples: u64,
     /// Sum of every interval's folded counts: the totals check.
     pub total: u64,
     /// Stacks written, summed over intervals.
@@ -66,6 +70,8 @@ impl Periodic {
             intervals: 0,
             empty: 0,
             files: 0,
+            unwritten: 0,
+            unwritten_samples: 0,
             total: 0,
             stacks: 0,
             sym: SymbolStats::default(),
@@ -125,9 +131,25 @@ impl Periodic {
             return Ok(());
         }
         let path = |p: &Path| expand(p, nominal, number, length);
+        // A file that cannot be written (a name another user planted, a
+        // full disk) costs that file only: said, counted, and the run goes on.
+        let mut put = |p: &Path, write: &dyn Fn(&mut dyn io::Write) -> io::Result<()>| {
+            let at = path(p);
+            let opts = Options {
+                make_dirs: true,
+                ..Options::default()
+            };
+            match OutputFile::create_with(&at, opts).and_then(|f| f.commit(write)) {
+                Ok(()) => self.files += 1,
+                Err(e) => {
+                    eprintln!("bprof: interval {number}: {e:#}; its {total} samples are not in that file, the next intervals go on");
+                    self.unwritten += 1;
+                    self.unwritten_samples += total;
+                }
+            }
+        };
         if let Some(p) = &settings.folded_file {
-            OutputFile::create(&path(p))?.commit(|w| folded::write(w, &lines))?;
-            self.files += 1;
+            put(p, &|w| folded::write(w, &lines));
         }
         if let Some(p) = &settings.svg {
             let opts = svg::SvgOptions::for_interval(
@@ -137,15 +159,14 @@ impl Periodic {
                 length,
                 total,
             );
-            OutputFile::create(&path(p))?
-                .commit(|w| svg::write(w, &lines, &opts).map_err(io::Error::other))?;
-            self.files += 1;
+            put(p, &|w| {
+                svg::write(w, &lines, &opts).map_err(io::Error::other)
+            });
         }
         if let Some(p) = &settings.pprof {
             let meta = super::outputs::pprof_meta(settings, event, start, length, &stacks);
             let profile = pprof::build(&stacks, &frames, &settings.folded, &meta);
-            OutputFile::create(&path(p))?.commit(|w| pprof::write(w, &profile))?;
-            self.files += 1;
+            put(p, &|w| pprof::write(w, &profile));
         }
         if settings.verbose {
             eprintln!(

@@ -70,6 +70,7 @@ pub struct Outcome {
 // Long on purpose: the profile's stages in order (load, record, drain, symbolize, write, report); each is a call, the rest hands values between them.
 pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     crate::bpf::preflight::check()?;
+    crate::symbolize::debuginfod::configure(settings.debuginfod_cache_size)?;
     let files = Files::create(&settings)?;
     let cpus = if settings.target.cpus.is_empty() {
         sampling::online_cpus()?
@@ -216,6 +217,9 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
         bail!("{m}");
     }
     unwritten.report()?;
+    if let Some(n) = periodic.as_ref().map(|p| p.unwritten).filter(|&n| n > 0) {
+        bail!("{n} interval files could not be written (said above as they happened)");
+    }
     Ok(Outcome { exit_code })
 }
 
@@ -234,7 +238,14 @@ fn report_end(
             0 => String::new(),
             n => format!("; {n} intervals had no samples and no files"),
         };
-        eprintln!("bprof: {} files written{empty}", p.files);
+        let unwritten = match p.unwritten {
+            0 => String::new(),
+            n => format!(
+                "; {n} could not be written ({} samples not in them)",
+                p.unwritten_samples
+            ),
+        };
+        eprintln!("bprof: {} files written{unwritten}{empty}", p.files);
     }
     // Built whole, then written once: stderr is unbuffered, and the report
     // would write each formatted piece with a syscall of its own.
@@ -495,17 +506,43 @@ fn snapshot_scope(settings: &ProfileSettings, child: Option<u32>) -> Option<Vec<
     }
 }
 
-/// Files refused as malformed: named with -v, counted otherwise.
+/// Files refused as malformed: named with -v, counted otherwise; and the
+/// names shown mangled because demangling them was unbounded (-v).
 fn report_refused(verbose: bool) {
     let refused = symbolize::refused_files();
+    let undemangled = symbolize::undemangled();
+    if verbose && undemangled > 0 {
+        eprintln!(
+            "bprof: {undemangled} names shown mangled: demangled, they would have been too long to show"
+        );
+    }
     if verbose {
         for (path, why) in &refused {
-            eprintln!("bprof: skipped {} as malformed: {why}", path.display());
+            eprintln!(
+                "bprof: skipped {} as malformed: {}",
+                crate::output::names::path(path),
+                crate::output::names::clean(why)
+            );
         }
     } else if !refused.is_empty() {
         eprintln!(
             "bprof: {} files skipped as malformed; their frames show module+offset (-v names them)",
             refused.len()
+        );
+    }
+    let sections = symbolize::skipped_sections();
+    if verbose {
+        for (path, why) in &sections {
+            eprintln!(
+                "bprof: read {} without its malformed sections (its symbol tables still name its functions): {}",
+                crate::output::names::path(path),
+                crate::output::names::clean(why)
+            );
+        }
+    } else if !sections.is_empty() {
+        eprintln!(
+            "bprof: {} files read without their malformed sections (-v names them)",
+            sections.len()
         );
     }
 }

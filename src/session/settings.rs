@@ -57,6 +57,8 @@ pub struct ProfileSettings {
     pub max_perf_map_size: u64,
     /// How frames without a symbol are shown (`--unknown-as-module`).
     pub unknown_style: crate::symbolize::UnknownStyle,
+    /// The debuginfod cache's size cap (`--debuginfod-cache-size`).
+    pub debuginfod_cache_size: u64,
 }
 
 fn parse_u64(s: &str, what: &str) -> Result<u64> {
@@ -79,6 +81,8 @@ impl ProfileSettings {
         let every = outputs(&cli)?;
         let filter = filter_entries(&cli.filter, mode)?;
         let max_perf_map_size = parse_u64(&cli.max_perf_map_size, "--max-perf-map-size")?;
+        let debuginfod_cache_size =
+            parse_u64(&cli.debuginfod_cache_size, "--debuginfod-cache-size")?;
         let kernel_stacks = !cli.user_stacks_only;
         let user_stacks = !cli.kernel_stacks_only;
         let call_graph = crate::bpf::profile::CallGraph::parse(&cli.call_graph)?;
@@ -134,6 +138,7 @@ impl ProfileSettings {
             verbose: cli.verbose > 0,
             counts: !cli.no_counts,
             max_perf_map_size,
+            debuginfod_cache_size,
             unknown_style: if cli.unknown_as_module {
                 crate::symbolize::UnknownStyle::Module
             } else {

@@ -272,6 +272,7 @@ fn title(settings: &ProfileSettings, event: sampling::Event) -> (String, &'stati
 pub fn run(s: TopSettings) -> Result<i32> {
     let settings = &s.profile;
     crate::bpf::preflight::check()?;
+    crate::symbolize::debuginfod::configure(s.profile.debuginfod_cache_size)?;
     let cpus = if settings.target.cpus.is_empty() {
         sampling::online_cpus()?
     } else {

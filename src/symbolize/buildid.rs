@@ -5,25 +5,24 @@ use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use crate::collect::sideband::MmapIndex;
-use crate::process::buildid::{padded, BuildId};
+use crate::process::buildid::BuildId;
 use crate::process::maps::{executable_mappings, Mapping};
+use crate::symbolize::files::ElfFile;
 
 /// Reads a file's build ID, padded like the kernel's.
 pub fn read(path: &Path) -> Option<BuildId> {
-    // Hostile input: checked before blazesym parses it.
-    if let Err(why) = crate::symbolize::elfcheck::check(path) {
-        // Not every mapped file is ELF; only a malformed ELF is news.
-        if why != crate::symbolize::elfcheck::NOT_ELF {
-            super::files::note_refused(path, &why);
+    // Hostile input: opened once and checked before blazesym parses it.
+    match ElfFile::open(path) {
+        Ok(f) => f.build_id(),
+        Err(why) => {
+            // Not every mapped file is ELF; only a malformed ELF is news.
+            crate::symbolize::note_refused(path, &why);
+            None
         }
-        return None;
     }
-    let id = std::panic::catch_unwind(|| blazesym::helper::read_elf_build_id(path))
-        .ok()?
-        .ok()??;
-    Some(padded(&id))
 }
 
 /// Finds files by build ID: first the files the side band saw mapped with
@@ -35,7 +34,7 @@ pub(crate) struct FileFinder<'a> {
     pids: BTreeSet<u32>,
     ids: HashMap<PathBuf, Option<BuildId>>,
     table: Option<HashMap<BuildId, Vec<PathBuf>>>,
-    found: HashMap<(BuildId, u32), Option<PathBuf>>,
+    found: HashMap<(BuildId, u32), Option<Rc<ElfFile>>>,
 }
 
 /// The real user id of live process `pid`.
@@ -93,8 +92,10 @@ impl<'a> FileFinder<'a> {
     /// The file to name the frames of process `tgid` in the file with build
     /// ID `id`: one that process itself mapped, or failing that one owned by
     /// root or by that process's user, never another user's file (a copy
-    /// with the same build ID and renamed functions would lie).
-    pub fn find(&mut self, id: &BuildId, tgid: u32) -> Option<PathBuf> {
+    /// with the same build ID and renamed functions would lie). Returned
+    /// open: its build ID and owner were checked on that descriptor, which
+    /// is what blazesym then reads.
+    pub fn find(&mut self, id: &BuildId, tgid: u32) -> Option<Rc<ElfFile>> {
         if let Some(p) = self.found.get(&(*id, tgid)) {
             return p.clone();
         }
@@ -103,7 +104,15 @@ impl<'a> FileFinder<'a> {
         p
     }
 
-    fn search(&mut self, id: &BuildId, tgid: u32) -> Option<PathBuf> {
+    /// Opens `p` and keeps it if it has build ID `id` and, unless the
+    /// process mapped it itself (`own`), is root's or `uid`'s.
+    fn accept(p: &Path, id: &BuildId, own: bool, uid: Option<u32>) -> Option<Rc<ElfFile>> {
+        let f = ElfFile::open(p).ok()?;
+        let owner_ok = own || f.uid == 0 || Some(f.uid) == uid;
+        (owner_ok && f.build_id().as_ref() == Some(id)).then(|| Rc::new(f))
+    }
+
+    fn search(&mut self, id: &BuildId, tgid: u32) -> Option<Rc<ElfFile>> {
         let mappings: Vec<Mapping> = self
             .index
             .by_build_id
@@ -129,11 +138,14 @@ impl<'a> FileFinder<'a> {
             .collect();
         for p in own {
             if self.build_id_of(&p).as_ref() == Some(id) {
-                return Some(p);
+                if let Some(f) = Self::accept(&p, id, true, None) {
+                    return Some(f);
+                }
             }
         }
         let uid = uid_of(tgid);
-        // Each candidate with its owner, stat'ed once (u32::MAX: gone).
+        // Each candidate with its owner, stat'ed once (u32::MAX: gone); the
+        // owner that counts is checked again on the descriptor opened.
         let owned = |p: PathBuf| (fs::metadata(&p).map_or(u32::MAX, |m| m.uid()), p);
         // Root's files first, so a user's copy never wins when root has one.
         let mut paths: Vec<(u32, PathBuf)> = others
@@ -144,12 +156,17 @@ impl<'a> FileFinder<'a> {
         paths.sort_by_key(|&(o, _)| o);
         // A root-owned file the kernel saw mapped with this ID is as good as
         // any: no need to read the build ID of every other known file.
-        if let Some((_, p)) = paths
+        let roots: Vec<PathBuf> = paths
             .iter()
             .take_while(|&&(o, _)| o == 0)
-            .find(|(_, p)| self.build_id_of(p).as_ref() == Some(id))
-        {
-            return Some(p.clone());
+            .map(|(_, p)| p.clone())
+            .collect();
+        for p in roots {
+            if self.build_id_of(&p).as_ref() == Some(id) {
+                if let Some(f) = Self::accept(&p, id, false, uid) {
+                    return Some(f);
+                }
+            }
         }
         if self.table.is_none() {
             self.build_table();
@@ -162,10 +179,14 @@ impl<'a> FileFinder<'a> {
             .unwrap_or_default();
         paths.extend(known.into_iter().map(owned));
         paths.sort_by_key(|&(o, _)| o);
-        paths
-            .into_iter()
-            .find(|(o, p)| (*o == 0 || Some(*o) == uid) && self.build_id_of(p).as_ref() == Some(id))
-            .map(|(_, p)| p)
+        for (o, p) in paths {
+            if (o == 0 || Some(o) == uid) && self.build_id_of(&p).as_ref() == Some(id) {
+                if let Some(f) = Self::accept(&p, id, false, uid) {
+                    return Some(f);
+                }
+            }
+        }
+        None
     }
 
     /// Reads the build ID of every other known file once.

@@ -4,9 +4,12 @@
 //! whose header claims 2^62 bytes makes it allocate that much, and an
 //! allocation failure aborts the process, which no `catch_unwind` can stop.
 //! So every size that leads to an allocation is checked here first, with
-//! the `object` crate, and a file that fails costs only its own frames.
+//! the `object` crate. What is wrong with one section costs that section:
+//! blazesym is then kept from it (see crate::symbolize::files), and the
+//! symbol tables still name the file's functions; only a file whose headers
+//! themselves are broken costs its frames.
 
-use std::path::Path;
+use std::fs::File;
 
 use object::read::elf::{CompressionHeader, FileHeader, SectionHeader};
 use object::read::{ReadCache, ReadRef};
@@ -26,32 +29,58 @@ pub const NOT_ELF: &str = "not an ELF file";
 /// Why a file was not handed to blazesym.
 pub type Reason = String;
 
-/// Checks the ELF file at `path` (a path bprof opened safely, such as
-/// `/proc/self/fd/N`, or one in a root-owned place).
-pub fn check(path: &Path) -> Result<(), Reason> {
-    // Opened as untrusted input: a FIFO renamed over a mapped library must
-    // not hang bprof, nor a symlink lead it elsewhere.
-    let checked = crate::fsafe::open_untrusted(path, crate::fsafe::Owner::Any, MAX_FILE)
-        .map_err(|e| e.to_string())?;
+/// Sections that name other files, which blazesym would look up by path
+/// (debug links, dwz's supplementary files).
+const LINK_SECTIONS: [&str; 3] = [".gnu_debuglink", ".gnu_debugaltlink", ".debug_sup"];
+
+/// What the check of a file found that blazesym must be kept from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Malformed sections: index, why, and whether it is debug information
+    /// (DWARF) only.
+    pub bad: Vec<(usize, String, bool)>,
+    /// The file names other files (`.gnu_debuglink` and the like).
+    pub links: bool,
+}
+
+impl Verdict {
+    /// Whether every malformed section is DWARF: then reading the symbol
+    /// tables alone keeps blazesym from all of them.
+    pub fn debug_only(&self) -> bool {
+        self.bad.iter().all(|(_, _, debug)| *debug)
+    }
+
+    /// The malformed sections, for a `-v` line.
+    pub fn describe(&self) -> String {
+        let parts: Vec<&str> = self.bad.iter().map(|(_, why, _)| why.as_str()).collect();
+        parts.join("; ")
+    }
+}
+
+/// Checks the ELF file open as `file` (opened by crate::fsafe): `Err` when
+/// its headers are broken (or it is not ELF), else what is wrong inside.
+pub fn check(file: &File) -> Result<Verdict, Reason> {
     // A file already checked is not read again (a live view symbolizes
     // every refresh; reading a 150 MB library each time cost most of its CPU).
-    let id = checked.file.metadata().ok().map(|m| FileId::of(&m));
-    if let Some(r) = id.and_then(|id| CHECKED.with(|c| c.borrow().get(&id).cloned())) {
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if meta.len() > MAX_FILE {
+        return Err(format!("{} bytes, over the size limit", meta.len()));
+    }
+    let id = FileId::of(&meta);
+    if let Some(r) = CHECKED.with(|c| c.borrow().get(&id).cloned()) {
         return r;
     }
     // Only the headers, compression headers and notes are read, not the
     // whole file: a profile's 200 MB libLLVM costs a few pages, not 200 MB.
-    let data = ReadCache::new(checked.file);
+    let data = ReadCache::new(file);
     let r = check_data(&data);
-    if let Some(id) = id {
-        CHECKED.with(|c| {
-            let mut c = c.borrow_mut();
-            if c.len() >= MEMO_FILES {
-                c.clear();
-            }
-            c.insert(id, r.clone());
-        });
-    }
+    CHECKED.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= MEMO_FILES {
+            c.clear();
+        }
+        c.insert(id, r.clone());
+    });
     r
 }
 
@@ -92,17 +121,47 @@ impl FileId {
 }
 
 thread_local! {
-    static CHECKED: std::cell::RefCell<std::collections::HashMap<FileId, Result<(), Reason>>> =
+    static CHECKED: std::cell::RefCell<std::collections::HashMap<FileId, Result<Verdict, Reason>>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
 /// Checks an ELF image in memory.
 #[cfg(test)]
-pub fn check_bytes(data: &[u8]) -> Result<(), Reason> {
+pub fn check_bytes(data: &[u8]) -> Result<Verdict, Reason> {
     check_data(data)
 }
 
-fn check_data<'data, R: ReadRef<'data>>(data: R) -> Result<(), Reason> {
+/// A copy of the ELF image `data` (checked, with verdict `v`) in which each
+/// malformed section is an empty, nameless one (its header zeroed): what
+/// blazesym may read of a file whose symbol tables or other sections it
+/// must not see. `None` when the copy would still not pass.
+pub fn without_bad_sections(data: &[u8], v: &Verdict) -> Option<Vec<u8>> {
+    let (shoff, shentsize) = match data.get(4)? {
+        2 => {
+            let h = object::elf::FileHeader64::<object::Endianness>::parse(data).ok()?;
+            let e = h.endian().ok()?;
+            (h.e_shoff(e), u64::from(h.e_shentsize(e)))
+        }
+        1 => {
+            let h = object::elf::FileHeader32::<object::Endianness>::parse(data).ok()?;
+            let e = h.endian().ok()?;
+            (u64::from(h.e_shoff(e)), u64::from(h.e_shentsize(e)))
+        }
+        _ => return None,
+    };
+    let mut out = data.to_vec();
+    for (i, _, _) in &v.bad {
+        let at = usize::try_from(shoff.checked_add(shentsize.checked_mul(*i as u64)?)?).ok()?;
+        out.get_mut(at..at.checked_add(shentsize as usize)?)?
+            .fill(0);
+    }
+    check_data(&*out)
+        .ok()
+        .filter(|v| v.bad.is_empty())
+        .map(|_| out)
+}
+
+fn check_data<'data, R: ReadRef<'data>>(data: R) -> Result<Verdict, Reason> {
     match data.read_bytes_at(0, 5) {
         Ok([0x7f, b'E', b'L', b'F', 2]) => {
             check_elf::<object::elf::FileHeader64<object::Endianness>, R>(data)
@@ -114,9 +173,10 @@ fn check_data<'data, R: ReadRef<'data>>(data: R) -> Result<(), Reason> {
     }
 }
 
+// Long on purpose: one pass over the sections, each check next to the reason it gives.
 fn check_elf<'data, H: FileHeader<Endian = object::Endianness>, R: ReadRef<'data>>(
     data: R,
-) -> Result<(), Reason> {
+) -> Result<Verdict, Reason> {
     let bad = |what: &str, e: object::Error| format!("{what}: {e}");
     let header = H::parse(data).map_err(|e| bad("ELF header", e))?;
     let endian = header.endian().map_err(|e| bad("ELF header", e))?;
@@ -127,43 +187,97 @@ fn check_elf<'data, H: FileHeader<Endian = object::Endianness>, R: ReadRef<'data
     header
         .program_headers(endian, data)
         .map_err(|e| bad("program headers", e))?;
+    // Without the section names nothing can be told apart: the whole file.
+    let shstrndx = header
+        .shstrndx(endian, data)
+        .map_err(|e| bad("section names", e))? as usize;
+    let mut v = Verdict::default();
+    let mut names = Vec::with_capacity(sections.len());
     for (i, s) in sections.iter().enumerate() {
+        let name = sections.section_name(endian, s).unwrap_or_default();
+        let name = String::from_utf8_lossy(name).into_owned();
+        let debug = name.starts_with(".debug") || name.starts_with(".zdebug");
+        let mut why = None;
         // Every section that has bytes in the file must lie within it
         // (checked by its range: reading it would read the whole file).
         if let Some((offset, size)) = s.file_range(endian) {
             if offset.checked_add(size).is_none_or(|end| end > len) {
-                return Err(format!("section {i}: outside the file"));
+                why = Some("outside the file".to_string());
             }
         }
         let entsize: u64 = s.sh_entsize(endian).into();
-        if matches!(
+        let is_symtab = matches!(
             s.sh_type(endian),
             object::elf::SHT_SYMTAB | object::elf::SHT_DYNSYM
-        ) && (entsize == 0 || Into::<u64>::into(s.sh_size(endian)) % entsize != 0)
+        );
+        if why.is_none()
+            && is_symtab
+            && (entsize == 0 || Into::<u64>::into(s.sh_size(endian)) % entsize != 0)
         {
-            return Err(format!(
-                "section {i}: a symbol table with entry size {entsize}"
-            ));
+            why = Some(format!("a symbol table with entry size {entsize}"));
         }
-        if let Some((ch, _, compressed)) = s
-            .compression(endian, data)
-            .map_err(|e| bad(&format!("section {i}"), e))?
-        {
-            let size: u64 = ch.ch_size(endian).into();
-            if size > MAX_DECOMPRESSED || size > compressed.saturating_mul(MAX_RATIO) {
-                return Err(format!(
-                    "section {i} claims {size} bytes from {compressed} compressed"
-                ));
+        if why.is_none() {
+            match s.compression(endian, data) {
+                Err(e) => why = Some(e.to_string()),
+                Ok(Some((ch, _, compressed))) => {
+                    let size: u64 = ch.ch_size(endian).into();
+                    if size > MAX_DECOMPRESSED || size > compressed.saturating_mul(MAX_RATIO) {
+                        why = Some(format!("claims {size} bytes from {compressed} compressed"));
+                    }
+                }
+                Ok(None) => {}
             }
         }
+        // Notes (build IDs) must be well formed where blazesym reads them.
+        if why.is_none() {
+            match s.notes(endian, data) {
+                Err(e) => why = Some(e.to_string()),
+                Ok(Some(mut notes)) => loop {
+                    match notes.next() {
+                        Ok(Some(_)) => {}
+                        Ok(None) => break,
+                        Err(e) => {
+                            why = Some(format!("note: {e}"));
+                            break;
+                        }
+                    }
+                },
+                Ok(None) => {}
+            }
+        }
+        if let Some(why) = why {
+            if i == shstrndx {
+                return Err(format!("section names ({name}): {why}"));
+            }
+            v.bad
+                .push((i, format!("section {i} ({name}) {why}"), debug));
+        } else if LINK_SECTIONS.contains(&name.as_str()) {
+            v.links = true;
+        }
+        names.push(name);
     }
-    // Notes (build IDs) must be well formed where blazesym reads them.
-    for s in sections.iter() {
-        if let Some(mut notes) = s.notes(endian, data).map_err(|e| bad("note section", e))? {
-            while notes.next().map_err(|e| bad("note", e))?.is_some() {}
+    // A symbol table whose strings are unreadable names nothing right.
+    for (i, s) in sections.iter().enumerate() {
+        let link = s.sh_link(endian) as usize;
+        let is_symtab = matches!(
+            s.sh_type(endian),
+            object::elf::SHT_SYMTAB | object::elf::SHT_DYNSYM
+        );
+        if is_symtab
+            && v.bad.iter().any(|(b, _, _)| *b == link)
+            && !v.bad.iter().any(|(b, _, _)| *b == i)
+        {
+            v.bad.push((
+                i,
+                format!(
+                    "section {i} ({}) has its strings in a malformed section",
+                    names[i]
+                ),
+                false,
+            ));
         }
     }
-    Ok(())
+    Ok(v)
 }
 
 #[cfg(test)]
@@ -177,7 +291,7 @@ mod tests {
     #[test]
     fn a_real_binary_passes_and_garbage_does_not() {
         let data = own_binary();
-        assert_eq!(check_bytes(&data), Ok(()));
+        assert_eq!(check_bytes(&data), Ok(Verdict::default()));
         assert!(check_bytes(b"\x7fELF").is_err());
         assert!(check_bytes(&data[..data.len() / 3]).is_err());
     }

@@ -1,20 +1,299 @@
-//! The files behind user frames: found by build ID, checked before
-//! blazesym parses them (they are hostile input), and what a file says
-//! beyond its symbols (data objects, load segments).
+//! The files behind user frames: found by build ID, opened once, checked
+//! before blazesym parses them (they are hostile input), and handed to it
+//! by descriptor (`/proc/self/fd/N`), so that what was checked is what is
+//! read whatever happens to the path meanwhile; and what a file says beyond
+//! its symbols (data objects, load segments).
 
 use std::collections::{HashMap, HashSet};
-use std::fs;
+use std::fs::{self, File};
 use std::ops::ControlFlow;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 
 use crate::bpf::stacks::BUILD_ID_SIZE;
+use crate::fsafe::{self, Owner};
+use crate::symbolize::elfcheck::{self, FileId, Verdict, MAX_FILE};
+
+/// The largest file of which a copy without its malformed sections is
+/// made for blazesym (see [`ElfFile::from_checked`]); a larger one with a
+/// malformed symbol table costs its frames.
+const MAX_COPY: u64 = 256 << 20;
+
+/// An ELF file opened once and checked, as blazesym gets to read it.
+pub(crate) struct ElfFile {
+    /// Where it was found: what its frames show as their module.
+    pub(crate) path: PathBuf,
+    /// The checked descriptor, or a private copy of it without its
+    /// malformed sections.
+    file: Rc<File>,
+    /// Whether blazesym may read its DWARF: none of it is malformed, and
+    /// it names no other file that blazesym would open by path (debug links
+    /// are followed only for root's files in root's directories).
+    debug_syms: bool,
+    /// Its owner.
+    pub(crate) uid: u32,
+    /// Its identity (of the file itself, not of a copy).
+    pub(crate) id: FileId,
+}
+
+impl std::fmt::Debug for ElfFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ElfFile({})", self.path.display())
+    }
+}
+
+thread_local! {
+    /// Copies without malformed sections, by the file's identity: blazesym
+    /// caches what it parsed by file, so the same copy is handed each time.
+    static COPIES: std::cell::RefCell<HashMap<FileId, Option<Rc<File>>>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
+/// Copies remembered, at most.
+const MAX_COPIES: usize = 16;
+
+impl ElfFile {
+    /// Opens `path` as untrusted input (no final symlink, no FIFO; inside a
+    /// process's root, `/proc/PID/root/...`, every component resolved in
+    /// that root) and checks it. `Err` says why it was refused.
+    pub(crate) fn open(path: &Path) -> Result<ElfFile, String> {
+        let checked = match in_root(path) {
+            Some((root, rel)) => fsafe::open_untrusted_in_root(&root, rel, Owner::Any, MAX_FILE),
+            None => fsafe::open_untrusted(path, Owner::Any, MAX_FILE),
+        }
+        .map_err(|e| e.to_string())?;
+        Self::from_checked(path.to_path_buf(), checked.file)
+    }
+
+    /// The ELF file open as `file` (opened by crate::fsafe), found at `path`.
+    /// A file with malformed DWARF is read for its symbol tables alone; one
+    /// with other malformed sections through a private copy in which they
+    /// are empty. Either way the sections skipped are said at -v.
+    pub(crate) fn from_checked(path: PathBuf, file: File) -> Result<ElfFile, String> {
+        let meta = file.metadata().map_err(|e| e.to_string())?;
+        let id = FileId::of(&meta);
+        let verdict = elfcheck::check(&file)?;
+        let links_ok = !verdict.links || trusted_links(&file, meta.uid());
+        let (file, debug_syms) = if verdict.bad.is_empty() {
+            (Rc::new(file), links_ok)
+        } else {
+            note_sections(&path, &verdict.describe());
+            if verdict.debug_only() {
+                (Rc::new(file), false)
+            } else {
+                let copy = copy_without(&file, id, &verdict).ok_or_else(|| {
+                    format!(
+                        "{}, and no copy without them could be made",
+                        verdict.describe()
+                    )
+                })?;
+                let debug = links_ok && !verdict.bad.iter().any(|(_, _, d)| *d);
+                (copy, debug)
+            }
+        };
+        Ok(ElfFile {
+            path,
+            file,
+            debug_syms,
+            uid: meta.uid(),
+            id,
+        })
+    }
+
+    /// The path blazesym opens: this very file.
+    fn source_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+
+    /// Its build ID, padded like the kernel's.
+    pub(crate) fn build_id(&self) -> Option<[u8; BUILD_ID_SIZE]> {
+        let p = self.source_path();
+        let id = std::panic::catch_unwind(|| blazesym::helper::read_elf_build_id(&p))
+            .ok()?
+            .ok()??;
+        Some(crate::process::buildid::padded(&id))
+    }
+
+    /// Symbolizes addresses in it; a panic inside blazesym costs only its
+    /// frames (empty then).
+    pub(crate) fn symbolize<'s>(
+        &self,
+        symbolizer: &'s Symbolizer,
+        input: Input<&[u64]>,
+    ) -> Vec<Symbolized<'s>> {
+        let src = Source::Elf(Elf {
+            debug_syms: self.debug_syms,
+            ..Elf::new(self.source_path())
+        });
+        self.fenced(|| symbolizer.symbolize(&src, input).unwrap_or_default())
+    }
+
+    /// Every function its DWARF (or, without, its symbol table) describes:
+    /// (start, size, name).
+    pub(crate) fn functions(&self) -> Vec<(u64, u64, String)> {
+        self.fenced(|| {
+            let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
+                debug_syms: self.debug_syms,
+                ..blazesym::inspect::source::Elf::new(self.source_path())
+            });
+            let mut funcs = Vec::new();
+            let _ = blazesym::inspect::Inspector::new().for_each(&src, |sym| {
+                if sym.sym_type == blazesym::SymType::Function {
+                    if let Some(size) = sym.size {
+                        funcs.push((sym.addr, size as u64, sym.name.to_string()));
+                    }
+                }
+                ControlFlow::Continue(())
+            });
+            funcs
+        })
+    }
+
+    /// Runs blazesym's parse of it with its panics caught (the file is then
+    /// refused, said at -v). Empty when refused.
+    fn fenced<T>(&self, parse: impl FnOnce() -> Vec<T>) -> Vec<T> {
+        quiet_panics();
+        IN_PARSER.with(|c| c.set(true));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse));
+        IN_PARSER.with(|c| c.set(false));
+        r.unwrap_or_else(|p| {
+            let what = p
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| p.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic");
+            let what = what.lines().next().unwrap_or_default();
+            note_refused(&self.path, &format!("the ELF parser failed on it ({what})"));
+            Vec::new()
+        })
+    }
+
+    /// Addresses of data objects in it (variables that no function
+    /// shares): a garbage return address that lands in .data must not take
+    /// their name.
+    pub(crate) fn data_symbols(&self) -> Rc<HashSet<u64>> {
+        // Remembered by file version: walking a large symbol table again on
+        // every refresh of a live view would cost more than everything else.
+        if let Some(d) = DATA_SYMBOLS.with(|c| c.borrow().get(&self.id).cloned()) {
+            return d;
+        }
+        let d = Rc::new(
+            self.fenced(|| vec![self.read_data_symbols()])
+                .pop()
+                .unwrap_or_default(),
+        );
+        DATA_SYMBOLS.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.len() >= 1024 {
+                c.clear();
+            }
+            c.insert(self.id, d.clone());
+        });
+        d
+    }
+
+    fn read_data_symbols(&self) -> HashSet<u64> {
+        let inspector = blazesym::inspect::Inspector::new();
+        let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
+            debug_syms: false,
+            ..blazesym::inspect::source::Elf::new(self.source_path())
+        });
+        let (mut vars, mut funcs) = (HashSet::new(), HashSet::new());
+        let _ = inspector.for_each(&src, |sym| {
+            match sym.sym_type {
+                blazesym::SymType::Variable => vars.insert(sym.addr),
+                _ => funcs.insert(sym.addr),
+            };
+            ControlFlow::Continue(())
+        });
+        vars.retain(|a| !funcs.contains(a));
+        vars
+    }
+
+    /// Turns file offsets into virtual offsets (its PT_LOAD program
+    /// headers): a separate debug file has the same addresses but not the
+    /// same file layout. Only the ELF header and program headers are read,
+    /// not the whole file for a few dozen bytes; program headers past the
+    /// first MiB give `None`s.
+    pub(crate) fn virt_offsets(&self, offsets: &[u64]) -> Vec<Option<u64>> {
+        virt_offsets_in(&self.file, offsets)
+    }
+}
+
+/// `/proc/PID/root/REST` split into the root and REST.
+fn in_root(path: &Path) -> Option<(PathBuf, &Path)> {
+    let rest = path.strip_prefix("/proc/").ok()?;
+    let mut c = rest.components();
+    let pid = c.next()?.as_os_str().to_str()?;
+    if !pid.bytes().all(|b| b.is_ascii_digit()) || c.next()?.as_os_str() != "root" {
+        return None;
+    }
+    Some((PathBuf::from(format!("/proc/{pid}/root")), c.as_path()))
+}
+
+/// Whether blazesym may follow the debug links of a file owned by `uid`
+/// open as `file`: root's, in a directory only root can write, so that the
+/// files it names (looked up beside it and in root's debug directories)
+/// are root's choice too.
+fn trusted_links(file: &File, uid: u32) -> bool {
+    if uid != 0 {
+        return false;
+    }
+    let Ok(at) = fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) else {
+        return false;
+    };
+    at.parent()
+        .and_then(|d| fs::metadata(d).ok())
+        .is_some_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0)
+}
+
+/// A private copy (a memfd) of `file` without the sections `v` found
+/// malformed; remembered by identity.
+fn copy_without(file: &File, id: FileId, v: &Verdict) -> Option<Rc<File>> {
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    use std::os::unix::fs::FileExt;
+    if let Some(c) = COPIES.with(|c| c.borrow().get(&id).cloned()) {
+        return c;
+    }
+    let make = || -> Option<Rc<File>> {
+        let len = file.metadata().ok()?.len();
+        if len > MAX_COPY {
+            return None;
+        }
+        let mut data = vec![0u8; len as usize];
+        file.read_exact_at(&mut data, 0).ok()?;
+        let data = elfcheck::without_bad_sections(&data, v)?;
+        // SAFETY: a NUL-terminated name and valid flags; the fd is checked
+        // and then owned by the File.
+        let fd = unsafe { libc::memfd_create(c"bprof-elf".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: fd is a fresh descriptor nothing else owns.
+        let mut f = unsafe { File::from_raw_fd(fd) };
+        f.write_all(&data).ok()?;
+        Some(Rc::new(f))
+    };
+    let c = make();
+    COPIES.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= MAX_COPIES {
+            m.clear();
+        }
+        m.insert(id, c.clone());
+    });
+    c
+}
 
 /// Debug files the system keeps by build ID (perf and gdb look there too):
-/// `/usr/lib/debug/.build-id/xx/rest.debug`. Root's directories only.
-pub(super) fn build_id_debug_file(id: &[u8; BUILD_ID_SIZE]) -> Option<PathBuf> {
+/// `/usr/lib/debug/.build-id/xx/rest.debug`, root's files only.
+pub(super) fn build_id_debug_file(id: &[u8; BUILD_ID_SIZE]) -> Option<ElfFile> {
     let len = id.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
     if len < 8 {
         return None;
@@ -23,68 +302,36 @@ pub(super) fn build_id_debug_file(id: &[u8; BUILD_ID_SIZE]) -> Option<PathBuf> {
     ["/usr/lib/debug", "/lib/debug"]
         .iter()
         .map(|d| PathBuf::from(format!("{d}/.build-id/{}/{}.debug", &hex[..2], &hex[2..])))
-        .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file()))
+        .filter(|p| fs::symlink_metadata(p).is_ok())
+        .find_map(|p| {
+            let checked = fsafe::open_untrusted(&p, Owner::Exactly(0), MAX_FILE).ok()?;
+            match ElfFile::from_checked(p.clone(), checked.file) {
+                Ok(f) => Some(f),
+                Err(why) => {
+                    note_refused(&p, &why);
+                    None
+                }
+            }
+        })
 }
 
-/// Symbolizes addresses in the ELF file `path`, which is hostile input: it
-/// is checked first (sizes that would make blazesym allocate without bound
-/// abort the process, see crate::symbolize::elfcheck), and a panic inside blazesym on
-/// it costs only its frames. Empty when the file was refused.
+/// Symbolizes addresses in the ELF file `path`, which is hostile input:
+/// opened once and checked first (sizes that would make blazesym allocate
+/// without bound abort the process, see crate::symbolize::elfcheck), and a
+/// panic inside blazesym on it costs only its frames. Empty when the file
+/// was refused.
 pub fn symbolize_file<'s>(
     symbolizer: &'s Symbolizer,
     path: &Path,
     input: Input<&[u64]>,
 ) -> Vec<Symbolized<'s>> {
-    fenced(path, || {
-        symbolizer
-            .symbolize(&Source::Elf(Elf::new(path)), input)
-            .unwrap_or_default()
-    })
-}
-
-/// Every function the DWARF of `path` describes: (start, size, name). The
-/// same checks and panic fence as [`symbolize_file`]; empty when refused.
-pub(super) fn dwarf_functions(path: &Path) -> Vec<(u64, u64, String)> {
-    fenced(path, || {
-        let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
-            debug_syms: true,
-            ..blazesym::inspect::source::Elf::new(path)
-        });
-        let mut funcs = Vec::new();
-        let _ = blazesym::inspect::Inspector::new().for_each(&src, |sym| {
-            if sym.sym_type == blazesym::SymType::Function {
-                if let Some(size) = sym.size {
-                    funcs.push((sym.addr, size as u64, sym.name.to_string()));
-                }
-            }
-            ControlFlow::Continue(())
-        });
-        funcs
-    })
-}
-
-/// Runs blazesym's parse of the hostile file `path`: after elfcheck's
-/// checks, and with its panics caught (the file is then refused, said at
-/// -v). Empty when refused.
-fn fenced<T>(path: &Path, parse: impl FnOnce() -> Vec<T>) -> Vec<T> {
-    if let Err(why) = crate::symbolize::elfcheck::check(path) {
-        note_refused(path, &why);
-        return Vec::new();
+    match ElfFile::open(path) {
+        Ok(f) => f.symbolize(symbolizer, input),
+        Err(why) => {
+            note_refused(path, &why);
+            Vec::new()
+        }
     }
-    quiet_panics();
-    IN_PARSER.with(|c| c.set(true));
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse));
-    IN_PARSER.with(|c| c.set(false));
-    r.unwrap_or_else(|p| {
-        let what = p
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| p.downcast_ref::<&str>().copied())
-            .unwrap_or("a panic");
-        let what = what.lines().next().unwrap_or_default();
-        note_refused(path, &format!("the ELF parser failed on it ({what})"));
-        Vec::new()
-    })
 }
 
 thread_local! {
@@ -109,12 +356,28 @@ fn quiet_panics() {
 /// Files refused as malformed, said once each at the end (`-v`).
 static REFUSED: std::sync::Mutex<Vec<(PathBuf, String)>> = std::sync::Mutex::new(Vec::new());
 
-pub(crate) fn note_refused(path: &Path, why: &str) {
-    if let Ok(mut r) = REFUSED.lock() {
-        if !r.iter().any(|(p, _)| p == path) {
+/// Files read without their malformed sections, said once each at -v.
+static SECTIONS: std::sync::Mutex<Vec<(PathBuf, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// Files refused or skipped, at most, kept for the report.
+const MAX_NOTED: usize = 1024;
+
+fn note(list: &std::sync::Mutex<Vec<(PathBuf, String)>>, path: &Path, why: &str) {
+    if let Ok(mut r) = list.lock() {
+        if r.len() < MAX_NOTED && !r.iter().any(|(p, _)| p == path) {
             r.push((path.to_path_buf(), why.to_string()));
         }
     }
+}
+
+pub(crate) fn note_refused(path: &Path, why: &str) {
+    if why != elfcheck::NOT_ELF {
+        note(&REFUSED, path, why);
+    }
+}
+
+fn note_sections(path: &Path, why: &str) {
+    note(&SECTIONS, path, why);
 }
 
 /// The files refused as malformed so far, with why.
@@ -122,22 +385,20 @@ pub(crate) fn refused_files() -> Vec<(PathBuf, String)> {
     REFUSED.lock().map(|r| r.clone()).unwrap_or_default()
 }
 
-/// Turns file offsets of `path` into virtual offsets (its PT_LOAD program
-/// headers): a separate debug file has the same addresses but not the same
-/// file layout. Only the ELF header and program headers are read, not
-/// the whole file for a few dozen bytes; files whose
-/// program headers lie past their first MiB, or not ELF, give `None`s.
-pub(super) fn virt_offsets(path: &Path, offsets: &[u64]) -> Vec<Option<u64>> {
+/// The files read without their malformed sections so far, with which.
+pub(crate) fn skipped_sections() -> Vec<(PathBuf, String)> {
+    SECTIONS.lock().map(|r| r.clone()).unwrap_or_default()
+}
+
+/// [`ElfFile::virt_offsets`] of the file open as `file`.
+fn virt_offsets_in(file: &File, offsets: &[u64]) -> Vec<Option<u64>> {
     use object::read::elf::{FileHeader, ProgramHeader};
     use std::os::unix::fs::FileExt;
     let none = || vec![None; offsets.len()];
-    let Ok(checked) = crate::fsafe::open_untrusted(path, crate::fsafe::Owner::Any, 1 << 30) else {
-        return none();
-    };
     // The header and, almost always, the program headers right after it.
     let read = |len: usize| -> Option<Vec<u8>> {
         let mut data = vec![0u8; len];
-        let n = checked.file.read_at(&mut data, 0).ok()?;
+        let n = file.read_at(&mut data, 0).ok()?;
         data.truncate(n);
         Some(data)
     };
@@ -182,51 +443,9 @@ pub(super) fn virt_offsets(path: &Path, offsets: &[u64]) -> Vec<Option<u64>> {
         .collect()
 }
 
-/// Addresses of data objects in `path` (variables that no function shares):
-/// a garbage return address that lands in .data must not take their name.
-pub(super) fn data_symbols(path: &Path) -> std::rc::Rc<HashSet<u64>> {
-    // Remembered by file version: walking a large symbol table again on
-    // every refresh of a live view would cost more than everything else.
-    let id = fs::metadata(path)
-        .ok()
-        .map(|m| crate::symbolize::elfcheck::FileId::of(&m));
-    if let Some(d) = id.and_then(|id| DATA_SYMBOLS.with(|c| c.borrow().get(&id).cloned())) {
-        return d;
-    }
-    let d = std::rc::Rc::new(read_data_symbols(path));
-    if let Some(id) = id {
-        DATA_SYMBOLS.with(|c| {
-            let mut c = c.borrow_mut();
-            if c.len() >= 1024 {
-                c.clear();
-            }
-            c.insert(id, d.clone());
-        });
-    }
-    d
-}
-
 thread_local! {
-    static DATA_SYMBOLS: std::cell::RefCell<HashMap<crate::symbolize::elfcheck::FileId, std::rc::Rc<HashSet<u64>>>> =
+    static DATA_SYMBOLS: std::cell::RefCell<HashMap<FileId, Rc<HashSet<u64>>>> =
         std::cell::RefCell::new(HashMap::new());
-}
-
-fn read_data_symbols(path: &Path) -> HashSet<u64> {
-    let inspector = blazesym::inspect::Inspector::new();
-    let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
-        debug_syms: false,
-        ..blazesym::inspect::source::Elf::new(path)
-    });
-    let (mut vars, mut funcs) = (HashSet::new(), HashSet::new());
-    let _ = inspector.for_each(&src, |sym| {
-        match sym.sym_type {
-            blazesym::SymType::Variable => vars.insert(sym.addr),
-            _ => funcs.insert(sym.addr),
-        };
-        ControlFlow::Continue(())
-    });
-    vars.retain(|a| !funcs.contains(a));
-    vars
 }
 
 /// The name a module is shown under: its file name.
@@ -263,8 +482,31 @@ mod tests {
         assert!(offsets.len() >= 2, "{offsets:?}");
         offsets.push(data.len() as u64 + 4096);
         want.push(None);
-        assert_eq!(virt_offsets(&exe, &offsets), want);
-        let not_elf = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-        assert_eq!(virt_offsets(&not_elf, &[0]), vec![None]);
+        assert_eq!(ElfFile::open(&exe).unwrap().virt_offsets(&offsets), want);
+        let not_elf = File::open(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+        assert_eq!(virt_offsets_in(&not_elf, &[0]), vec![None]);
+    }
+
+    /// What blazesym reads is the file that was checked: another file
+    /// renamed over its path afterwards changes nothing.
+    #[test]
+    fn a_file_swapped_after_its_check_changes_nothing() {
+        let d = std::env::temp_dir().join(format!("bprof-swap-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        let p = d.join("lib.so");
+        fs::copy(std::env::current_exe().unwrap(), &p).unwrap();
+        let checked = ElfFile::open(&p).unwrap();
+        let (id, data) = (checked.build_id(), checked.read_data_symbols());
+        assert!(id.is_some() && !data.is_empty());
+        let other = d.join("other");
+        fs::copy("/bin/true", &other).unwrap();
+        fs::rename(&other, &p).unwrap();
+        assert_eq!(checked.build_id(), id);
+        assert_eq!(checked.read_data_symbols(), data);
+        let now = ElfFile::open(&p).unwrap();
+        assert_ne!(now.build_id(), id);
+        assert_ne!(now.read_data_symbols(), data);
+        let _ = fs::remove_dir_all(&d);
     }
 }

@@ -27,8 +27,8 @@ use crate::collect::sideband::MmapIndex;
 use crate::fasthash::{HashMap, HashSet};
 use crate::symbolize::buildid::FileFinder;
 
-pub(crate) use files::refused_files;
 pub use files::symbolize_file;
+pub(crate) use files::{note_refused, refused_files, skipped_sections};
 use kernel::symbolize_kernel;
 pub(crate) use kernel::{is_bpf_frame, kernel_names, kernel_text_range};
 
@@ -243,16 +243,77 @@ pub(crate) fn symbolizer_with(code_info: bool) -> Symbolizer {
         .build()
 }
 
-/// Demangles a Rust or C++ symbol name as blazesym would (Rust first, then
-/// Itanium C++), or returns it as it is.
-pub(crate) fn demangle(name: &str) -> String {
-    if let Ok(d) = rustc_demangle::try_demangle(name) {
-        return format!("{d:#}");
+/// The longest symbol name bprof demangles; a longer one is shown as it is
+/// (cut to the longest name shown, see crate::output::names).
+const MAX_MANGLED: usize = crate::output::names::MAX_NAME;
+
+/// The longest demangled name kept. A C++ name whose template arguments
+/// refer back to the ones before doubles in length with each level: a
+/// 255-byte name can demangle to gigabytes. One that would be longer than
+/// this is shown mangled (counted, said at -v).
+const MAX_DEMANGLED: usize = 64 << 10;
+
+/// Names shown mangled because demangling them would exceed the bounds.
+static UNDEMANGLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many names were shown mangled because they were too long to
+/// demangle (or demangled too long).
+pub(crate) fn undemangled() -> u64 {
+    UNDEMANGLED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A `fmt::Write` that fails once more than its cap was written: the
+/// demangler stops there.
+#[derive(Default)]
+struct Capped {
+    text: String,
+    over: bool,
+}
+
+impl std::fmt::Write for Capped {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if self.text.len() + s.len() > MAX_DEMANGLED {
+            self.over = true;
+            return Err(std::fmt::Error);
+        }
+        self.text.push_str(s);
+        Ok(())
     }
-    cpp_demangle::Symbol::new(name)
-        .ok()
-        .and_then(|s| s.demangle().ok())
-        .unwrap_or_else(|| name.to_string())
+}
+
+/// Demangles a Rust or C++ symbol name as blazesym would (Rust first, then
+/// Itanium C++), or returns it as it is: when it is not mangled, or when
+/// it, or what it demangles to, is longer than the bounds above.
+pub(crate) fn demangle(name: &str) -> String {
+    use std::fmt::Write;
+    let mangled = name.starts_with("_Z") || name.starts_with("_R") || name.starts_with("__Z");
+    let too_long = || {
+        UNDEMANGLED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        name.to_string()
+    };
+    if name.len() > MAX_MANGLED {
+        return if mangled {
+            too_long()
+        } else {
+            name.to_string()
+        };
+    }
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        let mut out = Capped::default();
+        return match write!(out, "{d:#}") {
+            Ok(()) => out.text,
+            Err(_) => too_long(),
+        };
+    }
+    let Ok(sym) = cpp_demangle::Symbol::new(name) else {
+        return name.to_string();
+    };
+    let mut out = Capped::default();
+    match sym.structured_demangle(&mut out, &cpp_demangle::DemangleOptions::default()) {
+        Ok(()) => out.text,
+        Err(_) if out.over => too_long(),
+        Err(_) => name.to_string(),
+    }
 }
 
 /// Symbolizes every stack. `index` names the files behind build IDs.
@@ -342,7 +403,7 @@ pub(crate) fn symbolize_frames(
         unknown_keys: HashSet::default(),
         user_locs: HashMap::default(),
         debuginfod: crate::symbolize::debuginfod::Client::from_env(),
-        data_cache: HashMap::default(),
+        mapped: HashMap::default(),
     };
     let kaddrs = sorted_unique(raw.iter().flat_map(kernel_keys));
     let (kernel, kallsyms_live) = symbolize_kernel(symbolizer, &kaddrs);
@@ -366,8 +427,8 @@ pub(crate) fn symbolize_frames(
     }
     let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());
     for ((id, tgid), offsets) in by_file {
-        let path = finder.find(&id, tgid);
-        pass.file_frames(id, tgid, path, &offsets);
+        let file = finder.find(&id, tgid);
+        pass.file_frames(id, tgid, file, &offsets);
     }
     for (pid, ips) in by_pid {
         pass.ip_frames(pid, &ips);
@@ -394,22 +455,72 @@ pub(crate) fn symbolize_frames(
 }
 
 /// A function by its symbol-table name `raw` (shown demangled), with its
-/// source place when debug information gives one.
+/// source place when debug information gives one. Every name is made fit
+/// to show here (crate::output::names).
 fn symbol_line(raw: &str, info: Option<&blazesym::symbolize::CodeInfo<'_>>) -> FrameLine {
+    use crate::output::names::clean;
     FrameLine {
-        name: demangle(raw).into(),
-        system_name: raw.to_string(),
-        file: info.map(|c| c.to_path().display().to_string()),
+        name: clean(&demangle(raw)).into(),
+        system_name: clean(raw).into_owned(),
+        file: info.map(|c| crate::output::names::path(&c.to_path())),
         line: info.and_then(|c| c.line).unwrap_or(0),
     }
 }
 
-/// A line that is only a name (kernel symbols, JIT names, unknown frames).
+/// A line that is only a name (kernel symbols, JIT names, unknown frames),
+/// made fit to show.
 fn plain_line(name: String) -> FrameLine {
+    let name = crate::output::names::clean(&name).into_owned();
     FrameLine {
         name: name.as_str().into(),
         system_name: name,
         file: None,
         line: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `f<A, B<A, A>, B<B<A, A>, B<A, A>>, ...>`: each template argument
+    /// is the one before twice, by back reference.
+    fn bomb(levels: usize) -> String {
+        let seq = |n: usize| {
+            let digits = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+            let (mut n, mut s) = (n - 1, Vec::new());
+            loop {
+                s.insert(0, digits[n % 36]);
+                n /= 36;
+                if n == 0 {
+                    break format!("S{}_", String::from_utf8(s).unwrap());
+                }
+            }
+        };
+        let mut s = String::from("_Z1fI1A1BIS0_S0_E");
+        for i in 0..levels {
+            s += &format!("S1_I{}{}E", seq(3 + i), seq(3 + i));
+        }
+        s + "E"
+    }
+
+    #[test]
+    fn demangling_is_bounded_and_falls_back_to_the_mangled_name() {
+        assert_eq!(demangle("_ZN5space3fooEibc"), "space::foo(int, bool, char)");
+        assert_eq!(
+            demangle("_ZN3std2rt10lang_start17h0123456789abcdefE"),
+            "std::rt::lang_start"
+        );
+        assert_eq!(demangle("plain_c_name"), "plain_c_name");
+        assert!(demangle(&bomb(3)).starts_with("f<A, B<A, A>, B<B<A, A>"));
+        let before = undemangled();
+        let t = std::time::Instant::now();
+        let b = bomb(21);
+        assert!(b.len() < 256, "{}", b.len());
+        assert_eq!(demangle(&b), b);
+        let long = format!("_ZN{}3fooEv", "a".repeat(MAX_MANGLED));
+        assert_eq!(demangle(&long), long);
+        assert_eq!(undemangled(), before + 2);
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
     }
 }

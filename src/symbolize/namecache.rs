@@ -44,13 +44,12 @@ impl NameCache {
     /// The cache of the debug file `debug` of build ID `id`, empty when
     /// there is none yet (or it was for another file with that build ID).
     /// `None` when root's state directory is not usable.
-    pub(crate) fn open(id: &[u8; BUILD_ID_SIZE], debug: &Path) -> Option<NameCache> {
+    pub(crate) fn open(id: &[u8; BUILD_ID_SIZE], debug: &FileId) -> Option<NameCache> {
         Self::open_in(Path::new(STATE_DIR), id, debug)
     }
 
-    fn open_in(dir: &Path, id: &[u8; BUILD_ID_SIZE], debug: &Path) -> Option<NameCache> {
-        let meta = std::fs::metadata(debug).ok()?;
-        let header = format!("{HEADER} {:?}", FileId::of(&meta));
+    fn open_in(dir: &Path, id: &[u8; BUILD_ID_SIZE], debug: &FileId) -> Option<NameCache> {
+        let header = format!("{HEADER} {debug:?}");
         let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
         let mut cache = NameCache {
             dir: dir.to_path_buf(),
@@ -218,6 +217,10 @@ fn parse_functions<'t>(lines: impl Iterator<Item = &'t str>) -> Vec<(u64, u64, S
 mod tests {
     use super::*;
 
+    fn fid(p: &Path) -> FileId {
+        FileId::of(&std::fs::metadata(p).unwrap())
+    }
+
     fn scratch(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("bprof-names-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
@@ -227,7 +230,7 @@ mod tests {
     #[test]
     fn learned_functions_name_their_whole_range_next_time() {
         let dir = scratch("learn");
-        let debug = std::env::current_exe().unwrap();
+        let debug = fid(&std::env::current_exe().unwrap());
         let id = [7u8; BUILD_ID_SIZE];
         let mut c = NameCache::open_in(&dir, &id, &debug).unwrap();
         assert_eq!(c.lookup(0x1010), None);
@@ -251,7 +254,7 @@ mod tests {
         assert_eq!(c.lookup(0x10), None);
         assert_eq!(c.lookup(0x4000), None);
         // Another debug file with the same build ID: the cache says nothing.
-        let other = NameCache::open_in(&dir, &id, Path::new("/proc/self/exe").parent().unwrap());
+        let other = NameCache::open_in(&dir, &id, &fid(Path::new("/proc/self")));
         assert!(other.is_some_and(|c| c.lookup(0x1000).is_none()));
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -276,7 +279,7 @@ mod tests {
     #[test]
     fn all_functions_at_once_leave_out_the_overlapping_ones() {
         let dir = scratch("all");
-        let debug = std::env::current_exe().unwrap();
+        let debug = fid(&std::env::current_exe().unwrap());
         let id = [8u8; BUILD_ID_SIZE];
         let mut c = NameCache::open_in(&dir, &id, &debug).unwrap();
         c.learn(0x9004, 0x9000, Some(0x10), "asm_learned_before");

@@ -2,19 +2,16 @@
 //! of a profile's stacks (blazesym, debug files kept by build ID, the
 //! per-boot name cache, JIT symbol files), then builds the named stacks.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::Arc;
 
-use blazesym::symbolize::source::{Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
-use blazesym::Pid;
 
-use super::files::{
-    build_id_debug_file, data_symbols, dwarf_functions, module_name, symbolize_file, virt_offsets,
-};
+use super::files::{build_id_debug_file, module_name, ElfFile};
 use super::{
-    kernel_keys, namecache, plain_line, symbol_line, user_keys, vdso, FrameLine, Frames, Module,
-    Stack, SymbolStats, UnknownStyle, UserKey, UNKNOWN,
+    elfcheck, kernel_keys, namecache, plain_line, symbol_line, user_keys, vdso, FrameLine, Frames,
+    Module, Stack, SymbolStats, UnknownStyle, UserKey, UNKNOWN,
 };
 use crate::bpf::stacks::{RawStack, BUILD_ID_SIZE};
 use crate::collect::sideband::MmapIndex;
@@ -40,22 +37,23 @@ pub(super) struct Pass<'a> {
     pub(super) unknown_keys: HashSet<UserKey>,
     pub(super) user_locs: HashMap<UserKey, u32>,
     pub(super) debuginfod: Option<crate::symbolize::debuginfod::Client>,
-    /// Data symbols per file, parsed once however many processes map it.
-    pub(super) data_cache: HashMap<PathBuf, std::rc::Rc<std::collections::HashSet<u64>>>,
+    /// Files of live processes' mappings symbolized by address (frames the
+    /// kernel could not tie to a file), opened once per pass.
+    pub(super) mapped: HashMap<(u32, u64, u64), Option<Rc<ElfFile>>>,
 }
 
 impl<'a> Pass<'a> {
     /// Frames at `offsets` of the file with build ID `id`, as mapped by
-    /// `tgid` (`path`: where it was found, if anywhere).
+    /// `tgid` (`file`: the file found for it, open, if any).
     pub(super) fn file_frames(
         &mut self,
         id: [u8; BUILD_ID_SIZE],
         tgid: u32,
-        path: Option<PathBuf>,
+        file: Option<Rc<ElfFile>>,
         offsets: &[u64],
     ) {
         let mut resolved: Vec<Option<Found<'a>>> = vec![None; offsets.len()];
-        if path.is_none() && vdso::is_vdso(&id) {
+        if file.is_none() && vdso::is_vdso(&id) {
             let names = vdso::symbols(self.symbolizer, offsets);
             for (r, s) in resolved.iter_mut().zip(names) {
                 *r = s.map(Found::Sym);
@@ -80,12 +78,13 @@ impl<'a> Pass<'a> {
             .then(|| build_id_debug_file(&id))
             .flatten();
         let mut answered = false;
-        if let (Some(p), Some(d)) = (&path, &debug) {
+        if let (Some(p), Some(d)) = (&file, &debug) {
             answered = self.names_from_debug_file(&id, p, d, offsets, &mut resolved);
         }
         // What a readable debug file left unnamed, the file itself (whose
-        // debug link leads blazesym to the same DWARF) cannot name either.
-        if let Some(p) = path.as_ref().filter(|_| !answered) {
+        // debug link, where followed, leads to the same DWARF) cannot name
+        // either.
+        if let Some(p) = file.as_ref().filter(|_| !answered) {
             let rest: Vec<usize> = (0..offsets.len())
                 .filter(|&i| resolved[i].is_none())
                 .collect();
@@ -99,7 +98,7 @@ impl<'a> Pass<'a> {
         // A stripped file's names may sit in a debug file kept by build ID
         // (blazesym only follows .gnu_debuglink).
         if debug.is_none() && resolved.iter().any(Option::is_none) {
-            if let Some(p) = &path {
+            if let Some(p) = &file {
                 self.fill_from_debug_file(&id, p, offsets, &mut resolved);
             }
         }
@@ -110,7 +109,7 @@ impl<'a> Pass<'a> {
             .by_build_id
             .get(&id)
             .and_then(|ms| ms.iter().map(|m| m.path.clone()).min());
-        let file = path.or(seen);
+        let file = file.map(|f| f.path.clone()).or(seen);
         // Where the file came from, even if it could not be opened.
         let module = file.as_deref().map(module_name);
         let module_id = self.frames.module(Module::File {
@@ -152,14 +151,11 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// The code symbols at `offsets` of `path`: data objects never name an
+    /// The code symbols at `offsets` of `file`: data objects never name an
     /// address.
-    fn code_symbols(&mut self, path: &Path, offsets: &[u64]) -> Vec<Option<Symbolized<'a>>> {
-        let data = self
-            .data_cache
-            .entry(path.to_path_buf())
-            .or_insert_with(|| data_symbols(path));
-        symbolize_file(self.symbolizer, path, Input::FileOffset(offsets))
+    fn code_symbols(&mut self, file: &ElfFile, offsets: &[u64]) -> Vec<Option<Symbolized<'a>>> {
+        let data = file.data_symbols();
+        file.symbolize(self.symbolizer, Input::FileOffset(offsets))
             .into_iter()
             .map(|s| match s {
                 Symbolized::Sym(sym) if data.contains(&sym.addr) => None,
@@ -174,7 +170,7 @@ impl<'a> Pass<'a> {
     fn fill_from_debug_file(
         &mut self,
         id: &[u8; BUILD_ID_SIZE],
-        path: &Path,
+        file: &ElfFile,
         offsets: &[u64],
         resolved: &mut [Option<Found<'a>>],
     ) {
@@ -183,7 +179,7 @@ impl<'a> Pass<'a> {
         let Some(debug) = debug else {
             return;
         };
-        let virt = virt_offsets(path, offsets);
+        let virt = file.virt_offsets(offsets);
         let wanted: Vec<(usize, u64)> = virt
             .iter()
             .enumerate()
@@ -191,7 +187,7 @@ impl<'a> Pass<'a> {
             .filter_map(|(i, v)| Some((i, (*v)?)))
             .collect();
         let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
-        let found = symbolize_file(self.symbolizer, &debug, Input::VirtOffset(&addrs));
+        let found = debug.symbolize(self.symbolizer, Input::VirtOffset(&addrs));
         for ((i, _), s) in wanted.into_iter().zip(found) {
             if matches!(s, Symbolized::Sym(_)) {
                 resolved[i] = Some(Found::Sym(s));
@@ -207,15 +203,15 @@ impl<'a> Pass<'a> {
     fn names_from_debug_file(
         &mut self,
         id: &[u8; BUILD_ID_SIZE],
-        path: &Path,
-        debug: &Path,
+        file: &ElfFile,
+        debug: &ElfFile,
         offsets: &[u64],
         resolved: &mut [Option<Found<'a>>],
     ) -> bool {
         let named = |r: &[Option<Found<'a>>]| r.iter().filter(|f| f.is_some()).count();
         let named_before = named(resolved);
-        let virt = virt_offsets(path, offsets);
-        let mut cache = namecache::NameCache::open(id, debug);
+        let virt = file.virt_offsets(offsets);
+        let mut cache = namecache::NameCache::open(id, &debug.id);
         // Named from the cache where it can; the addresses left, to ask for.
         let from_cache = |cache: &Option<namecache::NameCache>,
                           resolved: &mut [Option<Found<'a>>]| {
@@ -238,18 +234,14 @@ impl<'a> Pass<'a> {
             .as_mut()
             .filter(|c| !wanted.is_empty() && c.wants_all())
         {
-            c.learn_all(dwarf_functions(debug));
+            c.learn_all(debug.functions());
             wanted = from_cache(&cache, resolved);
         }
         let mut answered = named(resolved) > named_before;
         if !wanted.is_empty() {
-            let data = self
-                .data_cache
-                .entry(debug.to_path_buf())
-                .or_insert_with(|| data_symbols(debug))
-                .clone();
+            let data = debug.data_symbols();
             let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
-            let found = symbolize_file(self.symbolizer, debug, Input::VirtOffset(&addrs));
+            let found = debug.symbolize(self.symbolizer, Input::VirtOffset(&addrs));
             answered |= !found.is_empty();
             for ((i, v), s) in wanted.into_iter().zip(found) {
                 if let Symbolized::Sym(sym) = &s {
@@ -271,33 +263,73 @@ impl<'a> Pass<'a> {
 
     /// Frames no file was known for: JIT code from the perf map / jitdump
     /// bprof opened safely (live and exited processes alike, see
-    /// crate::jit), else the live process's own mappings.
+    /// crate::jit), else the file the live process maps there,
+    /// opened through its map_files link and checked like any other.
     pub(super) fn ip_frames(&mut self, pid: u32, ips: &[u64]) {
         let jit = self.index.jit.names(pid, ips);
-        let resolved = target::alive(pid).then(|| {
-            // Files only: blazesym would open /tmp/perf-PID.map as root
-            // with none of bprof's checks.
-            let src = Source::Process(Process {
-                perf_map: false,
-                ..Process::new(Pid::from(pid))
-            });
-            self.symbolizer
-                .symbolize(&src, Input::AbsAddr(ips))
-                .unwrap_or_default()
-        });
+        let resolved = target::alive(pid).then(|| self.mapped_symbols(pid, ips));
         for (i, &ip) in ips.iter().enumerate() {
-            let sym = resolved.as_ref().and_then(|r| r.get(i));
+            let sym = resolved.as_ref().and_then(|r| r[i].as_ref());
             let frame = match (sym, jit.get(&ip)) {
-                (Some(Symbolized::Sym(_)), _) => self.names.of(sym),
-                (_, None) => {
+                (Some(sym), _) => self.names.of(Some(sym)),
+                (None, None) => {
                     self.unknown_keys.insert(UserKey::Ip(pid, ip));
-                    self.names.of(sym)
+                    self.names.of(None)
                 }
-                (_, Some(name)) => self.names.named(name),
+                (None, Some(name)) => self.names.named(name),
             };
             let loc = self.frames.add(ip, None, frame);
             self.user_locs.insert(UserKey::Ip(pid, ip), loc);
         }
+    }
+
+    /// The symbols at addresses `ips` of live process `pid`, from the files
+    /// (and the vDSO) it maps there now.
+    fn mapped_symbols(&mut self, pid: u32, ips: &[u64]) -> Vec<Option<Symbolized<'a>>> {
+        let mut out = vec![None; ips.len()];
+        let maps = crate::process::maps::mappings(pid);
+        let mut by_map: HashMap<usize, Vec<usize>> = HashMap::default();
+        for (i, &ip) in ips.iter().enumerate() {
+            if let Some(m) = maps.iter().position(|m| ip >= m.start && ip < m.end) {
+                by_map.entry(m).or_default().push(i);
+            }
+        }
+        for (m, idx) in by_map {
+            let m = &maps[m];
+            let offs: Vec<u64> = idx.iter().map(|&i| ips[i] - m.start + m.off).collect();
+            let found: Vec<Option<Symbolized<'a>>> = if m.path == "[vdso]" {
+                let own = crate::process::vdso::own().map(|v| v.image.len() as u64);
+                if own != Some(m.end - m.start) {
+                    continue;
+                }
+                let offs: Vec<u64> = idx.iter().map(|&i| ips[i] - m.start).collect();
+                vdso::symbols(self.symbolizer, &offs)
+            } else if m.path.starts_with('/') {
+                let key = (pid, m.start, m.end);
+                let file = self
+                    .mapped
+                    .entry(key)
+                    .or_insert_with(|| {
+                        let c = crate::fsafe::open_mapped(pid, m.start, m.end, elfcheck::MAX_FILE)
+                            .ok()?;
+                        ElfFile::from_checked(PathBuf::from(&m.path), c.file)
+                            .map_err(|why| super::note_refused(std::path::Path::new(&m.path), &why))
+                            .ok()
+                            .map(Rc::new)
+                    })
+                    .clone();
+                match file {
+                    Some(f) => self.code_symbols(&f, &offs),
+                    None => continue,
+                }
+            } else {
+                continue;
+            };
+            for (i, s) in idx.into_iter().zip(found) {
+                out[i] = s;
+            }
+        }
+        out
     }
 
     /// Frames as the samples show them: each stack's frames once per sample.
@@ -329,7 +361,7 @@ impl<'a> Pass<'a> {
                     tgid: s.tgid,
                     tid: s.tid,
                     cgroup: s.cgroup,
-                    comm: s.comm.clone(),
+                    comm: crate::output::names::clean(&s.comm).into_owned(),
                     kernel: names_of(&kernel_locs),
                     user: names_of(&user_locs),
                     kernel_lost: s.kernel_lost,

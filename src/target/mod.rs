@@ -29,7 +29,11 @@ impl Target {
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         if !self.command.is_empty() {
-            parts.push(format!("command '{}'", self.command.join(" ")));
+            // Shown in titles and summaries: made fit to show, as names are.
+            parts.push(format!(
+                "command '{}'",
+                crate::output::names::clean(&self.command.join(" "))
+            ));
         }
         if !self.pids.is_empty() {
             parts.push(format!("PID {}", id_list(&self.pids)));

@@ -526,3 +526,140 @@ impl Drop for Planted {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+/// Runs a shell script as user nobody (`setpriv`), asserting it succeeds:
+/// how the hostile tests play another local user.
+pub fn nobody_sh(script: &str) {
+    let out = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .args(["sh", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run setpriv");
+    assert!(
+        out.status.success(),
+        "as nobody: {script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs a command to completion (at most 120 s, then SIGKILL) and returns
+/// its output, wall time and peak resident set in KiB (of it and of every
+/// process it waited for, as wait4 reports).
+// Reaped by wait4 below, which also gives its resources.
+#[allow(clippy::zombie_processes)]
+pub fn measured(cmd: &mut Command) -> (Output, std::time::Duration, u64) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let t = std::time::Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id() as i32;
+    let (mut o, mut e) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = o.read_to_end(&mut b);
+        b
+    });
+    let err = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = e.read_to_end(&mut b);
+        b
+    });
+    let killer = std::thread::spawn(move || {
+        let deadline = t + std::time::Duration::from_secs(120);
+        while std::time::Instant::now() < deadline {
+            // SAFETY: signal 0 only checks that the process exists.
+            if unsafe { libc::kill(pid, 0) } != 0 {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    });
+    let mut status = 0;
+    // SAFETY: rusage is plain data, filled by the kernel.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, with valid out-pointers.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid, "wait4");
+    let elapsed = t.elapsed();
+    let _ = killer.join();
+    let output = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    };
+    (output, elapsed, ru.ru_maxrss as u64)
+}
+
+/// Bytes that would act on a terminal or break XML: control characters
+/// other than the newlines and tabs a text output has.
+pub fn control_bytes(b: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(b);
+    text.chars()
+        .filter(|&c| c.is_control() && !matches!(c, '\n' | '\t'))
+        .map(|c| c as u32 as u8)
+        .collect()
+}
+
+/// The umask this test process runs under (`Umask:` in /proc/self/status).
+pub fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| u32::from_str_radix(l.strip_prefix("Umask:")?.trim(), 8).ok())
+        .expect("Umask in /proc/self/status")
+}
+
+/// What a local user can name a program and its functions: a terminal's
+/// clear-screen and retitle sequences (ESC, BEL), a newline, XML markup.
+pub const HOSTILE_FILE_NAME: &str = "fx\x1b[2J\x07<b>\n&";
+/// work631's `heavy`, `medium` and `light`, renamed so.
+pub const HOSTILE_HEAVY: &str = "heavy\x1b]0;pwned\x07";
+pub const HOSTILE_MEDIUM: &str = "medium<b>&amp;</b>";
+pub const HOSTILE_LIGHT: &str = "light\nnext";
+
+/// A name as bprof shows it: control characters as `\xNN` escapes.
+pub fn escaped(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_control() {
+                format!("\\x{:02x}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// A name as folded stacks (and the SVG and `bprof top`, drawn from them)
+/// show it: escaped, with `;` (the frame separator) as `:`.
+pub fn folded_form(name: &str) -> String {
+    escaped(name).replace(';', ":")
+}
+
+/// work631 named [`HOSTILE_FILE_NAME`] (its comm too), its three
+/// functions renamed as above (DWARF stripped: the symbol table names them).
+pub fn hostile_named_work631(dir: &Path) -> PathBuf {
+    let bin = dir.join(HOSTILE_FILE_NAME);
+    let st = Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg("--redefine-sym")
+        .arg(format!("heavy={HOSTILE_HEAVY}"))
+        .arg("--redefine-sym")
+        .arg(format!("medium={HOSTILE_MEDIUM}"))
+        .arg("--redefine-sym")
+        .arg(format!("light={HOSTILE_LIGHT}"))
+        .arg(fixture("work631"))
+        .arg(&bin)
+        .status()
+        .expect("run objcopy");
+    assert!(st.success(), "objcopy");
+    bin
+}

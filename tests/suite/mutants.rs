@@ -63,7 +63,8 @@ fn hostile_a_compressed_section_claiming_2_62_bytes_costs_only_its_frames() {
     std::fs::set_permissions(&crafted, perm).unwrap();
 
     // The program runs (its debug sections are never loaded); bprof must
-    // finish its profile, exit 0, and say it skipped the file.
+    // finish its profile, exit 0, say which sections it skipped, and name
+    // the functions from the symbol table as perf does.
     let out = run(Command::new("timeout")
         .args(["-s", "KILL", "60"])
         .arg(env!("CARGO_BIN_EXE_bprof"))
@@ -72,17 +73,37 @@ fn hostile_a_compressed_section_claiming_2_62_bytes_costs_only_its_frames() {
         .arg("1"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    assert!(err.contains("as malformed"), "{err}");
-    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
-    let total: u64 = lines.iter().map(|l| l.count).sum();
-    assert!(total > 300, "{lines:?}");
+    assert!(err.contains("without its malformed sections"), "{err}");
     assert!(
-        with_frame(&lines, "fx_crafted", "fx_crafted+0x1") > 0
-            || lines
-                .iter()
-                .any(|l| l.frames.iter().any(|f| f.starts_with("fx_crafted+0x"))),
+        err.contains("(.debug_info) claims 4611686018427387904 bytes"),
+        "{err}"
+    );
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert_totals(&err, &lines);
+    let all = total_for(&lines, "fx_crafted");
+    let heavy = with_frame(&lines, "fx_crafted", "heavy");
+    let medium = with_frame(&lines, "fx_crafted", "medium");
+    let light = with_frame(&lines, "fx_crafted", "light");
+    assert!(all > 200, "{lines:?}");
+    assert!(heavy + medium + light > all * 8 / 10, "{lines:?}");
+    // Nothing of the binary is left as module+offset...
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.frames.iter().any(|f| f.starts_with("fx_crafted+0x"))),
         "{lines:?}"
     );
+    // ... and perf, on the same file, gives the same names in the same
+    // shares.
+    let perf = perf_shares(&crafted, "1", &dir);
+    let share = |n| pct(n, heavy + medium + light);
+    for (f, n) in [("heavy", heavy), ("medium", medium)] {
+        let p = perf
+            .get(f)
+            .copied()
+            .unwrap_or_else(|| panic!("perf has no {f}: {perf:?}"));
+        assert!((p - share(n)).abs() < 12.0, "{f}: {perf:?} vs {lines:?}");
+    }
 }
 
 #[test]
@@ -141,4 +162,85 @@ fn hostile_thousands_of_mutants_never_abort_or_panic() {
         refused > 0,
         "no mutant was refused: the mutations did nothing"
     );
+}
+
+/// File offset of symbol `name` of the ELF image `data` (its .symtab, its
+/// address through the PT_LOAD headers).
+fn symbol_offset(data: &[u8], name: &str) -> u64 {
+    use object::read::elf::{ProgramHeader, Sym};
+    let h = object::elf::FileHeader64::<object::Endianness>::parse(data).unwrap();
+    let e = h.endian().unwrap();
+    let sections = h.sections(e, data).unwrap();
+    let syms = sections.symbols(e, data, object::elf::SHT_SYMTAB).unwrap();
+    let addr = syms
+        .iter()
+        .find(|s| syms.symbol_name(e, s).ok() == Some(name.as_bytes()))
+        .unwrap_or_else(|| panic!("no symbol {name}"))
+        .st_value(e);
+    h.program_headers(e, data)
+        .unwrap()
+        .iter()
+        .filter(|p| p.p_type(e) == object::elf::PT_LOAD)
+        .find(|p| addr >= p.p_vaddr(e) && addr < p.p_vaddr(e) + p.p_filesz(e))
+        .map(|p| addr - p.p_vaddr(e) + p.p_offset(e))
+        .expect("a segment")
+}
+
+/// A malformed symbol table costs that table: the dynamic symbols still
+/// name the functions they hold.
+#[test]
+fn hostile_a_malformed_symbol_table_costs_that_table_only() {
+    let _g = exclusive();
+    let dir = scratch("mutants_symtab");
+    let src = dir.join("t.c");
+    std::fs::write(
+        &src,
+        "__attribute__((noinline)) int exported_fn(int x) { return x * 3 + 1; }\n\
+         __attribute__((noinline)) static int local_only(int x) { return exported_fn(x) + 2; }\n\
+         int main(int c, char **v) { (void)v; return local_only(c); }\n",
+    )
+    .unwrap();
+    let bin = dir.join("t");
+    assert!(Command::new("gcc")
+        .args(["-O1", "-rdynamic", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
+    let data = std::fs::read(&bin).unwrap();
+    let offs = [
+        symbol_offset(&data, "exported_fn"),
+        symbol_offset(&data, "local_only"),
+    ];
+    let names = |path: &Path| -> Vec<String> {
+        let sym = bprof::symbolize::symbolizer();
+        bprof::symbolize::symbolize_file(&sym, path, blazesym::symbolize::Input::FileOffset(&offs))
+            .into_iter()
+            .map(|s| match s {
+                blazesym::symbolize::Symbolized::Sym(s) => s.name.to_string(),
+                _ => String::new(),
+            })
+            .collect()
+    };
+    assert_eq!(names(&bin), ["exported_fn", "local_only"]);
+    // .symtab's entry size made one no table can have.
+    let h = object::elf::FileHeader64::<object::Endianness>::parse(&*data).unwrap();
+    let e = h.endian().unwrap();
+    let (shoff, shentsize) = (h.e_shoff(e) as usize, h.e_shentsize(e) as usize);
+    let symtab = h
+        .sections(e, &*data)
+        .unwrap()
+        .iter()
+        .position(|s| s.sh_type(e) == object::elf::SHT_SYMTAB)
+        .unwrap();
+    let mut m = data.clone();
+    let at = shoff + symtab * shentsize + 56;
+    m[at..at + 8].copy_from_slice(&23u64.to_le_bytes());
+    let mutant = dir.join("t-mutant");
+    std::fs::write(&mutant, &m).unwrap();
+    let got = names(&mutant);
+    // Named from .dynsym; the static function was only in the table lost.
+    assert_eq!(got[0], "exported_fn", "{got:?}");
+    assert_ne!(got[1], "local_only", "{got:?}");
 }

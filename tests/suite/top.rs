@@ -484,3 +484,44 @@ fn top_without_a_terminal_is_one_line_and_status_2() {
     assert_eq!(out.status.code(), Some(2));
     assert_one_line_error(&out);
 }
+
+#[test]
+fn hostile_top_shows_control_characters_in_names_as_escapes() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("top_hostile");
+    let bin = hostile_named_work631(&dir);
+    let work = Workload::start(Command::new(&bin).arg("60"));
+    let t = Tmux::new("hostile");
+    let err = dir.join("top.err");
+    start_top(&t, &format!("-p {} -F 999 -d 1", work.id()), "", &err);
+    let (heavy, medium) = (folded_form(HOSTILE_HEAVY), folded_form(HOSTILE_MEDIUM));
+    let screen = t.wait_for("the functions, escaped", Duration::from_secs(30), |s| {
+        s.contains(&heavy) && s.contains(&medium)
+    });
+    assert!(screen.contains(&folded_form(HOSTILE_LIGHT)), "{screen}");
+    // The stacks view shows the thread name, escaped too.
+    t.keys(&["f"]);
+    let comm = folded_form(HOSTILE_FILE_NAME);
+    t.wait_for("the comm, escaped", Duration::from_secs(10), |s| {
+        s.contains(&comm)
+    });
+    // Nothing reached the terminal raw: it was neither retitled nor cleared.
+    let title = t
+        .cmd()
+        .args(["display-message", "-p", "-t", "0", "#{pane_title}"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&title.stdout).contains("pwned"),
+        "the pane was retitled"
+    );
+    t.keys(&["q"]);
+    assert_eq!(
+        exit_status(&t),
+        0,
+        "{}",
+        std::fs::read_to_string(&err).unwrap()
+    );
+    check_final_totals(&err);
+}

@@ -238,7 +238,7 @@ impl Builder {
                     0,
                     size.max(hi.saturating_add(1)),
                     path.as_deref()
-                        .map(|p| p.display().to_string())
+                        .map(crate::output::names::path)
                         .unwrap_or_default(),
                     hex(&build_id[..len]),
                 )
@@ -373,7 +373,7 @@ impl Builder {
             if let Some(path) = meta.cgroups.get(&s.cgroup) {
                 label.push(Label {
                     key: k_cgroup,
-                    str: self.st.get(path),
+                    str: self.st.get(&crate::output::names::clean(path)),
                     ..Default::default()
                 });
             }
