@@ -509,7 +509,7 @@ pub fn open_dir_nofollow(path: &Path, create: Option<u32>) -> anyhow::Result<Fil
     push_front(&mut todo, path);
     let mut links = 0;
     while let Some(name) = todo.pop_front() {
-        let shown = crate::output::names::path(Path::new(&name));
+        let shown = crate::names::path(Path::new(&name));
         match Path::new(&name).components().next() {
             Some(Component::RootDir) => {
                 cur = root()?;

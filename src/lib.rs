@@ -26,6 +26,7 @@ pub(crate) mod filter;
 pub(crate) mod fsafe;
 pub(crate) mod jit;
 pub(crate) mod mmap;
+pub(crate) mod names;
 pub(crate) mod output;
 pub mod process;
 pub(crate) mod session;

@@ -473,8 +473,8 @@ impl JitFiles {
             for (path, why) in self.skipped.borrow().iter() {
                 eprintln!(
                     "bprof: skipped {}: {}",
-                    crate::output::names::clean(path),
-                    crate::output::names::clean(why)
+                    crate::names::clean(path),
+                    crate::names::clean(why)
                 );
             }
             let bad = self.malformed.get();

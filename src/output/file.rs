@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::fsafe::{self, trusted_uid};
-use crate::output::names;
+use crate::names;
 
 /// Mode of a new output file, less the umask.
 const NEW_MODE: u32 = 0o644;

@@ -5,7 +5,6 @@
 
 pub mod file;
 pub mod folded;
-pub mod names;
 pub mod pattern;
 pub mod pprof;
 pub mod report;

@@ -55,7 +55,7 @@ impl Files {
             }
             if let Some(p) = p {
                 let fixed = fixed_folder(p);
-                let shown = crate::output::names::path(&fixed);
+                let shown = crate::names::path(&fixed);
                 let dir = crate::fsafe::open_dir_nofollow(&fixed, Some(0o755))
                     .with_context(|| format!("cannot make the output folder {shown}"))?;
                 // SAFETY: a valid directory fd and a NUL-terminated name.

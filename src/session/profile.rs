@@ -520,8 +520,8 @@ fn report_refused(verbose: bool) {
         for (path, why) in &refused {
             eprintln!(
                 "bprof: skipped {} as malformed: {}",
-                crate::output::names::path(path),
-                crate::output::names::clean(why)
+                crate::names::path(path),
+                crate::names::clean(why)
             );
         }
     } else if !refused.is_empty() {
@@ -535,8 +535,8 @@ fn report_refused(verbose: bool) {
         for (path, why) in &sections {
             eprintln!(
                 "bprof: read {} without its malformed sections (its symbol tables still name its functions): {}",
-                crate::output::names::path(path),
-                crate::output::names::clean(why)
+                crate::names::path(path),
+                crate::names::clean(why)
             );
         }
     } else if !sections.is_empty() {

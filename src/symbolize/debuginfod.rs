@@ -39,7 +39,7 @@ use anyhow::Context;
 
 use crate::bpf::stacks::BUILD_ID_SIZE;
 use crate::fsafe::{self, trusted_uid};
-use crate::output::names;
+use crate::names;
 use crate::symbolize::files::ElfFile;
 
 /// The largest debug file bprof downloads (and the cache's default size).

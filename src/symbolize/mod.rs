@@ -244,8 +244,8 @@ pub(crate) fn symbolizer_with(code_info: bool) -> Symbolizer {
 }
 
 /// The longest symbol name bprof demangles; a longer one is shown as it is
-/// (cut to the longest name shown, see crate::output::names).
-const MAX_MANGLED: usize = crate::output::names::MAX_NAME;
+/// (cut to the longest name shown, see crate::names).
+const MAX_MANGLED: usize = crate::names::MAX_NAME;
 
 /// The longest demangled name kept. A C++ name whose template arguments
 /// refer back to the ones before doubles in length with each level: a
@@ -456,13 +456,13 @@ pub(crate) fn symbolize_frames(
 
 /// A function by its symbol-table name `raw` (shown demangled), with its
 /// source place when debug information gives one. Every name is made fit
-/// to show here (crate::output::names).
+/// to show here (crate::names).
 fn symbol_line(raw: &str, info: Option<&blazesym::symbolize::CodeInfo<'_>>) -> FrameLine {
-    use crate::output::names::clean;
+    use crate::names::clean;
     FrameLine {
         name: clean(&demangle(raw)).into(),
         system_name: clean(raw).into_owned(),
-        file: info.map(|c| crate::output::names::path(&c.to_path())),
+        file: info.map(|c| crate::names::path(&c.to_path())),
         line: info.and_then(|c| c.line).unwrap_or(0),
     }
 }
@@ -470,7 +470,7 @@ fn symbol_line(raw: &str, info: Option<&blazesym::symbolize::CodeInfo<'_>>) -> F
 /// A line that is only a name (kernel symbols, JIT names, unknown frames),
 /// made fit to show.
 fn plain_line(name: String) -> FrameLine {
-    let name = crate::output::names::clean(&name).into_owned();
+    let name = crate::names::clean(&name).into_owned();
     FrameLine {
         name: name.as_str().into(),
         system_name: name,

@@ -361,7 +361,7 @@ impl<'a> Pass<'a> {
                     tgid: s.tgid,
                     tid: s.tid,
                     cgroup: s.cgroup,
-                    comm: crate::output::names::clean(&s.comm).into_owned(),
+                    comm: crate::names::clean(&s.comm).into_owned(),
                     kernel: names_of(&kernel_locs),
                     user: names_of(&user_locs),
                     kernel_lost: s.kernel_lost,

@@ -32,7 +32,7 @@ impl Target {
             // Shown in titles and summaries: made fit to show, as names are.
             parts.push(format!(
                 "command '{}'",
-                crate::output::names::clean(&self.command.join(" "))
+                crate::names::clean(&self.command.join(" "))
             ));
         }
         if !self.pids.is_empty() {

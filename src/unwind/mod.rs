@@ -308,7 +308,7 @@ impl Unwinder {
         if !self.failed.is_empty() {
             s += &format!("; {} files unreadable:", self.failed.len());
             for (p, why) in self.failed.iter().take(5) {
-                s += &format!(" {} ({why})", crate::output::names::path(p));
+                s += &format!(" {} ({why})", crate::names::path(p));
             }
         }
         s

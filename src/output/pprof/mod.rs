@@ -237,9 +237,7 @@ impl Builder {
                 (
                     0,
                     size.max(hi.saturating_add(1)),
-                    path.as_deref()
-                        .map(crate::output::names::path)
-                        .unwrap_or_default(),
+                    path.as_deref().map(crate::names::path).unwrap_or_default(),
                     hex(&build_id[..len]),
                 )
             }
@@ -373,7 +371,7 @@ impl Builder {
             if let Some(path) = meta.cgroups.get(&s.cgroup) {
                 label.push(Label {
                     key: k_cgroup,
-                    str: self.st.get(&crate::output::names::clean(path)),
+                    str: self.st.get(&crate::names::clean(path)),
                     ..Default::default()
                 });
             }
