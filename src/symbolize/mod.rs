@@ -30,8 +30,8 @@ use crate::collect::stacks::{RawStack, UserFrame, BUILD_ID_SIZE};
 use crate::fasthash::{HashMap, HashSet};
 use crate::symbolize::buildid::FileFinder;
 
-pub use files::symbolize_file;
-pub(crate) use files::{note_refused, refused_files};
+pub(crate) use files::note_refused;
+pub use files::{refused_files, symbolize_file};
 use kernel::symbolize_kernel;
 pub(crate) use kernel::{is_bpf_frame, kernel_names, kernel_text_range};
 
