@@ -317,7 +317,7 @@ fn pprof_of_a_known_workload_reads_back_as_its_folded_stacks() {
 #[test]
 fn pprof_of_an_exited_process_whose_file_is_gone_keeps_its_build_id() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("pprof-gone");
     let bin = dir.join("fx_gone");
     std::fs::copy(fixture("work631"), &bin).unwrap();
@@ -354,7 +354,7 @@ fn pprof_of_an_exited_process_whose_file_is_gone_keeps_its_build_id() {
 #[test]
 fn pprof_of_wall_and_off_cpu_time_has_microseconds_and_the_kernel_build_id() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("pprof-wall");
     let bin = fixture("spinsleep");
     let (lines, pb, _) = profile(&dir, &["--wall"], &[bin.to_str().unwrap(), "2"]);
@@ -404,7 +404,7 @@ fn pprof_of_wall_and_off_cpu_time_has_microseconds_and_the_kernel_build_id() {
 #[test]
 fn pprof_keeps_mangled_names_and_inlined_functions() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("pprof-rust");
     let bin = fixture("rust_work");
     let (lines, pb, _) = profile(&dir, &["-F", "199"], &[bin.to_str().unwrap(), "1"]);
@@ -434,7 +434,7 @@ fn pprof_keeps_mangled_names_and_inlined_functions() {
 // Long on purpose: one run's files checked in turn (each interval, how they tile, their sum).
 fn every_interval_gets_its_own_files_and_together_they_hold_every_sample() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("pprof-every");
     let bin = fixture("work631");
     let out = run(bprof()
@@ -536,7 +536,7 @@ fn every_needs_a_pattern_per_file() {
 #[test]
 fn pprof_labels_each_sample_with_its_cgroup() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("pprof-cgroup");
     let cg = TestCgroup::new("pprof");
     let inside = Workload::start(Command::new(fixture("rust_work")).arg("6"));
@@ -594,7 +594,7 @@ fn svg_counts(svg: &str) -> BTreeMap<String, u64> {
 #[test]
 fn pprof_with_f_and_svg_of_one_run_holds_the_same_stacks_and_labels_each_task() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("pprof-all-outputs");
     let work = Workload::start(Command::new(fixture("work631")).arg("10"));
     let pid = work.id();
