@@ -27,7 +27,7 @@ fn dropped(stderr: &str) -> u64 {
 #[test]
 fn tid_eq_and_ne_split_the_two_threads() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     // Four profiles of 1 s each, plus start-up and symbolization: on a busy
     // machine 10 s ran out before the last one (an empty profile).
     let (child, tids) = threads("30");
@@ -66,28 +66,29 @@ fn tid_eq_and_ne_split_the_two_threads() {
 #[test]
 fn cpu_filter_keeps_only_that_cpu() {
     root_or_skip!();
-    let _g = exclusive();
-    let spawn = |cpu: &str, name: &str| {
+    let _g = parallel();
+    // Named apart from the fixtures other tests run meanwhile.
+    let spawn = |cpu: &str, name: &str, comm: &str| {
         Workload::start(
             Command::new("taskset")
                 .args(["-c", cpu])
-                .arg(fixture(name))
+                .arg(fixture_as(name, comm))
                 // Killed when dropped: long enough for any start-up.
                 .arg("30"),
         )
     };
-    let on0 = spawn("0", "work631");
-    let on1 = spawn("1", "rust_work");
+    let on0 = spawn("0", "work631", "fx_on_cpu0");
+    let on1 = spawn("1", "rust_work", "fx_on_cpu1");
     let (lines, _) = profile(&["--filter", "cpu == 1", "1"]);
     drop((on0, on1));
-    assert!(total_for(&lines, "fx_rust_work") > 150, "{lines:?}");
-    assert_eq!(total_for(&lines, "fx_work631"), 0, "{lines:?}");
+    assert!(total_for(&lines, "fx_on_cpu1") > 150, "{lines:?}");
+    assert_eq!(total_for(&lines, "fx_on_cpu0"), 0, "{lines:?}");
 }
 
 #[test]
 fn period_beyond_any_sample_keeps_nothing_and_says_so() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let bin = fixture("work631");
     let out = run(bprof()
         .args([
@@ -132,7 +133,7 @@ fn period_beyond_any_sample_keeps_nothing_and_says_so() {
 #[test]
 fn ip_below_kernel_keeps_no_kernel_leaf() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dd = [
         "--",
         "dd",
@@ -141,6 +142,8 @@ fn ip_below_kernel_keeps_no_kernel_leaf() {
         "bs=64k",
         "count=200000",
     ];
+    // A user-mode spinner beside dd: what a user-only filter keeps.
+    let spinner = Workload::start(Command::new(fixture_as("work631", "fx_user_spin")).arg("60"));
     let (all, _) = profile(&[&["-a"][..], &dd[..]].concat());
     let kernel_leaf = |lines: &[Folded]| {
         lines
@@ -157,41 +160,49 @@ fn ip_below_kernel_keeps_no_kernel_leaf() {
         profile(&[&["-a", "--filter", "ip < 0xffff800000000000"][..], &dd[..]].concat());
     assert_eq!(kernel_leaf(&user), 0, "{user:?}");
     assert!(dropped(&stderr) > 50);
+    assert!(total_for(&user, "fx_user_spin") > 50, "{user:?}");
     // The `user` shorthand means the same.
-    let (mode, _) = profile(&[&["-a", "--filter", "user"][..], &dd[..]].concat());
+    let (mode, stderr) = profile(&[&["-a", "--filter", "user"][..], &dd[..]].concat());
     assert_eq!(kernel_leaf(&mode), 0, "{mode:?}");
-    let (kern, _) = profile(&[&["-a", "--filter", "kernel"][..], &dd[..]].concat());
+    assert!(dropped(&stderr) > 50);
+    assert!(total_for(&mode, "fx_user_spin") > 50, "{mode:?}");
+    // `kernel`: dd's kernel time, and none of its user time.
+    let (kern, stderr) = profile(&[&["-a", "--filter", "kernel"][..], &dd[..]].concat());
+    drop(spinner);
     assert!(kern.iter().filter(|l| l.frames[0] == "dd").all(|l| l
         .frames
         .last()
         .unwrap()
         .ends_with("_[k]")));
+    assert!(total_for(&kern, "dd") > 50, "{kern:?}");
+    assert!(dropped(&stderr) > 50);
 }
 
 #[test]
 fn cgroup_filter_keeps_that_cgroup() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let cg = TestCgroup::new("filter");
-    let inside = Workload::start(Command::new(fixture("rust_work")).arg("8"));
+    // Named apart from the fixtures other tests run meanwhile.
+    let inside = Workload::start(Command::new(fixture_as("rust_work", "fx_cg_inside")).arg("8"));
     cg.add(inside.id());
-    let outside = Workload::start(Command::new(fixture("work631")).arg("8"));
+    let outside = Workload::start(Command::new(fixture_as("work631", "fx_cg_outside")).arg("8"));
     let (lines, _) = profile(&["--filter", &format!("cgroup == {}", cg.name), "1"]);
     let (rest, _) = profile(&["--filter", &format!("cgroup != {}", cg.name), "1"]);
     drop((inside, outside, cg));
-    assert!(total_for(&lines, "fx_rust_work") > 100, "{lines:?}");
+    assert!(total_for(&lines, "fx_cg_inside") > 100, "{lines:?}");
     assert!(
-        lines.iter().all(|l| l.frames[0] == "fx_rust_work"),
+        lines.iter().all(|l| l.frames[0] == "fx_cg_inside"),
         "{lines:?}"
     );
-    assert_eq!(total_for(&rest, "fx_rust_work"), 0);
-    assert!(total_for(&rest, "fx_work631") > 100);
+    assert_eq!(total_for(&rest, "fx_cg_inside"), 0);
+    assert!(total_for(&rest, "fx_cg_outside") > 100);
 }
 
 #[test]
 fn comm_filter() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let a = Workload::start(Command::new(fixture("work631")).arg("8"));
     let b = Workload::start(Command::new(fixture("rust_work")).arg("8"));
     let (lines, _) = profile(&["--filter", "comm == fx_rust_work", "1"]);
@@ -211,7 +222,6 @@ fn comm_filter() {
 
 #[test]
 fn malformed_filters_exit_2_with_one_line_pointing_at_the_column() {
-    let _g = exclusive();
     for (filter, want) in [
         (
             "tid === 3",
