@@ -68,6 +68,8 @@ fn unknown_pct(stderr: &str) -> f64 {
 fn stripped_frames_show_module_and_offset_then_names_from_the_build_id_debug_file() {
     root_or_skip!();
     let _g = exclusive();
+    // The stripped work631 is named from a planted debug file or not at all.
+    let _debug = hold(Held::DebugFiles);
     let dir = scratch("names_stripped");
     let (bin, debug) = stripped_work631(&dir);
 
@@ -109,7 +111,9 @@ fn stripped_frames_show_module_and_offset_then_names_from_the_build_id_debug_fil
 #[test]
 fn unknown_as_module_gives_one_frame_per_module() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
+    // The stripped work631 is named from a planted debug file or not at all.
+    let _debug = hold(Held::DebugFiles);
     let dir = scratch("names_module");
     let (bin, _) = stripped_work631(&dir);
     let out = run(bprof()
@@ -147,11 +151,12 @@ impl Drop for Running {
 #[test]
 fn hostile_a_same_build_id_copy_never_names_another_users_process() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let full = fixture("work631");
     // nobody's copy: same build ID, functions renamed.
-    let dir = Path::new("/tmp/bprof-hostile-spoof");
+    let dir = &PathBuf::from(format!("/tmp/bprof-hostile-spoof-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(dir);
+    let _gone = RemovedAtEnd(dir.clone());
     std::fs::create_dir_all(dir).unwrap();
     let spoof = dir.join("fx_spoof");
     let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
@@ -234,7 +239,9 @@ fn debuginfod_fetches_and_caches_missing_debug_info_and_a_dead_server_costs_a_bo
     {
         panic!("debuginfod is not installed (scripts/install-deps.sh installs it)");
     }
-    let _g = exclusive();
+    let _g = parallel();
+    // The stripped work631 is named from a planted debug file or not at all.
+    let _debug = hold(Held::DebugFiles);
     let dir = scratch("names_debuginfod");
     let (bin, _) = stripped_work631(&dir);
     let id = build_id(&bin);
@@ -344,7 +351,6 @@ fn file_offset_of(bin: &Path, name: &str) -> u64 {
 #[test]
 fn an_address_on_a_data_object_is_never_named_after_it() {
     root_or_skip!();
-    let _g = exclusive();
     let dir = scratch("names_data");
     let src = dir.join("data.c");
     std::fs::write(
@@ -406,7 +412,9 @@ fn an_address_on_a_data_object_is_never_named_after_it() {
 #[test]
 fn a_debug_files_functions_are_kept_per_boot_and_forgotten_when_it_changes() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
+    // The stripped work631 is named from a planted debug file or not at all.
+    let _debug = hold(Held::DebugFiles);
     let dir = scratch("names_cache");
     let (bin, debug) = stripped_work631(&dir);
     let (planted, id) = plant_by_build_id(&bin, &debug);
