@@ -556,8 +556,8 @@ impl Drop for NodeMaps {
 #[test]
 fn hostile_a_fifo_does_not_hang_a_profile_of_a_live_pid() {
     root_or_skip!();
-    // -p: the process still runs at symbolization, where bprof used to
-    // open its perf map blocking.
+    // -p: the process still runs at symbolization, where a blocking open
+    // of its perf map would wait forever.
     let _g = parallel();
     let mut jit = Command::new(fixture("jit"))
         .args(["3", "nh"])

@@ -973,7 +973,7 @@ fn short_lived_commands_on_overlayfs_walk_whole_from_their_first_ms_as_perf_does
     let (exe, _) = fixtures();
     let dir = scratch("unwind_overlay_short");
     let (merged, _mounted) = overlay_of(&dir, &exe, "fx_unwind");
-    // Before the alias: ~75% whole.
+    // Without the alias, the first ms of each process end early.
     let (_, stderr) = short_runs_whole_as_perf(&merged.join("fx_unwind"), 100, &dir);
     assert!(
         stderr.contains("1 files also keyed by the inode the kernel names"),
