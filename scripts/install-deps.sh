@@ -9,11 +9,12 @@
 # the benchmarks reading bprof's --stats-json (scripts/longrun.sh, every-rss.sh).
 # xz-utils (Debian's xz and liblzma, stripped, without frame pointers) for
 # the --call-graph dwarf test of a packaged binary and its library.
-# nodejs for the test of a real JIT's perf map (node --perf-basic-prof).
+# nodejs for the test of a real JIT's perf map (node --perf-basic-prof);
+# time (GNU time) for a child's own peak RSS in the JIT tests.
 # Idempotent and quiet.
 set -euo pipefail
 pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc binutils bpftool linux-perf util-linux debuginfod golang-go
-    qemu-system-x86 busybox-static tmux xz-utils python3 jq nodejs)
+    qemu-system-x86 busybox-static tmux xz-utils python3 jq nodejs time)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

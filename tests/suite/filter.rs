@@ -100,7 +100,8 @@ fn period_beyond_any_sample_keeps_nothing_and_says_so() {
             "--",
         ])
         .arg(&bin)
-        .arg("1"));
+        // Fixed work, about a CPU-second: as many samples on a busy machine.
+        .args(["0", "40"]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -134,16 +135,13 @@ fn period_beyond_any_sample_keeps_nothing_and_says_so() {
 fn ip_below_kernel_keeps_no_kernel_leaf() {
     root_or_skip!();
     let _g = parallel();
-    let dd = [
-        "--",
-        "dd",
-        "if=/dev/zero",
-        "of=/dev/null",
-        "bs=64k",
-        "count=200000",
-    ];
-    // A user-mode spinner beside dd: what a user-only filter keeps.
-    let spinner = Workload::start(Command::new(fixture_as("work631", "fx_user_spin")).arg("60"));
+    // dd's time is mostly the kernel's; then fixed user-mode work (10
+    // rounds of work631): what a user-only filter keeps.
+    let script = format!(
+        "dd if=/dev/zero of=/dev/null bs=64k count=200000 && exec {} 0 10",
+        fixture_as("work631", "fx_user_spin").display()
+    );
+    let dd = ["--", "sh", "-c", &script];
     let (all, _) = profile(&[&["-a"][..], &dd[..]].concat());
     let kernel_leaf = |lines: &[Folded]| {
         lines
@@ -168,7 +166,6 @@ fn ip_below_kernel_keeps_no_kernel_leaf() {
     assert!(total_for(&mode, "fx_user_spin") > 50, "{mode:?}");
     // `kernel`: dd's kernel time, and none of its user time.
     let (kern, stderr) = profile(&[&["-a", "--filter", "kernel"][..], &dd[..]].concat());
-    drop(spinner);
     assert!(kern.iter().filter(|l| l.frames[0] == "dd").all(|l| l
         .frames
         .last()
@@ -184,9 +181,10 @@ fn cgroup_filter_keeps_that_cgroup() {
     let _g = parallel();
     let cg = TestCgroup::new("filter");
     // Named apart from the fixtures other tests run meanwhile.
-    let inside = Workload::start(Command::new(fixture_as("rust_work", "fx_cg_inside")).arg("8"));
+    // Killed when dropped: long enough for any start-up.
+    let inside = Workload::start(Command::new(fixture_as("rust_work", "fx_cg_inside")).arg("60"));
     cg.add(inside.id());
-    let outside = Workload::start(Command::new(fixture_as("work631", "fx_cg_outside")).arg("8"));
+    let outside = Workload::start(Command::new(fixture_as("work631", "fx_cg_outside")).arg("60"));
     let (lines, _) = profile(&["--filter", &format!("cgroup == {}", cg.name), "1"]);
     let (rest, _) = profile(&["--filter", &format!("cgroup != {}", cg.name), "1"]);
     drop((inside, outside, cg));
@@ -203,8 +201,9 @@ fn cgroup_filter_keeps_that_cgroup() {
 fn comm_filter() {
     root_or_skip!();
     let _g = parallel();
-    let a = Workload::start(Command::new(fixture("work631")).arg("8"));
-    let b = Workload::start(Command::new(fixture("rust_work")).arg("8"));
+    // Killed when dropped: long enough for any start-up.
+    let a = Workload::start(Command::new(fixture("work631")).arg("60"));
+    let b = Workload::start(Command::new(fixture("rust_work")).arg("60"));
     let (lines, _) = profile(&["--filter", "comm == fx_rust_work", "1"]);
     let (quoted, _) = profile(&["--filter", "comm==\"fx_work631\" && pid > 0", "1"]);
     drop((a, b));

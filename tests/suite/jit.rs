@@ -69,10 +69,15 @@ fn held_env(
 ) -> Run {
     let dir = scratch(name);
     let folded = dir.join("out.folded");
-    // Waited for with wait4 below, for its rusage.
+    // GNU time reports bprof's peak RSS (with its command's): the rusage of
+    // a process this test spawns would hold the test's own, which its child
+    // inherits at exec.
+    let rss = dir.join("maxrss");
+    // Waited for with wait4 below.
     #[allow(clippy::zombie_processes)]
     let mut child = Command::new("timeout")
-        .args(["-s", "KILL", "60"])
+        .args(["-s", "KILL", "60", "/usr/bin/time", "-f", "%M", "-o"])
+        .arg(&rss)
         .arg(env!("CARGO_BIN_EXE_bprof"))
         .args(["-F", "499", "-v", "--no-counts", "-o"])
         .arg(&folded)
@@ -104,7 +109,6 @@ fn held_env(
     plant(pid, addr);
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
 
-    // wait4 reports the largest resident set of the waited tree.
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 fills it.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -116,10 +120,14 @@ fn held_env(
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(st.success(), "bprof failed ({st}): {stderr}");
     let text = std::fs::read_to_string(&folded).expect("folded output");
+    let max_rss_kib = std::fs::read_to_string(&rss)
+        .ok()
+        .and_then(|t| t.lines().last()?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak RSS from time(1) in {}", rss.display()));
     Run {
         lines: parse_folded(&text),
         stderr,
-        max_rss_kib: usage.ru_maxrss,
+        max_rss_kib,
         pid,
     }
 }

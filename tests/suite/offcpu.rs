@@ -84,7 +84,17 @@ fn measured_skip_matches_a_raw_stack() {
         bin.to_str().unwrap(),
         "1",
     ]);
-    let hot = |lines: &[Folded]| lines.iter().max_by_key(|l| l.count).unwrap().frames.clone();
+    // The hottest stack where the fixture sleeps (on a busy machine other
+    // stacks block too: waits to run again after a preemption).
+    let hot = |lines: &[Folded]| {
+        lines
+            .iter()
+            .filter(|l| l.frames.iter().any(|f| f == "sleep_phase"))
+            .max_by_key(|l| l.count)
+            .expect("a stack under sleep_phase")
+            .frames
+            .clone()
+    };
     let (m, r) = (hot(&measured), hot(&raw));
     // The raw stack is the measured one plus exactly `skip` frames at the leaf.
     assert_eq!(r.len(), m.len() + skip, "raw {r:?} vs measured {m:?}");

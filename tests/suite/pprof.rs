@@ -596,24 +596,32 @@ fn pprof_with_f_and_svg_of_one_run_holds_the_same_stacks_and_labels_each_task() 
     root_or_skip!();
     let _g = parallel();
     let dir = scratch("pprof-all-outputs");
-    let work = Workload::start(Command::new(fixture("work631")).arg("10"));
+    // Killed when dropped: long enough for any start-up.
+    let work = Workload::start(Command::new(fixture("work631")).arg("60"));
     let pid = work.id();
     let (pb, svg) = (dir.join("out.pb.gz"), dir.join("out.svg"));
     // Three outputs of one recording, of one known process (-o instead of
-    // -f: the other tests here).
-    let out = run(bprof()
-        .args(["-F", "199", "-p", &pid.to_string(), "-f", "--pprof"])
-        .arg(&pb)
-        .arg("--svg")
-        .arg(&svg)
-        .arg("1.5"));
+    // -f: the other tests here), and what the kernel ran it meanwhile.
+    let (out, _, ran) = run_beside(
+        pid,
+        bprof()
+            .args(["-F", "199", "-p", &pid.to_string(), "-f", "--pprof"])
+            .arg(&pb)
+            .arg("--svg")
+            .arg(&svg),
+        "1.5",
+    );
     drop(work);
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{stderr}");
     let file = parse_folded(&String::from_utf8_lossy(&out.stdout));
     let folded = folded_map(&file);
     let total = assert_totals(&stderr, &file);
-    assert!(total > 100, "{total} samples of 1.5 s at 199 Hz");
+    assert!(ran > 100.0, "the process barely ran: {ran} ms");
+    assert!(
+        total >= least_samples(ran, 199.0),
+        "{total} samples of {ran} CPU-ms at 199 Hz"
+    );
     let raw = pprof_raw(&pb);
     assert_eq!(refold(&raw, 0), folded, "--pprof and -f differ");
     // The flame graph: its root holds every sample, each function what the
