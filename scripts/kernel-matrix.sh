@@ -15,7 +15,10 @@
 # load and named the kernel features missing (what it must do on a kernel
 # too old for it). Exits non-zero unless every check of every kernel passed,
 # NOFEAT counting as passed below 6.1 (the oldest supported kernel), where
-# a refusal that names what is missing is the right answer. Run as root
+# a refusal that names what is missing is the right answer.
+# BPROF_KMATRIX_BIN=PATH boots that bprof instead of building one (CI has
+# built it); BPROF_KMATRIX_HOST_CPUS=LIST runs qemu on those host CPUs only,
+# one thread for both guest CPUs (CI runs the matrix beside the suite). Run as root
 # (apt); it profiles only inside the guests, but those take CPU: take
 # /tmp/bprof-tests.lock on a shared machine.
 set -euo pipefail
@@ -205,7 +208,11 @@ if [ "${#kernels[@]}" -eq 0 ]; then
 fi
 
 # --- The initramfs: busybox, bprof and its libraries, the fixtures. --------
-cargo build -q
+bin=${BPROF_KMATRIX_BIN:-}
+if [ -z "$bin" ]; then
+    cargo build -q
+    bin=target/debug/bprof
+fi
 out=target/kmatrix
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -214,7 +221,7 @@ root=$work/root
 mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,run,etc,bprof/fx}
 cp /bin/busybox "$root/bin/busybox"
 # Debug info is for bprof's developers, not for the guest: 10x smaller.
-strip --strip-debug -o "$root/bprof/bprof" target/debug/bprof
+strip --strip-debug -o "$root/bprof/bprof" "$bin"
 for f in work631 spinsleep threads dlswap manystacks; do
     gcc -O1 -g -fno-omit-frame-pointer -pthread -o "$root/bprof/fx/fx_$f" "fixtures/$f.c" -ldl
 done
@@ -300,7 +307,13 @@ for k in "${kernels[@]}"; do
     start=$(date +%s)
     # TCG: KVM is not usable in nested VMs; 2 CPUs exercise the per-CPU paths.
     # loglevel 4: the kernel's errors (a hung task, a soft lockup) reach the log.
-    timeout 600 qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1024 \
+    host=()
+    accel=tcg
+    if [ -n "${BPROF_KMATRIX_HOST_CPUS:-}" ]; then
+        host=(taskset -c "$BPROF_KMATRIX_HOST_CPUS")
+        accel=tcg,thread=single
+    fi
+    timeout 600 "${host[@]}" qemu-system-x86_64 -accel "$accel" -cpu max -smp 2 -m 1024 \
         -nographic -no-reboot -nic none -monitor none -serial stdio \
         -kernel "$k" -initrd "$work/initrd.gz" \
         -append "console=ttyS0 quiet loglevel=4 panic=-1 mitigations=off" \
