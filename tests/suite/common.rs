@@ -393,13 +393,14 @@ pub fn cpu_ms_of(pid: u32) -> f64 {
         / 1e6
 }
 
-/// Runs bprof `cmd` with `--ready-file` and then `duration` while process
-/// `pid` runs; asserts it succeeded. Returns its output, and the CPU time
-/// (ms) the kernel gave `pid` from bprof's start and from bprof's
-/// readiness to its exit: whatever the machine's load, the recording
-/// window lies within the first and holds the second but for bprof's last
-/// instants.
+/// Runs bprof `cmd` with `--ready-file` and then `duration` (seconds)
+/// while process `pid` runs; asserts it succeeded. Returns its output, and
+/// the CPU time (ms) the kernel gave `pid` from bprof's start to its exit
+/// and over the nine tenths of the recording after bprof's readiness:
+/// whatever the machine's load, the recording lies within the first and
+/// holds the second.
 pub fn run_beside(pid: u32, cmd: &mut Command, duration: &str) -> (Output, f64, f64) {
+    let secs: f64 = duration.parse().expect("a duration in seconds");
     let before = cpu_ms_of(pid);
     let ready = ready_path();
     let mut child = cmd
@@ -411,6 +412,8 @@ pub fn run_beside(pid: u32, cmd: &mut Command, duration: &str) -> (Output, f64, 
         .spawn_guarded();
     wait_ready(&ready, &mut child);
     let at_ready = cpu_ms_of(pid);
+    std::thread::sleep(std::time::Duration::from_secs_f64(secs * 0.9));
+    let inside = cpu_ms_of(pid) - at_ready;
     let out = child.wait_with_output().expect("wait for bprof");
     let after = cpu_ms_of(pid);
     assert!(
@@ -418,15 +421,14 @@ pub fn run_beside(pid: u32, cmd: &mut Command, duration: &str) -> (Output, f64, 
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    (out, after - before, after - at_ready)
+    (out, after - before, inside)
 }
 
 /// The fewest samples a `-F hz` profile should hold of a process the
-/// kernel ran `ms` CPU-ms from the profile's readiness on: a timer sample
-/// every 1000/hz ms of its CPU time, less bprof's last 50 ms and a fifth
-/// for chance.
+/// kernel ran `ms` CPU-ms while it recorded: a timer sample every 1000/hz
+/// ms of its CPU time, less a fifth for chance.
 pub fn least_samples(ms: f64, hz: f64) -> u64 {
-    ((ms - 50.0).max(0.0) * hz / 1000.0 * 0.8) as u64
+    (ms * hz / 1000.0 * 0.8) as u64
 }
 
 /// Sends SIGINT, as Ctrl-C would.

@@ -29,8 +29,9 @@ fn tid_eq_and_ne_split_the_two_threads() {
     root_or_skip!();
     let _g = parallel();
     // Four profiles of 1 s each, plus start-up and symbolization: the
-    // threads run long enough for all of them on a busy machine.
-    let (child, tids) = threads("30");
+    // threads run until killed, long enough for all of them on a busy
+    // machine.
+    let (child, tids) = threads("600");
     let (a, b) = (&tids["alpha"], &tids["beta"]);
     let (eq, stderr) = profile(&["--filter", &format!("tid == {a}"), "1"]);
     assert!(with_frame(&eq, "alpha", "alpha_spin") > 80, "{eq:?}");

@@ -90,6 +90,8 @@ fn hostile_a_compressed_section_claiming_2_62_bytes_costs_only_its_frames() {
 
 #[test]
 fn hostile_thousands_of_mutants_never_abort_or_panic() {
+    // No BPF, but seconds of CPU: not beside a test that measures.
+    let _g = parallel();
     let dir = scratch("mutants_run");
     let bin = compressed_fixture(&dir);
     let data = std::fs::read(&bin).unwrap();

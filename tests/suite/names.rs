@@ -47,11 +47,13 @@ fn plant_by_build_id(bin: &Path, debug: &Path) -> (Planted, String) {
     (Planted(at), id)
 }
 
+/// A profile of work631 (or a copy of it) doing fixed work: 40 rounds,
+/// about a CPU-second, as many samples on a busy machine.
 fn profile(bin: &Path) -> (Vec<Folded>, String) {
     let out = run(bprof()
         .args(["--no-counts", "-F", "999", "-f", "--"])
         .arg(bin)
-        .arg("1"));
+        .args(["0", "40"]));
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
     (parse_folded(&String::from_utf8_lossy(&out.stdout)), err)

@@ -434,7 +434,8 @@ fn pprof_keeps_mangled_names_and_inlined_functions() {
 // Long on purpose: one run's files checked in turn (each interval, how they tile, their sum).
 fn every_interval_gets_its_own_files_and_together_they_hold_every_sample() {
     root_or_skip!();
-    let _g = parallel();
+    // Its interval count and samples assume the fixture's full rate.
+    let _g = exclusive();
     let dir = scratch("pprof-every");
     let bin = fixture("work631");
     let out = run(bprof()
