@@ -39,8 +39,7 @@ done
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "installing: ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
-    # Package lists read once a run (BPROF_APT_UPDATED=1: already done).
-    [ -n "${BPROF_APT_UPDATED:-}" ] || apt-get update -qq
+    apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # bpffs, for tools that pin objects; harmless when already mounted.

@@ -17,8 +17,7 @@
 # NOFEAT counting as passed below 6.1 (the oldest supported kernel), where
 # a refusal that names what is missing is the right answer.
 # BPROF_KMATRIX_BIN=PATH boots that bprof instead of building one (CI has
-# built it); BPROF_KMATRIX_HOST_CPUS=LIST runs qemu on those host CPUs only,
-# one thread for both guest CPUs (CI runs the matrix beside the suite). Run as root
+# built it). Run as root
 # (apt); it profiles only inside the guests, but those take CPU: take
 # /tmp/bprof-tests.lock on a shared machine.
 set -euo pipefail
@@ -307,13 +306,7 @@ for k in "${kernels[@]}"; do
     start=$(date +%s)
     # TCG: KVM is not usable in nested VMs; 2 CPUs exercise the per-CPU paths.
     # loglevel 4: the kernel's errors (a hung task, a soft lockup) reach the log.
-    host=()
-    accel=tcg
-    if [ -n "${BPROF_KMATRIX_HOST_CPUS:-}" ]; then
-        host=(taskset -c "$BPROF_KMATRIX_HOST_CPUS")
-        accel=tcg,thread=single
-    fi
-    timeout 600 "${host[@]}" qemu-system-x86_64 -accel "$accel" -cpu max -smp 2 -m 1024 \
+    timeout 600 qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1024 \
         -nographic -no-reboot -nic none -monitor none -serial stdio \
         -kernel "$k" -initrd "$work/initrd.gz" \
         -append "console=ttyS0 quiet loglevel=4 panic=-1 mitigations=off" \
