@@ -424,6 +424,28 @@ pub fn run_beside(pid: u32, cmd: &mut Command, duration: &str) -> (Output, f64, 
     (out, after - before, inside)
 }
 
+/// The CPU time (ms) a shell wrote of itself and of the children it
+/// collected, as `cat /proc/$$/stat > FILE` at its end: utime, stime,
+/// cutime and cstime, each counted in whole clock ticks.
+pub fn collected_cpu_ms(stat_file: &Path) -> f64 {
+    let text = std::fs::read_to_string(stat_file)
+        .unwrap_or_else(|e| panic!("{}: {e}", stat_file.display()));
+    let fields: Vec<f64> = text
+        .rsplit_once(") ")
+        .unwrap_or_else(|| panic!("not a /proc/PID/stat: {text}"))
+        .1
+        .split(' ')
+        .map(|f| f.parse().unwrap_or(0.0))
+        .collect();
+    fields[11..15].iter().sum::<f64>() * clock_tick_ms()
+}
+
+/// One clock tick (the unit of /proc's CPU times), in ms.
+pub fn clock_tick_ms() -> f64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    1000.0 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
 /// The fewest samples a `-F hz` profile should hold of a process the
 /// kernel ran `ms` CPU-ms while it recorded: a timer sample every 1000/hz
 /// ms of its CPU time, less a fifth for chance.

@@ -923,7 +923,9 @@ fn short_runs_whole_as_perf(exe: &Path, runs: u64, dir: &Path) -> ([String; 3], 
     let through = ["__libc_start_call_main", "main", "chain8", "lib_entry"];
     let (whole, total) = whole_share(&ours, "lib_spin", &through);
     let (p_whole, p_total) = whole_share(&theirs, "lib_spin", &through);
-    let least = runs * 8;
+    // Five samples a process at least (each spins 20 ms of wall time,
+    // less CPU when the machine is busy).
+    let least = runs * 5;
     assert!(
         total >= least && p_total >= least,
         "{total} and {p_total} samples in lib_spin\n{stderr}"
