@@ -5,6 +5,13 @@ use std::process::Command;
 
 use crate::common::*;
 
+/// A 1 s system-wide profile with `args` while process `pid` runs, and the
+/// CPU time (ms) the kernel gave `pid` inside it (see `run_beside`).
+fn profile_beside(pid: u32, args: &[&str]) -> (Vec<Folded>, f64) {
+    let (out, _, inside) = run_beside(pid, bprof().args(["-F", "499", "-f"]).args(args), "1");
+    (parse_folded(&String::from_utf8_lossy(&out.stdout)), inside)
+}
+
 fn profile(args: &[&str]) -> (Vec<Folded>, String) {
     let out = run(bprof().args(["-F", "499", "-f"]).args(args));
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
@@ -186,16 +193,30 @@ fn cgroup_filter_keeps_that_cgroup() {
     let inside = Workload::start(Command::new(fixture_as("rust_work", "fx_cg_inside")).arg("60"));
     cg.add(inside.id());
     let outside = Workload::start(Command::new(fixture_as("work631", "fx_cg_outside")).arg("60"));
-    let (lines, _) = profile(&["--filter", &format!("cgroup == {}", cg.name), "1"]);
-    let (rest, _) = profile(&["--filter", &format!("cgroup != {}", cg.name), "1"]);
+    // As many samples as the kernel ran each process, however busy.
+    let (lines, ran_in) = profile_beside(
+        inside.id(),
+        &["--filter", &format!("cgroup == {}", cg.name)],
+    );
+    let (rest, ran_out) = profile_beside(
+        outside.id(),
+        &["--filter", &format!("cgroup != {}", cg.name)],
+    );
     drop((inside, outside, cg));
-    assert!(total_for(&lines, "fx_cg_inside") > 100, "{lines:?}");
+    assert!(
+        ran_in > 20.0 && ran_out > 20.0,
+        "barely ran: {ran_in}, {ran_out} ms"
+    );
+    assert!(
+        total_for(&lines, "fx_cg_inside") >= least_samples(ran_in, 499.0),
+        "{ran_in} ms: {lines:?}"
+    );
     assert!(
         lines.iter().all(|l| l.frames[0] == "fx_cg_inside"),
         "{lines:?}"
     );
     assert_eq!(total_for(&rest, "fx_cg_inside"), 0);
-    assert!(total_for(&rest, "fx_cg_outside") > 100);
+    assert!(total_for(&rest, "fx_cg_outside") >= least_samples(ran_out, 499.0));
 }
 
 #[test]
@@ -205,15 +226,26 @@ fn comm_filter() {
     // Killed when dropped: long enough for any start-up.
     let a = Workload::start(Command::new(fixture("work631")).arg("60"));
     let b = Workload::start(Command::new(fixture("rust_work")).arg("60"));
-    let (lines, _) = profile(&["--filter", "comm == fx_rust_work", "1"]);
-    let (quoted, _) = profile(&["--filter", "comm==\"fx_work631\" && pid > 0", "1"]);
+    // As many samples as the kernel ran each process, however busy.
+    let (lines, ran_b) = profile_beside(b.id(), &["--filter", "comm == fx_rust_work"]);
+    let (quoted, ran_a) = profile_beside(a.id(), &["--filter", "comm==\"fx_work631\" && pid > 0"]);
     drop((a, b));
-    assert!(total_for(&lines, "fx_rust_work") > 100, "{lines:?}");
+    assert!(
+        ran_a > 20.0 && ran_b > 20.0,
+        "barely ran: {ran_a}, {ran_b} ms"
+    );
+    assert!(
+        total_for(&lines, "fx_rust_work") >= least_samples(ran_b, 499.0),
+        "{ran_b} ms: {lines:?}"
+    );
     assert!(
         lines.iter().all(|l| l.frames[0] == "fx_rust_work"),
         "{lines:?}"
     );
-    assert!(total_for(&quoted, "fx_work631") > 100, "{quoted:?}");
+    assert!(
+        total_for(&quoted, "fx_work631") >= least_samples(ran_a, 499.0),
+        "{ran_a} ms: {quoted:?}"
+    );
     assert!(
         quoted.iter().all(|l| l.frames[0] == "fx_work631"),
         "{quoted:?}"
