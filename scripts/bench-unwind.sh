@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --call-graph dwarf benchmarks (issue 11), as root, release build:
+# --call-graph dwarf benchmarks, as root, release build:
 #  1. BPF cost per sample of the target (kernel bpf_stats: run_time_ns /
 #     run_cnt of do_sample, over the target's share of the runs) on
 #     fixtures/recurse.c built -O2 without frame pointers at 10, 30 and 100

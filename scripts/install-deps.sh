@@ -9,10 +9,29 @@
 # the benchmarks reading bprof's --stats-json (scripts/longrun.sh, every-rss.sh).
 # xz-utils (Debian's xz and liblzma, stripped, without frame pointers) for
 # the --call-graph dwarf test of a packaged binary and its library.
-# Idempotent and quiet.
+# nodejs for the test of a real JIT's perf map (node --perf-basic-prof);
+# time (GNU time) for a child's own peak RSS in the JIT tests.
+# Idempotent and quiet; no recommended extras (clang's LLVM development
+# files, qemu's GUI), which none of this needs.
+#
+#   scripts/install-deps.sh [build|test]
+#
+# build: what compiling bprof needs; test: what the suite, the benchmarks
+# and the kernel matrix need besides; both by default. CI installs the
+# build part first and the rest while it compiles.
 set -euo pipefail
-pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc binutils bpftool linux-perf util-linux debuginfod golang-go
-    qemu-system-x86 busybox-static tmux xz-utils python3 jq)
+build=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc binutils)
+test=(bpftool linux-perf util-linux debuginfod golang-go qemu-system-x86 busybox-static tmux xz-utils
+    python3 jq nodejs time)
+case "${1:-all}" in
+build) pkgs=("${build[@]}") ;;
+test) pkgs=("${test[@]}") ;;
+all) pkgs=("${build[@]}" "${test[@]}") ;;
+*)
+    echo "usage: scripts/install-deps.sh [build|test]" >&2
+    exit 2
+    ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,7 +40,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     echo "installing: ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq "${missing[@]}" >/dev/null
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # bpffs, for tools that pin objects; harmless when already mounted.
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true

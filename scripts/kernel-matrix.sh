@@ -6,14 +6,18 @@
 #   scripts/kernel-matrix.sh [SERIES...]     SERIES: 6.1 (default), 6.12, 5.10, all
 #
 # Each series is the newest linux-image-<series>*-cloud-amd64-unsigned the
-# configured apt sources offer; "all" is every series they offer. Packages
+# configured apt sources offer, or else that its Debian release (5.10:
+# bullseye, 6.1 and 6.12: bookworm) offers from the same mirrors; "all" is
+# every series. Packages
 # and extracted kernels are cached in $BPROF_KMATRIX_CACHE (default
 # /var/cache/bprof-kmatrix, root-owned: see SECURITY.md). Full guest logs go
 # to target/kmatrix/. A check is PASS, FAIL, or NOFEAT: bprof refused to
 # load and named the kernel features missing (what it must do on a kernel
 # too old for it). Exits non-zero unless every check of every kernel passed,
 # NOFEAT counting as passed below 6.1 (the oldest supported kernel), where
-# a refusal that names what is missing is the right answer. Run as root
+# a refusal that names what is missing is the right answer.
+# BPROF_KMATRIX_BIN=PATH boots that bprof instead of building one (CI has
+# built it). Run as root
 # (apt); it profiles only inside the guests, but those take CPU: take
 # /tmp/bprof-tests.lock on a shared machine.
 set -euo pipefail
@@ -51,24 +55,96 @@ if [ "$(stat -c '%u %a' "$cache")" != "0 755" ] || [ -L "$cache" ]; then
     exit 1
 fi
 
-# Debian 11's 5.10 is not in bookworm's sources: a private apt state in the
-# cache reads bullseye's index without touching the system's sources.
-bullseye=$cache/apt-bullseye
-bullseye_opts=(-o "Dir::Etc::SourceList=$bullseye/sources.list" -o Dir::Etc::SourceParts=/nonexistent
-    -o "Dir::State::Lists=$bullseye/lists" -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
-bullseye_apt() { # apt-get or apt-cache, then its arguments
-    local tool=$1
-    shift
-    if [ ! -d "$bullseye/lists" ] || [ -z "$(find "$bullseye/lists" -maxdepth 1 -name '*Packages*' -mtime -7)" ]; then
-        mkdir -p "$bullseye/lists/partial"
-        echo "deb http://deb.debian.org/debian bullseye main" >"$bullseye/sources.list"
-        apt-get "${bullseye_opts[@]}" update -qq >/dev/null 2>&1 || return 1
-    fi
-    "$tool" "${bullseye_opts[@]}" "$@"
+# The machine's apt sources, one entry a line: URI, suite, components and
+# keyring (tab-separated), from sources.list and sources.list.d, in the
+# one-line format (*.list) and the deb822 one (*.sources).
+apt_entries() {
+    local f
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -f "$f" ] || continue
+        awk '{ sub(/#.*/, "") }
+            $1 == "deb" {
+                i = 2; signed = ""
+                if ($2 ~ /^\[/) {
+                    for (; i <= NF; i++) {
+                        if ($i ~ /^\[?signed-by=/) { signed = $i; sub(/^\[?signed-by=/, "", signed); sub(/\]$/, "", signed) }
+                        if ($i ~ /\]$/) { i++; break }
+                    }
+                }
+                comps = ""
+                for (j = i + 2; j <= NF; j++) comps = comps (comps == "" ? "" : " ") $j
+                print $i "\t" $(i + 1) "\t" comps "\t" signed
+            }' "$f"
+    done
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -f "$f" ] || continue
+        # Paragraphs; a line starting with a blank continues the field before.
+        awk 'BEGIN { RS = ""; FS = "\n" }
+            {
+                delete v; key = ""
+                for (n = 1; n <= NF; n++) {
+                    line = $n
+                    if (line ~ /^#/) continue
+                    if (line ~ /^[ \t]/ && key != "") { v[key] = v[key] "\n" line; continue }
+                    c = index(line, ":"); if (c == 0) continue
+                    key = tolower(substr(line, 1, c - 1))
+                    val = substr(line, c + 1); sub(/^[ \t]+/, "", val); sub(/[ \t]+$/, "", val)
+                    v[key] = val
+                }
+                if (tolower(v["enabled"]) == "no" || (" " v["types"] " ") !~ / deb /) next
+                signed = (v["signed-by"] ~ /^\//) ? v["signed-by"] : ""
+                nu = split(v["uris"], uris, /[ \t]+/); ns = split(v["suites"], suites, /[ \t]+/)
+                for (a = 1; a <= nu; a++) for (b = 1; b <= ns; b++)
+                    print uris[a] "\t" suites[b] "\t" v["components"] "\t" signed
+            }' "$f"
+    done
 }
 
+# One-line sources for Debian release SUITE, on the machine's own mirrors:
+# each source of the machine's release (its suite, -updates, -security)
+# moved to SUITE.
+sources_for() {
+    local want=$1 have uri suite comps signed
+    have=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    [ -n "$have" ] || return 0
+    apt_entries | while IFS=$'\t' read -r uri suite comps signed; do
+        case "$suite" in
+        "$have") suite=$want ;;
+        "$have"-*) suite=$want-${suite#"$have"-} ;;
+        *) continue ;;
+        esac
+        echo "deb ${signed:+[signed-by=$signed] }$uri $suite $comps"
+    done | sort -u
+}
+
+# apt-get or apt-cache (then its arguments) on a private apt state in the
+# cache that reads Debian release SUITE, leaving the system's sources alone.
+suite_apt() {
+    local suite=$1 tool=$2 dir=$cache/apt-$1
+    shift 2
+    local opts=(-o "Dir::Etc::SourceList=$dir/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+        -o "Dir::State::Lists=$dir/lists" -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
+    mkdir -p "$dir/lists/partial"
+    sources_for "$suite" >"$dir/sources.list.new"
+    if [ ! -s "$dir/sources.list.new" ]; then
+        echo "kernel-matrix: no Debian source in the apt configuration to read $suite from" >&2
+        return 1
+    fi
+    if ! cmp -s "$dir/sources.list.new" "$dir/sources.list" ||
+        [ -z "$(find "$dir/lists" -maxdepth 1 -name '*Packages*' -mtime -7)" ]; then
+        mv "$dir/sources.list.new" "$dir/sources.list"
+        apt-get "${opts[@]}" update -qq >/dev/null 2>&1 || return 1
+    fi
+    rm -f "$dir/sources.list.new"
+    "$tool" "${opts[@]}" "$@"
+}
+
+# The Debian release that ships each series.
+declare -A suite_of=([5.10]=bullseye [6.1]=bookworm [6.12]=bookworm)
+
 # Sets pkg to the newest kernel package of a series, or to nothing if apt
-# has none; its apt (plain, or bullseye_apt) goes into apt_of[pkg].
+# has none; where it comes from (plain: the system's apt; else the Debian
+# release read by suite_apt) goes into apt_of[pkg].
 declare -A apt_of
 newest_pkg() {
     local re
@@ -79,9 +155,10 @@ newest_pkg() {
     esac
     pkg=$(apt-cache pkgnames linux-image- 2>/dev/null | { grep -E "$re" || true; } | sort -V | tail -1)
     [ -z "$pkg" ] || apt_of[$pkg]=plain
-    if [ -z "$pkg" ] && [ "$1" = 5.10 ]; then
-        pkg=$(bullseye_apt apt-cache pkgnames linux-image- 2>/dev/null | { grep -E "$re" || true; } | sort -V | tail -1)
-        [ -z "$pkg" ] || apt_of[$pkg]=bullseye
+    local suite=${suite_of[$1]:-}
+    if [ -z "$pkg" ] && [ -n "$suite" ]; then
+        pkg=$(suite_apt "$suite" apt-cache pkgnames linux-image- 2>/dev/null | { grep -E "$re" || true; } | sort -V | tail -1)
+        [ -z "$pkg" ] || apt_of[$pkg]=$suite
     fi
 }
 
@@ -89,10 +166,10 @@ newest_pkg() {
 kernel_of() {
     local pkg=$1 dir="$cache/$1"
     if ! ls "$dir"/boot/vmlinuz-* >/dev/null 2>&1; then
-        if [ "${apt_of[$pkg]}" = bullseye ]; then
-            (cd "$cache" && bullseye_apt apt-get download -q "$pkg" >/dev/null 2>&1) || return 1
-        else
+        if [ "${apt_of[$pkg]}" = plain ]; then
             (cd "$cache" && apt-get download -q "$pkg" >/dev/null 2>&1) || return 1
+        else
+            (cd "$cache" && suite_apt "${apt_of[$pkg]}" apt-get download -q "$pkg" >/dev/null 2>&1) || return 1
         fi
         local deb
         deb=$(ls -t "$cache/${pkg}"_*.deb | head -1)
@@ -130,7 +207,11 @@ if [ "${#kernels[@]}" -eq 0 ]; then
 fi
 
 # --- The initramfs: busybox, bprof and its libraries, the fixtures. --------
-cargo build -q
+bin=${BPROF_KMATRIX_BIN:-}
+if [ -z "$bin" ]; then
+    cargo build -q
+    bin=target/debug/bprof
+fi
 out=target/kmatrix
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -139,7 +220,7 @@ root=$work/root
 mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,run,etc,bprof/fx}
 cp /bin/busybox "$root/bin/busybox"
 # Debug info is for bprof's developers, not for the guest: 10x smaller.
-strip --strip-debug -o "$root/bprof/bprof" target/debug/bprof
+strip --strip-debug -o "$root/bprof/bprof" "$bin"
 for f in work631 spinsleep threads dlswap manystacks; do
     gcc -O1 -g -fno-omit-frame-pointer -pthread -o "$root/bprof/fx/fx_$f" "fixtures/$f.c" -ldl
 done
@@ -148,17 +229,20 @@ for n in alpha beta; do
     gcc -O1 -g -fno-omit-frame-pointer -shared -fPIC -DSPIN=${n}_spin \
         -o "$root/bprof/fx/libdl_$n.so" fixtures/dlswap_lib.c
 done
-# The unwinder's (#9) fixture, where this tree has it: -O2 without frame
+# The unwinder's fixture, where this tree has it: -O2 without frame
 # pointers, calling into a library through the PLT.
 if [ -f fixtures/unwind.c ]; then
     gcc -O2 -g -fomit-frame-pointer -shared -fPIC -o "$root/bprof/fx/libfx_unwind.so" fixtures/unwind_lib.c
     gcc -O2 -g -fomit-frame-pointer -o "$root/bprof/fx/fx_unwind" fixtures/unwind.c \
         -L"$root/bprof/fx" -lfx_unwind -Wl,-rpath,/bprof/fx
 fi
-# A 32-bit task without libc (no i386 libc needed), where gcc can build it.
-gcc -m32 -nostdlib -static -no-pie -fno-pic -O1 -g -fno-omit-frame-pointer \
-    -o "$root/bprof/fx/fx_spin32" fixtures/spin32.c 2>/dev/null ||
-    echo "kernel-matrix: gcc -m32 failed: no compat check" >&2
+# A 32-bit task without libc (no i386 libc needed): gcc and binutils build
+# it; the compat check is never dropped.
+if ! gcc -m32 -nostdlib -static -no-pie -fno-pic -O1 -g -fno-omit-frame-pointer \
+    -o "$root/bprof/fx/fx_spin32" fixtures/spin32.c; then
+    echo "kernel-matrix: gcc -m32 cannot build fixtures/spin32.c (the compat check needs it)" >&2
+    exit 1
+fi
 cp scripts/kmatrix-guest.sh "$root/bprof/smoke.sh"
 # Debugging: BPROF_KMATRIX_EXTRA=FILE runs that shell script in each guest
 # after the suite (its output lands in the log).
@@ -206,8 +290,7 @@ chmod 0755 "$root/init"
 (cd "$root" && find . | busybox cpio -o -H newc 2>/dev/null) | gzip -1 >"$work/initrd.gz"
 
 # --- Boot each kernel. --------------------------------------------------------
-checks=(shares aggregation cache command pid filter offcpu stat)
-[ -x "$root/bprof/fx/fx_spin32" ] && checks+=(compat)
+checks=(shares aggregation cache command pid filter offcpu stat compat)
 [ -f fixtures/unwind.c ] && checks+=(unwind)
 checks+=(intervals)
 checks+=(notrace)

@@ -274,7 +274,7 @@ else
     refused stat $T/stat.e
 fi
 
-# 8. The .eh_frame unwinder (#9), where this build has it: a chain of -O2
+# 8. The .eh_frame unwinder, where this build has it: a chain of -O2
 #    functions without frame pointers into a library through the PLT must
 #    be walked whole, as on the development kernel; the command's program,
 #    ld.so and libraries are learned at its exec and mmaps (raw tracepoints).

@@ -629,6 +629,9 @@ mod tests {
 
     #[test]
     fn an_exit_record_opens_the_perf_map_before_it_goes() {
+        let _own = crate::jit::OWN_PERF_MAP
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let me = std::process::id();
         let path = format!("/tmp/perf-{me}.map");
         let mut index = MmapIndex::default();

@@ -503,6 +503,11 @@ pub fn is_jitdump_name(path: &Path) -> bool {
         .is_some_and(|d| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit()))
 }
 
+/// Held by the unit tests that write this test process's own
+/// /tmp/perf-PID.map: they run in parallel threads of one process.
+#[cfg(test)]
+pub(crate) static OWN_PERF_MAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -563,6 +568,9 @@ mod tests {
 
     #[test]
     fn a_perf_map_is_read_from_the_descriptor_opened_while_it_existed() {
+        let _own = super::OWN_PERF_MAP
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let me = std::process::id();
         let path = format!("/tmp/perf-{me}.map");
         fs::write(&path, "1000 100 early\n").unwrap();

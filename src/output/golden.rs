@@ -12,11 +12,29 @@ use crate::output::report;
 use crate::output::stat::{write_lines, Format, Line};
 use crate::symbolize::Stack;
 
+/// Whether to rewrite the golden files: `BPROF_BLESS` asks, and CI (`CI`
+/// set) never may, or a wrong output would bless itself.
+fn blessing(bless: Option<std::ffi::OsString>, ci: Option<std::ffi::OsString>) -> bool {
+    match (bless, ci) {
+        (Some(_), Some(_)) => {
+            panic!("BPROF_BLESS is refused under CI: bless locally, review the diff")
+        }
+        (bless, _) => bless.is_some(),
+    }
+}
+
+#[test]
+fn bless_is_refused_under_ci() {
+    assert!(!blessing(None, Some("true".into())));
+    assert!(blessing(Some("1".into()), None));
+    assert!(std::panic::catch_unwind(|| blessing(Some("1".into()), Some("true".into()))).is_err());
+}
+
 fn check(name: &str, actual: &[u8]) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(name);
-    if std::env::var_os("BPROF_BLESS").is_some() {
+    if blessing(std::env::var_os("BPROF_BLESS"), std::env::var_os("CI")) {
         std::fs::write(&path, actual).expect("write golden file");
         return;
     }

@@ -380,8 +380,9 @@ fn note_sections(path: &Path, why: &str) {
     note(&SECTIONS, path, why);
 }
 
-/// The files refused as malformed so far, with why.
-pub(crate) fn refused_files() -> Vec<(PathBuf, String)> {
+/// The files refused as malformed so far, with why (a panic inside the
+/// parser reads "the ELF parser failed on it (...)").
+pub fn refused_files() -> Vec<(PathBuf, String)> {
     REFUSED.lock().map(|r| r.clone()).unwrap_or_default()
 }
 

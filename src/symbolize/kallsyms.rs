@@ -323,11 +323,27 @@ fn write_copy(dir_fd: &File, dir: &Path, name: &str, live: &Path) -> Option<()> 
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
+    fn scratch(name: &str) -> Scratch {
         let d = std::env::temp_dir().join(format!("bprof-ksyms-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
-        d
+        Scratch(d)
+    }
+
+    /// A test's directory, removed when the test ends however it ends.
+    struct Scratch(PathBuf);
+
+    impl std::ops::Deref for Scratch {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 
     /// A small kallsyms: core text (two symbols at _stext's address, in

@@ -27,8 +27,8 @@ use crate::collect::sideband::MmapIndex;
 use crate::fasthash::{HashMap, HashSet};
 use crate::symbolize::buildid::FileFinder;
 
-pub use files::symbolize_file;
-pub(crate) use files::{note_refused, refused_files, skipped_sections};
+pub(crate) use files::{note_refused, skipped_sections};
+pub use files::{refused_files, symbolize_file};
 use kernel::symbolize_kernel;
 pub(crate) use kernel::{is_bpf_frame, kernel_names, kernel_text_range};
 

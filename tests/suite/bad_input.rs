@@ -11,7 +11,6 @@ fn err_of(args: &[&str]) -> String {
 #[test]
 fn unknown_pid() {
     root_or_skip!();
-    let _g = exclusive();
     let line = err_of(&["-p", "4000000", "1"]);
     assert!(line.contains("no such process: 4000000"), "{line}");
     let line = err_of(&["-p", "abc", "1"]);
@@ -20,7 +19,6 @@ fn unknown_pid() {
 
 #[test]
 fn bad_frequency_period_duration_and_event() {
-    let _g = exclusive();
     for (args, want) in [
         (&["-F", "0", "1"][..], "invalid frequency '0'"),
         (&["-F", "abc", "1"][..], "invalid frequency 'abc'"),
@@ -48,7 +46,6 @@ fn bad_frequency_period_duration_and_event() {
 #[test]
 fn command_not_found() {
     root_or_skip!();
-    let _g = exclusive();
     let line = err_of(&["-f", "--", "/definitely/not/here"]);
     assert!(line.contains("command not found"), "{line}");
     let line = err_of(&["-f", "--", "no-such-command-bprof"]);
@@ -61,7 +58,6 @@ fn command_not_found() {
 #[test]
 fn unwritable_output() {
     root_or_skip!();
-    let _g = exclusive();
     let line = err_of(&["-o", "/nonexistent-dir/out.folded", "1"]);
     assert!(
         line.contains("cannot write /nonexistent-dir/out.folded"),
@@ -74,7 +70,6 @@ fn unwritable_output() {
 #[test]
 fn not_privileged() {
     root_or_skip!();
-    let _g = exclusive();
     let out = run(Command::new("setpriv")
         .args([
             "--reuid=65534",
@@ -96,7 +91,6 @@ fn not_privileged() {
 #[test]
 fn kernel_without_btf() {
     root_or_skip!();
-    let _g = exclusive();
     let out = run(bprof()
         .env("BPROF_KERNEL_BTF", "/nonexistent/btf/vmlinux")
         .arg("1"));
@@ -109,7 +103,6 @@ fn kernel_without_btf() {
 /// exit 2, never a panic (101) or an abort (134).
 #[test]
 fn hostile_numeric_extremes_are_refused_before_use() {
-    let _g = exclusive();
     for (args, want) in [
         (&["1e300"][..], "invalid duration '1e300'"),
         (&["nan"][..], "invalid duration 'nan'"),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Returns from a test that loads BPF programs unless running as root.
 macro_rules! root_or_skip {
@@ -39,11 +39,45 @@ pub fn bprof() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bprof"))
 }
 
-/// Profiles are serialized: they sample whole CPUs, and a quiet machine keeps
-/// the known shares stable.
-pub fn exclusive() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+/// The suite's CPUs: tests that measure hold them alone, the others share them.
+static MACHINE: RwLock<()> = RwLock::new(());
+
+/// For a test that measures (shares, comparisons with perf or with the
+/// kernel's own figures, timing): no other test of the suite runs beside it.
+pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    MACHINE.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// For a test that loads BPF programs or runs workloads without measuring:
+/// it runs beside other such tests, never beside one that measures.
+pub fn parallel() -> RwLockReadGuard<'static, ()> {
+    MACHINE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Machine-wide state that some tests change and others depend on: a test
+/// holds the one it touches, so two such tests never run at once.
+#[derive(Clone, Copy)]
+pub enum Held {
+    /// Debug files planted under /usr/lib/debug/.build-id for the
+    /// stripped work631 (and the names bprof keeps for them in /run/bprof).
+    DebugFiles,
+    /// The pin directory of the suite's `bprof stat` sessions ([`pin_dir`]).
+    StatPins,
+}
+
+/// Holds `what` until the guard drops.
+pub fn hold(what: Held) -> MutexGuard<'static, ()> {
+    static LOCKS: [Mutex<()>; 2] = [Mutex::new(()), Mutex::new(())];
+    LOCKS[what as usize]
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Where the suite's `bprof stat` sessions pin their shared counters
+/// (`--bpf-pin-dir`): its own, so that no other profiler on the machine (a
+/// profile counting cycles, another suite) shares or removes them.
+pub fn pin_dir() -> String {
+    format!("/sys/fs/bpf/bprof-test-{}", std::process::id())
 }
 
 /// Where tests keep their files.
@@ -66,11 +100,34 @@ pub fn scratch(name: &str) -> PathBuf {
 /// Builds (once) and returns the path of fixture `name` (fixtures/NAME.c or
 /// fixtures/NAME.rs). C is built with frame pointers, as FP unwinding needs.
 pub fn fixture(name: &str) -> PathBuf {
-    static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = built.get(name) {
-        return p.clone();
-    }
+    // One build per fixture, each under its own lock: tests in parallel
+    // wait only for the fixture they need.
+    static BUILT: Mutex<BTreeMap<String, Arc<OnceLock<PathBuf>>>> = Mutex::new(BTreeMap::new());
+    let cell = BUILT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(name.to_string())
+        .or_default()
+        .clone();
+    cell.get_or_init(|| build_fixture(name)).clone()
+}
+
+/// Fixture `name` under a name of its own (its comm): a system-wide
+/// profile can tell this test's process from the same fixture's run by
+/// tests beside it.
+pub fn fixture_as(name: &str, comm: &str) -> PathBuf {
+    assert!(comm.len() <= 15, "comm {comm} is cut to 15 bytes");
+    let dir = scratch_root().join("fixtures-as");
+    std::fs::create_dir_all(&dir).expect("create fixture copies' dir");
+    let copy = dir.join(comm);
+    // A copy made aside and renamed: a test never runs a half-written one.
+    let tmp = dir.join(format!(".{comm}-{}", std::process::id()));
+    std::fs::copy(fixture(name), &tmp).expect("copy fixture");
+    std::fs::rename(&tmp, &copy).expect("rename fixture copy");
+    copy
+}
+
+fn build_fixture(name: &str) -> PathBuf {
     let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
     std::fs::create_dir_all(&out_dir).expect("create fixture dir");
@@ -94,7 +151,6 @@ pub fn fixture(name: &str) -> PathBuf {
         status.expect("run compiler").success(),
         "building fixture {name}"
     );
-    built.insert(name.to_string(), out.clone());
     out
 }
 
@@ -326,6 +382,77 @@ pub fn cgroup2_root() -> PathBuf {
         .expect("cgroup2 mounted")
 }
 
+/// CPU time of every thread of `pid` so far (/proc/PID/task/*/schedstat),
+/// in ms: the kernel's own figure.
+pub fn cpu_ms_of(pid: u32) -> f64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap_or_else(|e| panic!("process {pid}: {e}"))
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>()
+        / 1e6
+}
+
+/// Runs bprof `cmd` with `--ready-file` and then `duration` (seconds)
+/// while process `pid` runs; asserts it succeeded. Returns its output, and
+/// the CPU time (ms) the kernel gave `pid` from bprof's start to its exit
+/// and over the nine tenths of the recording after bprof's readiness:
+/// whatever the machine's load, the recording lies within the first and
+/// holds the second.
+pub fn run_beside(pid: u32, cmd: &mut Command, duration: &str) -> (Output, f64, f64) {
+    let secs: f64 = duration.parse().expect("a duration in seconds");
+    let before = cpu_ms_of(pid);
+    let ready = ready_path();
+    let mut child = cmd
+        .arg("--ready-file")
+        .arg(&ready)
+        .arg(duration)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn_guarded();
+    wait_ready(&ready, &mut child);
+    let at_ready = cpu_ms_of(pid);
+    std::thread::sleep(std::time::Duration::from_secs_f64(secs * 0.9));
+    let inside = cpu_ms_of(pid) - at_ready;
+    let out = child.wait_with_output().expect("wait for bprof");
+    let after = cpu_ms_of(pid);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, after - before, inside)
+}
+
+/// The CPU time (ms) a shell wrote of itself and of the children it
+/// collected, as `cat /proc/$$/stat > FILE` at its end: utime, stime,
+/// cutime and cstime, each counted in whole clock ticks.
+pub fn collected_cpu_ms(stat_file: &Path) -> f64 {
+    let text = std::fs::read_to_string(stat_file)
+        .unwrap_or_else(|e| panic!("{}: {e}", stat_file.display()));
+    let fields: Vec<f64> = text
+        .rsplit_once(") ")
+        .unwrap_or_else(|| panic!("not a /proc/PID/stat: {text}"))
+        .1
+        .split(' ')
+        .map(|f| f.parse().unwrap_or(0.0))
+        .collect();
+    fields[11..15].iter().sum::<f64>() * clock_tick_ms()
+}
+
+/// One clock tick (the unit of /proc's CPU times), in ms.
+pub fn clock_tick_ms() -> f64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    1000.0 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// The fewest samples a `-F hz` profile should hold of a process the
+/// kernel ran `ms` CPU-ms while it recorded: a timer sample every 1000/hz
+/// ms of its CPU time, less a fifth for chance.
+pub fn least_samples(ms: f64, hz: f64) -> u64 {
+    (ms * hz / 1000.0 * 0.8) as u64
+}
+
 /// Sends SIGINT, as Ctrl-C would.
 pub fn interrupt(pid: u32) {
     // SAFETY: kill has no memory-safety preconditions.
@@ -473,9 +600,15 @@ impl Drop for TestCgroup {
 
 /// A fresh path for `--ready-file` (or a fixture's `$BPROF_READY`).
 pub fn ready_path() -> PathBuf {
+    fresh_path("ready")
+}
+
+/// A fresh path in the scratch root named after `what`: no two tests
+/// running in parallel get the same one.
+pub fn fresh_path(what: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let p = scratch_root().join(format!("ready-{}-{n}", std::process::id()));
+    let p = scratch_root().join(format!("{what}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_file(&p);
     p
 }
@@ -515,6 +648,16 @@ pub fn threads(secs: &str) -> (Workload, std::collections::HashMap<String, Strin
         tids.insert(name.to_string(), tid.to_string());
     }
     (child, tids)
+}
+
+/// Removes a directory a test made outside its scratch root (in /tmp or
+/// /var/tmp, as another user would) when the test ends, however it ends.
+pub struct RemovedAtEnd(pub PathBuf);
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Removes a file a test planted (or made bprof make) when the test ends,

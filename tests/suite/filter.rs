@@ -5,6 +5,13 @@ use std::process::Command;
 
 use crate::common::*;
 
+/// A 1 s system-wide profile with `args` while process `pid` runs, and the
+/// CPU time (ms) the kernel gave `pid` inside it (see `run_beside`).
+fn profile_beside(pid: u32, args: &[&str]) -> (Vec<Folded>, f64) {
+    let (out, _, inside) = run_beside(pid, bprof().args(["-F", "499", "-f"]).args(args), "1");
+    (parse_folded(&String::from_utf8_lossy(&out.stdout)), inside)
+}
+
 fn profile(args: &[&str]) -> (Vec<Folded>, String) {
     let out = run(bprof().args(["-F", "499", "-f"]).args(args));
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
@@ -27,10 +34,11 @@ fn dropped(stderr: &str) -> u64 {
 #[test]
 fn tid_eq_and_ne_split_the_two_threads() {
     root_or_skip!();
-    let _g = exclusive();
-    // Four profiles of 1 s each, plus start-up and symbolization: on a busy
-    // machine 10 s ran out before the last one (an empty profile).
-    let (child, tids) = threads("30");
+    let _g = parallel();
+    // Four profiles of 1 s each, plus start-up and symbolization: the
+    // threads run until killed, long enough for all of them on a busy
+    // machine.
+    let (child, tids) = threads("600");
     let (a, b) = (&tids["alpha"], &tids["beta"]);
     let (eq, stderr) = profile(&["--filter", &format!("tid == {a}"), "1"]);
     assert!(with_frame(&eq, "alpha", "alpha_spin") > 80, "{eq:?}");
@@ -66,28 +74,29 @@ fn tid_eq_and_ne_split_the_two_threads() {
 #[test]
 fn cpu_filter_keeps_only_that_cpu() {
     root_or_skip!();
-    let _g = exclusive();
-    let spawn = |cpu: &str, name: &str| {
+    let _g = parallel();
+    // Named apart from the fixtures other tests run meanwhile.
+    let spawn = |cpu: &str, name: &str, comm: &str| {
         Workload::start(
             Command::new("taskset")
                 .args(["-c", cpu])
-                .arg(fixture(name))
+                .arg(fixture_as(name, comm))
                 // Killed when dropped: long enough for any start-up.
                 .arg("30"),
         )
     };
-    let on0 = spawn("0", "work631");
-    let on1 = spawn("1", "rust_work");
+    let on0 = spawn("0", "work631", "fx_on_cpu0");
+    let on1 = spawn("1", "rust_work", "fx_on_cpu1");
     let (lines, _) = profile(&["--filter", "cpu == 1", "1"]);
     drop((on0, on1));
-    assert!(total_for(&lines, "fx_rust_work") > 150, "{lines:?}");
-    assert_eq!(total_for(&lines, "fx_work631"), 0, "{lines:?}");
+    assert!(total_for(&lines, "fx_on_cpu1") > 150, "{lines:?}");
+    assert_eq!(total_for(&lines, "fx_on_cpu0"), 0, "{lines:?}");
 }
 
 #[test]
 fn period_beyond_any_sample_keeps_nothing_and_says_so() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let bin = fixture("work631");
     let out = run(bprof()
         .args([
@@ -99,7 +108,8 @@ fn period_beyond_any_sample_keeps_nothing_and_says_so() {
             "--",
         ])
         .arg(&bin)
-        .arg("1"));
+        // Fixed work, about a CPU-second: as many samples on a busy machine.
+        .args(["0", "40"]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -132,15 +142,14 @@ fn period_beyond_any_sample_keeps_nothing_and_says_so() {
 #[test]
 fn ip_below_kernel_keeps_no_kernel_leaf() {
     root_or_skip!();
-    let _g = exclusive();
-    let dd = [
-        "--",
-        "dd",
-        "if=/dev/zero",
-        "of=/dev/null",
-        "bs=64k",
-        "count=200000",
-    ];
+    let _g = parallel();
+    // dd's time is mostly the kernel's; then fixed user-mode work (10
+    // rounds of work631): what a user-only filter keeps.
+    let script = format!(
+        "dd if=/dev/zero of=/dev/null bs=64k count=200000 && exec {} 0 10",
+        fixture_as("work631", "fx_user_spin").display()
+    );
+    let dd = ["--", "sh", "-c", &script];
     let (all, _) = profile(&[&["-a"][..], &dd[..]].concat());
     let kernel_leaf = |lines: &[Folded]| {
         lines
@@ -157,52 +166,86 @@ fn ip_below_kernel_keeps_no_kernel_leaf() {
         profile(&[&["-a", "--filter", "ip < 0xffff800000000000"][..], &dd[..]].concat());
     assert_eq!(kernel_leaf(&user), 0, "{user:?}");
     assert!(dropped(&stderr) > 50);
+    assert!(total_for(&user, "fx_user_spin") > 50, "{user:?}");
     // The `user` shorthand means the same.
-    let (mode, _) = profile(&[&["-a", "--filter", "user"][..], &dd[..]].concat());
+    let (mode, stderr) = profile(&[&["-a", "--filter", "user"][..], &dd[..]].concat());
     assert_eq!(kernel_leaf(&mode), 0, "{mode:?}");
-    let (kern, _) = profile(&[&["-a", "--filter", "kernel"][..], &dd[..]].concat());
+    assert!(dropped(&stderr) > 50);
+    assert!(total_for(&mode, "fx_user_spin") > 50, "{mode:?}");
+    // `kernel`: dd's kernel time, and none of its user time.
+    let (kern, stderr) = profile(&[&["-a", "--filter", "kernel"][..], &dd[..]].concat());
     assert!(kern.iter().filter(|l| l.frames[0] == "dd").all(|l| l
         .frames
         .last()
         .unwrap()
         .ends_with("_[k]")));
+    assert!(total_for(&kern, "dd") > 50, "{kern:?}");
+    assert!(dropped(&stderr) > 50);
 }
 
 #[test]
 fn cgroup_filter_keeps_that_cgroup() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let cg = TestCgroup::new("filter");
-    let inside = Workload::start(Command::new(fixture("rust_work")).arg("8"));
+    // Named apart from the fixtures other tests run meanwhile.
+    // Killed when dropped: long enough for any start-up.
+    let inside = Workload::start(Command::new(fixture_as("rust_work", "fx_cg_inside")).arg("60"));
     cg.add(inside.id());
-    let outside = Workload::start(Command::new(fixture("work631")).arg("8"));
-    let (lines, _) = profile(&["--filter", &format!("cgroup == {}", cg.name), "1"]);
-    let (rest, _) = profile(&["--filter", &format!("cgroup != {}", cg.name), "1"]);
+    let outside = Workload::start(Command::new(fixture_as("work631", "fx_cg_outside")).arg("60"));
+    // As many samples as the kernel ran each process, however busy.
+    let (lines, ran_in) = profile_beside(
+        inside.id(),
+        &["--filter", &format!("cgroup == {}", cg.name)],
+    );
+    let (rest, ran_out) = profile_beside(
+        outside.id(),
+        &["--filter", &format!("cgroup != {}", cg.name)],
+    );
     drop((inside, outside, cg));
-    assert!(total_for(&lines, "fx_rust_work") > 100, "{lines:?}");
     assert!(
-        lines.iter().all(|l| l.frames[0] == "fx_rust_work"),
+        ran_in > 20.0 && ran_out > 20.0,
+        "barely ran: {ran_in}, {ran_out} ms"
+    );
+    assert!(
+        total_for(&lines, "fx_cg_inside") >= least_samples(ran_in, 499.0),
+        "{ran_in} ms: {lines:?}"
+    );
+    assert!(
+        lines.iter().all(|l| l.frames[0] == "fx_cg_inside"),
         "{lines:?}"
     );
-    assert_eq!(total_for(&rest, "fx_rust_work"), 0);
-    assert!(total_for(&rest, "fx_work631") > 100);
+    assert_eq!(total_for(&rest, "fx_cg_inside"), 0);
+    assert!(total_for(&rest, "fx_cg_outside") >= least_samples(ran_out, 499.0));
 }
 
 #[test]
 fn comm_filter() {
     root_or_skip!();
-    let _g = exclusive();
-    let a = Workload::start(Command::new(fixture("work631")).arg("8"));
-    let b = Workload::start(Command::new(fixture("rust_work")).arg("8"));
-    let (lines, _) = profile(&["--filter", "comm == fx_rust_work", "1"]);
-    let (quoted, _) = profile(&["--filter", "comm==\"fx_work631\" && pid > 0", "1"]);
+    let _g = parallel();
+    // Killed when dropped: long enough for any start-up.
+    let a = Workload::start(Command::new(fixture("work631")).arg("60"));
+    let b = Workload::start(Command::new(fixture("rust_work")).arg("60"));
+    // As many samples as the kernel ran each process, however busy.
+    let (lines, ran_b) = profile_beside(b.id(), &["--filter", "comm == fx_rust_work"]);
+    let (quoted, ran_a) = profile_beside(a.id(), &["--filter", "comm==\"fx_work631\" && pid > 0"]);
     drop((a, b));
-    assert!(total_for(&lines, "fx_rust_work") > 100, "{lines:?}");
+    assert!(
+        ran_a > 20.0 && ran_b > 20.0,
+        "barely ran: {ran_a}, {ran_b} ms"
+    );
+    assert!(
+        total_for(&lines, "fx_rust_work") >= least_samples(ran_b, 499.0),
+        "{ran_b} ms: {lines:?}"
+    );
     assert!(
         lines.iter().all(|l| l.frames[0] == "fx_rust_work"),
         "{lines:?}"
     );
-    assert!(total_for(&quoted, "fx_work631") > 100, "{quoted:?}");
+    assert!(
+        total_for(&quoted, "fx_work631") >= least_samples(ran_a, 499.0),
+        "{ran_a} ms: {quoted:?}"
+    );
     assert!(
         quoted.iter().all(|l| l.frames[0] == "fx_work631"),
         "{quoted:?}"
@@ -211,7 +254,6 @@ fn comm_filter() {
 
 #[test]
 fn malformed_filters_exit_2_with_one_line_pointing_at_the_column() {
-    let _g = exclusive();
     for (filter, want) in [
         (
             "tid === 3",

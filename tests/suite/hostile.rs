@@ -52,7 +52,7 @@ fn stderr(out: &Output) -> String {
 #[test]
 fn hostile_empty_profiles_leave_existing_outputs_and_symlinks_alone() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let bin = fixture("work631");
     let dir = scratch("hostile_empty");
     let folded = dir.join("old.folded");
@@ -108,7 +108,7 @@ fn hostile_empty_profiles_leave_existing_outputs_and_symlinks_alone() {
 #[test]
 fn hostile_one_file_for_two_outputs_is_refused_before_anything_runs() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("hostile_same");
     let a = dir.join("a");
     std::fs::write(&a, "keep").unwrap();
@@ -134,7 +134,7 @@ fn hostile_one_file_for_two_outputs_is_refused_before_anything_runs() {
 #[test]
 fn hostile_a_killed_profile_leaves_the_old_output_whole() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let bin = fixture("work631");
     let dir = scratch("hostile_killed");
     let out_file = dir.join("out.folded");
@@ -158,7 +158,7 @@ fn hostile_a_killed_profile_leaves_the_old_output_whole() {
 #[test]
 fn hostile_a_closed_pipe_is_success_and_stops_the_command() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("hostile_pipe");
     let pidf = dir.join("pid");
     let svg = dir.join("f.svg");
@@ -210,7 +210,7 @@ fn hostile_a_closed_pipe_is_success_and_stops_the_command() {
 #[test]
 fn hostile_sighup_writes_the_outputs_and_stops_the_command() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("hostile_hup");
     let pidf = dir.join("pid");
     let folded = dir.join("out.folded");
@@ -249,7 +249,7 @@ fn hostile_sighup_writes_the_outputs_and_stops_the_command() {
 #[test]
 fn hostile_a_command_ignoring_sigterm_gets_sigkill_and_dies_with_bprof() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("hostile_term");
     let pidf = dir.join("pid");
     // The duration ends first; SIGTERM is ignored; SIGKILL follows.

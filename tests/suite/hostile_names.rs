@@ -143,7 +143,7 @@ fn profile_named(bin: &Path, extra: &[&std::ffi::OsStr]) -> (std::process::Outpu
 // Long on purpose: one hostile binary, then each output it reaches (folded, SVG, report, stderr) checked in turn.
 fn hostile_control_characters_and_markup_in_names_never_reach_an_output_raw() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("hostile_ctl");
     let bin = hostile_named_work631(&dir);
     let comm = escaped(HOSTILE_FILE_NAME);

@@ -288,7 +288,7 @@ fn hostile_debuginfod_answers_cost_bounded_time_and_memory_and_are_never_cached(
 #[test]
 fn hostile_a_symlinked_or_foreign_debuginfod_cache_is_refused_at_start() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("hostile_cache");
     let (bin, _) = stripped(&dir);
     let target = dir.join("roots");

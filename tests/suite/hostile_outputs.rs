@@ -65,7 +65,7 @@ fn sum(lines: &[Folded]) -> u64 {
 // Long on purpose: each output flag against the same planted files, then the files bprof may replace.
 fn hostile_a_setuid_world_writable_file_planted_at_an_output_path_never_gets_such_bits() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let bin = fixture("work631");
     // nobody's 06777 files at the paths root is about to write, in /var/tmp.
     let flags = ["-o", "--svg", "--pprof", "--stats-json"];
@@ -140,7 +140,7 @@ fn hostile_a_setuid_world_writable_file_planted_at_an_output_path_never_gets_suc
 // Long on purpose: one nobody-owned directory, then -o through its symlinks, a symlinked folder, and an --every run whose next name is planted.
 fn hostile_symlinks_in_a_directory_nobody_owns_are_never_written_through() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let bin = fixture("work631");
     let safe = scratch("hostile_links");
     std::fs::set_permissions(&safe, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -215,7 +215,7 @@ fn hostile_symlinks_in_a_directory_nobody_owns_are_never_written_through() {
 // Long on purpose: nobody's FIFO for -o, --svg and --ready-file with nobody reading, then root's own FIFO with a reader.
 fn hostile_a_fifo_at_an_output_path_never_blocks_bprof_or_feeds_its_reader() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let bin = fixture("work631");
     let fifo = var_tmp("fifo");
     let got = var_tmp("fifo-got");
@@ -275,7 +275,7 @@ fn hostile_a_fifo_at_an_output_path_never_blocks_bprof_or_feeds_its_reader() {
 // Long on purpose: a planted name in /var/tmp, then folders made at start and one refused at start.
 fn hostile_a_planted_every_name_costs_its_interval_only_and_folders_are_made_at_start() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let bin = fixture("work631");
     // nobody plants the first interval's name in /var/tmp: the run goes on.
     let base = var_tmp("every");

@@ -69,10 +69,15 @@ fn held_env(
 ) -> Run {
     let dir = scratch(name);
     let folded = dir.join("out.folded");
-    // Waited for with wait4 below, for its rusage.
+    // GNU time reports bprof's peak RSS (with its command's): the rusage of
+    // a process this test spawns would hold the test's own, which its child
+    // inherits at exec.
+    let rss = dir.join("maxrss");
+    // Waited for with wait4 below.
     #[allow(clippy::zombie_processes)]
     let mut child = Command::new("timeout")
-        .args(["-s", "KILL", "60"])
+        .args(["-s", "KILL", "60", "/usr/bin/time", "-f", "%M", "-o"])
+        .arg(&rss)
         .arg(env!("CARGO_BIN_EXE_bprof"))
         .args(["-F", "499", "-v", "--no-counts", "-o"])
         .arg(&folded)
@@ -104,7 +109,6 @@ fn held_env(
     plant(pid, addr);
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
 
-    // wait4 reports the largest resident set of the waited tree.
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 fills it.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -116,10 +120,14 @@ fn held_env(
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(st.success(), "bprof failed ({st}): {stderr}");
     let text = std::fs::read_to_string(&folded).expect("folded output");
+    let max_rss_kib = std::fs::read_to_string(&rss)
+        .ok()
+        .and_then(|t| t.lines().last()?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak RSS from time(1) in {}", rss.display()));
     Run {
         lines: parse_folded(&text),
         stderr,
-        max_rss_kib: usage.ru_maxrss,
+        max_rss_kib,
         pid,
     }
 }
@@ -159,11 +167,11 @@ fn perf_map_of_an_exited_command_is_read_as_perf_does() {
     root_or_skip!();
     let _g = exclusive();
     let dir = scratch("jit_exited_keep");
-    let bin = fixture("jit");
-    let bin = bin.to_str().unwrap();
     // Keeps its map at exit: perf names the frames too (at report time).
-    let perf = perf_share(&dir, &[bin, "2", "k"], "jit_spin");
-    let out = run(bprof().args(["-F", "499", "-f", "-v", "--", bin, "2", "k"]));
+    let (argv, _maps) = keeping_its_map(&dir, "2");
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let perf = perf_share(&dir, &argv, "jit_spin");
+    let out = run(bprof().args(["-F", "499", "-f", "-v", "--"]).args(&argv));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
@@ -180,21 +188,30 @@ fn perf_map_of_an_exited_command_is_read_as_perf_does() {
         (ours - perf).abs() < 10.0,
         "bprof {ours:.1}% vs perf {perf:.1}%"
     );
-    remove_kept_maps();
 }
 
-/// Removes the perf maps runs with `k` left in /tmp (their one line
-/// names jit_spin).
-fn remove_kept_maps() {
-    for e in std::fs::read_dir("/tmp").unwrap().flatten() {
-        let n = e.file_name();
-        let n = n.to_string_lossy();
-        if n.starts_with("perf-") && n.ends_with(".map") {
-            if let Ok(t) = std::fs::read_to_string(e.path()) {
-                if t.ends_with(" 10 jit_spin\n") && t.lines().count() == 1 {
-                    let _ = std::fs::remove_file(e.path());
-                }
-            }
+/// The command line of `fx_jit SECS k PIDS`, which keeps its perf map at
+/// exit (perf reads it after the run) and notes its pid in PIDS; and a
+/// guard that removes the maps of every such run from /tmp when the test
+/// ends, however it ends.
+fn keeping_its_map(dir: &Path, secs: &str) -> (Vec<String>, KeptMaps) {
+    let pids = dir.join("kept-map-pids");
+    let argv = [
+        fixture("jit").display().to_string(),
+        secs.into(),
+        "k".into(),
+        pids.display().to_string(),
+    ];
+    (argv.into(), KeptMaps(pids))
+}
+
+/// Removes the perf maps of the pids listed in its file.
+struct KeptMaps(std::path::PathBuf);
+
+impl Drop for KeptMaps {
+    fn drop(&mut self) {
+        for pid in std::fs::read_to_string(&self.0).unwrap_or_default().lines() {
+            let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", pid.trim()));
         }
     }
 }
@@ -246,9 +263,8 @@ fn dwarf_walks_jit_code_by_its_frame_pointer_to_main_as_perf_cannot() {
     // without CFI, so its stacks end there; bprof's hottest stack is
     // perf's hottest continued to the root.
     let dir = scratch("jit_dwarf_perf");
-    let argv = [fixture("jit").display().to_string(), "2".into(), "k".into()];
+    let (argv, _maps) = keeping_its_map(&dir, "2");
     let theirs = crate::unwind::perf_stacks(&dir, COMM, &argv);
-    remove_kept_maps();
     let perf_total: u64 = theirs.values().sum();
     let perf_jit: u64 = theirs
         .iter()
@@ -270,7 +286,7 @@ fn dwarf_walks_jit_code_by_its_frame_pointer_to_main_as_perf_cannot() {
 #[test]
 fn perf_map_deleted_at_exit_is_still_read() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let r = held("jit_deleted", &[], "2", "", |_, _| {});
     assert!(
         !Path::new(&map_path(r.pid)).exists(),
@@ -282,7 +298,7 @@ fn perf_map_deleted_at_exit_is_still_read() {
 #[test]
 fn jitdump_loads_and_moves_name_frames() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let r = held("jit_dump", &[], "2", "d", |_, _| {});
     assert!(!Path::new(&format!("/tmp/jit-{}.dump", r.pid)).exists());
     // Named at the address the code moved to.
@@ -294,7 +310,7 @@ fn a_command_running_as_another_user_gets_its_own_map_read() {
     root_or_skip!();
     // setpriv execs the fixture as nobody in the same process: the user
     // that counts is the one the process has when it writes its map.
-    let _g = exclusive();
+    let _g = parallel();
     let out = run(bprof()
         .args(["-F", "499", "-f", "-v", "--no-counts", "--"])
         .args([
@@ -319,7 +335,7 @@ fn a_command_running_as_another_user_gets_its_own_map_read() {
 #[test]
 fn a_jitdump_is_found_where_the_process_mapped_it() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("jit_dump_dir_files");
     let r = held_env(
         "jit_dump_dir",
@@ -339,7 +355,7 @@ fn a_jitdump_is_found_where_the_process_mapped_it() {
 fn a_planted_map_of_the_processs_own_user_is_used() {
     root_or_skip!();
     // The control for the hostile cases below: planting works.
-    let _g = exclusive();
+    let _g = parallel();
     let r = held("jit_planted_ok", &[], "1", "n", |pid, addr| {
         std::fs::write(map_path(pid), format!("{addr:x} 10 planted_by_owner\n")).unwrap();
     });
@@ -350,7 +366,7 @@ fn a_planted_map_of_the_processs_own_user_is_used() {
 #[test]
 fn hostile_a_fifo_at_the_perf_map_path_does_not_hang() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let r = held("jit_fifo", &[], "1", "n", |pid, _| {
         as_nobody(&format!("mkfifo {}", map_path(pid)));
     });
@@ -363,7 +379,7 @@ fn hostile_a_fifo_at_the_perf_map_path_does_not_hang() {
 #[test]
 fn hostile_a_symlink_to_a_root_only_file_does_not_leak_it() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("jit_symlink");
     let secret = dir.join("secret");
     let r = held("jit_symlink_run", &[], "1", "n", |pid, addr| {
@@ -381,7 +397,7 @@ fn hostile_a_symlink_to_a_root_only_file_does_not_leak_it() {
 #[test]
 fn hostile_a_map_of_another_user_is_not_used() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let r = held("jit_other_user", &[], "1", "n", |pid, addr| {
         as_nobody(&format!(
             "printf '%x 10 forged_by_nobody\\n' {addr} > {}",
@@ -411,7 +427,7 @@ fn plant_huge(pid: u32, addr: u64) {
 #[test]
 fn hostile_an_oversize_map_is_skipped_and_memory_stays_small() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let r = held("jit_huge", &[], "1", "n", plant_huge);
     let _ = std::fs::remove_file(map_path(r.pid));
     assert!(
@@ -448,12 +464,14 @@ fn hostile_an_oversize_map_is_skipped_and_memory_stays_small() {
 #[test]
 fn a_map_in_another_mount_namespace_is_read_through_its_root() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     // The command gets a private /tmp; bprof's /tmp never has its map.
     // The binary must stay reachable under the new /tmp (a checkout may
     // itself live in /tmp): run a copy from /var/tmp.
-    let copy_dir = std::path::Path::new("/var/tmp/bprof-jit-ns");
+    let copy_dir =
+        &std::path::PathBuf::from(format!("/var/tmp/bprof-jit-ns-{}", std::process::id()));
     std::fs::create_dir_all(copy_dir).unwrap();
+    let _gone = RemovedAtEnd(copy_dir.clone());
     let bin = copy_dir.join("fx_jit");
     std::fs::copy(fixture("jit"), &bin).unwrap();
     let script = format!("mount -t tmpfs none /tmp && exec {} 2", bin.display());
@@ -478,7 +496,6 @@ fn a_map_in_another_mount_namespace_is_read_through_its_root() {
         with_frame(&lines, COMM, "jit_spin"),
         total_for(&lines, COMM),
     );
-    let _ = std::fs::remove_dir_all(copy_dir);
     assert!(ours > 80.0, "{ours:.1}%: {lines:?} {stderr}");
 }
 
@@ -486,12 +503,13 @@ fn a_map_in_another_mount_namespace_is_read_through_its_root() {
 fn node_perf_basic_prof_frames_named_after_exit() {
     root_or_skip!();
     if Command::new("node").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: node is not installed");
-        return;
+        panic!("node is not installed (scripts/install-deps.sh installs it)");
     }
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("jit_node");
     let js = dir.join("fib.js");
+    // node leaves /tmp/perf-PID.map behind: the one naming this fib.js goes.
+    let _maps = NodeMaps(js.clone());
     std::fs::write(
         &js,
         "function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
@@ -518,29 +536,37 @@ fn node_perf_basic_prof_frames_named_after_exit() {
         })
         .map(|l| l.count)
         .sum();
-    // node leaves /tmp/perf-PID.map behind; remove the ones naming our fib.js.
-    for e in std::fs::read_dir("/tmp").unwrap().flatten() {
-        let n = e.file_name();
-        if n.to_string_lossy().starts_with("perf-") {
-            if let Ok(t) = std::fs::read_to_string(e.path()) {
-                if t.contains(js.to_str().unwrap()) {
-                    let _ = std::fs::remove_file(e.path());
-                }
-            }
-        }
-    }
     assert!(
         pct(fib, total) > 70.0,
         "{fib} of {total} samples in JS fib: {stderr}"
     );
 }
 
+/// Removes the perf maps in /tmp that name this script when the test ends.
+struct NodeMaps(std::path::PathBuf);
+
+impl Drop for NodeMaps {
+    fn drop(&mut self) {
+        let script = self.0.to_string_lossy().into_owned();
+        for e in std::fs::read_dir("/tmp").into_iter().flatten().flatten() {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            if n.starts_with("perf-")
+                && n.ends_with(".map")
+                && std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(&script))
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 #[test]
 fn hostile_a_fifo_does_not_hang_a_profile_of_a_live_pid() {
     root_or_skip!();
-    // -p: the process still runs at symbolization, where bprof used to
-    // open its perf map blocking.
-    let _g = exclusive();
+    // -p: the process still runs at symbolization, where a blocking open
+    // of its perf map would wait forever.
+    let _g = parallel();
     let mut jit = Command::new(fixture("jit"))
         .args(["3", "nh"])
         .stdin(Stdio::piped())
@@ -584,7 +610,6 @@ fn hostile_a_fifo_does_not_hang_a_profile_of_a_live_pid() {
 #[test]
 fn a_bad_size_cap_is_one_line() {
     root_or_skip!();
-    let _g = exclusive();
     let out = run(bprof().args(["--max-perf-map-size", "64MiB", "-f", "1"]));
     let line = assert_one_line_error(&out);
     assert!(line.contains("--max-perf-map-size '64MiB'"), "{line}");

@@ -8,15 +8,18 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 
 /// A tmux server of its own (its own socket) with one 120x40 pane running
-/// a plain shell; killed when the test ends.
+/// a plain shell; killed, and its socket removed, when the test ends.
 struct Tmux {
     socket: String,
+    /// Where tmux put the socket (`/tmp/tmux-UID/NAME`).
+    path: PathBuf,
 }
 
 impl Tmux {
     fn new(tag: &str) -> Tmux {
-        let t = Tmux {
+        let mut t = Tmux {
             socket: format!("bprof-test-{}-{tag}", std::process::id()),
+            path: PathBuf::new(),
         };
         let st = t
             .cmd()
@@ -25,6 +28,12 @@ impl Tmux {
             .status()
             .expect("run tmux (scripts/install-deps.sh installs it)");
         assert!(st.success(), "tmux new-session failed");
+        let out = t
+            .cmd()
+            .args(["display-message", "-p", "#{socket_path}"])
+            .output()
+            .expect("tmux display-message");
+        t.path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         t.wait_for("shell prompt", Duration::from_secs(10), |s| s.contains('$'));
         t
     }
@@ -88,6 +97,13 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = self.cmd().arg("kill-server").status();
+        if self.path.file_name().is_some() {
+            let _ = std::fs::remove_file(&self.path);
+            // tmux's directory for this user, if nothing else is in it.
+            if let Some(dir) = self.path.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
     }
 }
 
@@ -407,7 +423,7 @@ fn top_off_cpu_takes_targets_and_filters_as_a_profile_does() {
 #[test]
 fn top_restores_the_terminal_on_ctrl_c_sigterm_and_panic() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let dir = scratch("top_restore");
     let bin = fixture("work631");
     let _work = Workload::start(Command::new(&bin).arg("60"));
@@ -467,6 +483,20 @@ fn top_restores_the_terminal_on_ctrl_c_sigterm_and_panic() {
     }
 }
 
+/// `bprof ARGS` with a terminal (script(1)'s) on stdin, stdout and
+/// stderr: its exit status and the lines it wrote there.
+fn on_a_terminal(args: &str) -> (Option<i32>, Vec<String>) {
+    let cmd = format!("{} {args}", env!("CARGO_BIN_EXE_bprof"));
+    let out = run(Command::new("script").args(["-qec", &cmd, "/dev/null"]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines = text
+        .lines()
+        .map(|l| l.trim_end_matches('\r').to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    (out.status.code(), lines)
+}
+
 #[test]
 fn top_without_a_terminal_is_one_line_and_status_2() {
     // Before anything is loaded: no root needed.
@@ -474,15 +504,24 @@ fn top_without_a_terminal_is_one_line_and_status_2() {
     let line = assert_one_line_error(&out);
     assert!(line.contains("needs a terminal"), "{line}");
     assert_eq!(out.status.code(), Some(2));
-    let out = run(bprof().args(["top", "--svg", "x.svg"]));
-    assert_eq!(out.status.code(), Some(2));
-    assert_one_line_error(&out);
-    let out = run(bprof().args(["top", "--every", "10", "--pprof", "x.pb.gz"]));
-    assert_eq!(out.status.code(), Some(2));
-    assert_one_line_error(&out);
-    let out = run(bprof().args(["top", "-d", "0.01"]));
-    assert_eq!(out.status.code(), Some(2));
-    assert_one_line_error(&out);
+    // Options a live view cannot take are refused on a terminal too, each
+    // with its own reason.
+    for (args, want) in [
+        ("top --svg x.svg", "bprof top shows a live view only"),
+        (
+            "top --every 10 --pprof x.pb.gz",
+            "bprof top shows a live view only",
+        ),
+        ("top -d 0.01", "invalid --delay: at least 0.1 seconds"),
+    ] {
+        let (code, lines) = on_a_terminal(args);
+        assert_eq!(code, Some(2), "{args}: {lines:?}");
+        assert_eq!(lines.len(), 1, "{args}: {lines:?}");
+        assert!(
+            lines[0].starts_with("bprof: ") && lines[0].contains(want),
+            "{args}: {lines:?}"
+        );
+    }
 }
 
 #[test]

@@ -8,8 +8,8 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use crate::common::{
-    assert_totals, bprof, dwarf_line, exclusive, is_root, number_before, parse_folded, pct,
-    perf_record_with, run, scratch, scratch_root,
+    assert_totals, bprof, dwarf_line, exclusive, fresh_path, is_root, number_before, parallel,
+    parse_folded, pct, perf_record_with, run, scratch,
 };
 
 /// fixtures/unwind.c and its library, built -O2 -fomit-frame-pointer:
@@ -127,7 +127,7 @@ fn bprof_stacks(
     args: &[&str],
     argv: &[String],
 ) -> (BTreeMap<Vec<String>, u64>, String) {
-    let json = scratch_root().join(format!("unwind-stats-{comm}.json"));
+    let json = fresh_path("unwind-stats.json");
     let out = run(bprof()
         .args(["-v", "-U", "-f", "--call-graph", "dwarf", "--stats-json"])
         .arg(&json)
@@ -276,7 +276,7 @@ fn unwind_tables_kept_from_an_earlier_profile_walk_as_perf_does_until_the_file_c
 #[test]
 fn files_whose_tables_do_not_fit_are_said_and_their_stacks_marked() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let (exe, _) = fixtures();
     let out = run(bprof()
         .args(["-F", "999", "-f", "--unwind-rows", "1000", "--"])
@@ -514,7 +514,7 @@ fn recurse_without_frame_pointers(dir: &str) -> PathBuf {
 #[test]
 fn recursion_300_deep_is_walked_to_the_depth_limit_and_marked() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let exe = recurse_without_frame_pointers("unwind_recurse");
     let out = run(bprof()
         .args(["-v", "-U", "-F", "999", "-f", "--call-graph", "dwarf", "--"])
@@ -538,7 +538,7 @@ fn recursion_300_deep_is_walked_to_the_depth_limit_and_marked() {
 #[test]
 fn stacks_either_side_of_the_short_storage_limit_are_whole() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let exe = recurse_without_frame_pointers("unwind_short_deep");
     // recurse(d) has d + 1 recurse frames under main, libc's two and
     // _start, with bottom as the leaf: d + 6 records (28 and 31 here).
@@ -702,7 +702,7 @@ fn unwind_debian_xz_through_liblzma_matches_perf_dwarf() {
 #[test]
 fn call_graph_fp_takes_the_kernels_walk_and_bad_values_are_one_line_errors() {
     root_or_skip!();
-    let _g = exclusive();
+    let _g = parallel();
     let (exe, _) = fixtures();
     let out = run(bprof()
         .args(["-v", "-U", "-F", "999", "-f", "--call-graph", "fp", "--"])
@@ -923,7 +923,9 @@ fn short_runs_whole_as_perf(exe: &Path, runs: u64, dir: &Path) -> ([String; 3], 
     let through = ["__libc_start_call_main", "main", "chain8", "lib_entry"];
     let (whole, total) = whole_share(&ours, "lib_spin", &through);
     let (p_whole, p_total) = whole_share(&theirs, "lib_spin", &through);
-    let least = runs * 8;
+    // Five samples a process at least (each spins 20 ms of wall time,
+    // less CPU when the machine is busy).
+    let least = runs * 5;
     assert!(
         total >= least && p_total >= least,
         "{total} and {p_total} samples in lib_spin\n{stderr}"
@@ -944,8 +946,7 @@ fn short_lived_commands_walk_whole_from_their_first_ms_as_perf_does() {
     let dir = scratch("unwind_short");
     // 120 processes of ~20 ms: before user space reads a process's mmap
     // records (up to ~10 ms) its walks need the mappings the BPF side
-    // learned at its exec and mmaps, or half their samples end early
-    // (stop 24's build: 91% whole).
+    // learned at its exec and mmaps, or half their samples end early.
     let runs = 120;
     let (argv, stderr) = short_runs_whole_as_perf(&exe, runs, &dir);
     // Each process's program, ld.so, libc and library were learned.
@@ -974,7 +975,7 @@ fn short_lived_commands_on_overlayfs_walk_whole_from_their_first_ms_as_perf_does
     let (exe, _) = fixtures();
     let dir = scratch("unwind_overlay_short");
     let (merged, _mounted) = overlay_of(&dir, &exe, "fx_unwind");
-    // Before the alias: ~75% whole.
+    // Without the alias, the first ms of each process end early.
     let (_, stderr) = short_runs_whole_as_perf(&merged.join("fx_unwind"), 100, &dir);
     assert!(
         stderr.contains("1 files also keyed by the inode the kernel names"),
