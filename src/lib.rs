@@ -4,7 +4,8 @@
 //! The folders follow the pipeline (README, "Architecture"): `target`,
 //! `events` and `filter` say what to watch → `bpf` loads the programs and
 //! creates the maps → [`collect`] drains the maps into stacks and counts →
-//! `unwind` feeds unwind tables to the BPF walker (`--call-graph dwarf`) →
+//! `unwind` feeds unwind tables to the BPF walker (`--call-graph dwarf`) and
+//! `pyframes` tells it where Python keeps its frames →
 //! [`symbolize`] names the frames → `output` writes folded stacks, SVG,
 //! pprof, report and stat text. `session` drives one profile, `bprof stat`
 //! or `bprof top`; the binary is a thin wrapper around [`run`].
@@ -22,6 +23,7 @@ pub(crate) mod filter;
 pub(crate) mod fsafe;
 pub(crate) mod mmap;
 pub(crate) mod output;
+pub(crate) mod pyframes;
 pub(crate) mod session;
 pub mod symbolize;
 pub(crate) mod target;

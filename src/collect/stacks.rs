@@ -45,6 +45,8 @@ pub struct RawStack {
     pub off_cpu: bool,
     /// Samples, or microseconds for off-CPU and `--wall` profiles.
     pub count: u64,
+    /// Python frames, leaf first (none when the thread ran no Python).
+    pub python: Vec<crate::pyframes::PyFrame>,
 }
 
 /// Sample accounting, summed over CPUs (see `struct profile_stats`).
@@ -107,6 +109,8 @@ pub struct Stats {
     /// `--call-graph dwarf`: walks whose frames past the leaf came from the
     /// walk memo (their stack words matched a recent walk's).
     pub unwind_memo_walks: u64,
+    /// Python frames (`struct py_stats`).
+    pub py: crate::pyframes::PyStats,
 }
 
 impl Stats {

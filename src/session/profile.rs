@@ -20,6 +20,7 @@ use crate::events::sampling::{self, Event};
 use crate::output::folded;
 use crate::output::stat::cycles_text;
 use crate::output::summary::Summary;
+use crate::pyframes::tracker::Tracker;
 use crate::session::outputs::{write_outputs, Files};
 use crate::session::periodic::Periodic;
 use crate::session::runner::{self, End, Runner};
@@ -82,6 +83,8 @@ pub(super) struct Recorded {
     pub(super) started_at: SystemTime,
     /// `--every`: the intervals written so far.
     periodic: Option<Periodic>,
+    /// What the Python tracker did (walking Python frames).
+    python: Option<crate::pyframes::tracker::TrackerStats>,
 }
 
 /// Runs one profile from start to written outputs.
@@ -264,6 +267,9 @@ fn report_end(
             eprintln!("{u}");
             eprintln!("{}", crate::unwind::describe_ends(&summary.stats));
         }
+        if let Some(t) = &recorded.python {
+            eprintln!("{}", crate::pyframes::tracker::describe(&summary.stats, t));
+        }
     }
     if recorded.unwind_full > 0 {
         eprintln!(
@@ -302,7 +308,7 @@ fn record(
     } else {
         None
     };
-    let (event, mut unwinder) = arm(
+    let (event, mut unwinder, mut python) = arm(
         settings,
         cpus,
         runner,
@@ -323,13 +329,17 @@ fn record(
     // maps them, and an idle profile sleeps; the maps are checked for
     // filling per drain_tick.
     let progress = progress_bar(settings.duration);
-    let wake = sideband.wake_fds();
+    let mut wake = sideband.wake_fds();
+    wake.extend(python.as_ref().map(|t| t.wake_fd()));
     let tick = drain_tick(settings, cpus.len(), !progress.is_hidden());
     let matches_tgids = settings.program.matches_tgids();
     let end = runner.run_woken(tick, TICK / 10, &wake, |full, last| {
         prog.drain_side_band(sideband, matches_tgids);
         if let Some(u) = unwinder.as_mut() {
             crate::session::unwinding::take_new(u, prog, sideband);
+        }
+        if let Some(t) = python.as_mut() {
+            crate::session::python::take_new(t, prog, sideband);
         }
         if let Some(p) = periodic.as_mut().filter(|p| !last && p.due(Instant::now())) {
             let raw = prog.interval()?;
@@ -356,6 +366,10 @@ fn record(
     prog.detach();
     progress.finish_and_clear();
     prog.drain_side_band(sideband, matches_tgids);
+    // The code objects announced up to the last sample.
+    if let Some(t) = python.as_mut() {
+        crate::session::python::take_new(t, prog, sideband);
+    }
     Ok(Recorded {
         end,
         elapsed,
@@ -366,6 +380,7 @@ fn record(
         unwind: unwinder.map(|u| u.report()),
         started_at,
         periodic,
+        python: python.map(|t| t.stats),
     })
 }
 
@@ -373,7 +388,8 @@ fn record(
 /// loading its programs and starting the command: reads the targets'
 /// mappings, loads their unwind tables, then attaches. Sampling starts once
 /// the tables are loaded: a sample taken before would be walked without
-/// them. Returns the event sampled and the unwinder (with `dwarf`).
+/// them; and the Python processes running. Returns the event sampled, the
+/// unwinder (with `dwarf`) and the Python tracker (unless `--no-python`).
 pub(crate) fn arm(
     settings: &ProfileSettings,
     cpus: &[u32],
@@ -382,7 +398,7 @@ pub(crate) fn arm(
     sideband: &mut Sideband,
     symbolizer: &Symbolizer,
     counting: bool,
-) -> Result<(Event, Option<Unwinder>)> {
+) -> Result<(Event, Option<Unwinder>, Option<Tracker>)> {
     // After the side band is open, so no process falls between the two.
     let scope = snapshot_scope(settings, runner.child_pid());
     sideband.snapshot(scope.as_deref());
@@ -397,8 +413,9 @@ pub(crate) fn arm(
         scope.as_deref(),
         runner.child_pid(),
     )?;
+    let python = crate::session::python::start(prog, settings, sideband, scope.as_deref())?;
     let event = attach(settings, cpus, prog, symbolizer, counting)?;
-    Ok((event, unwinder))
+    Ok((event, unwinder, python))
 }
 
 /// Opens the sampling events and attaches every program; returns the

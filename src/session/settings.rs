@@ -57,6 +57,8 @@ pub struct ProfileSettings {
     pub max_perf_map_size: u64,
     /// How frames without a symbol are shown (`--unknown-as-module`).
     pub unknown_style: crate::symbolize::UnknownStyle,
+    /// Python frames show their line (off with `--no-lineno`).
+    pub python_lines: bool,
 }
 
 fn parse_u64(s: &str, what: &str) -> Result<u64> {
@@ -111,6 +113,7 @@ impl ProfileSettings {
                 cgroups: cli.pprof.is_some(),
                 map_totals: false,
                 intervals: every.is_some(),
+                python: !cli.no_python,
             },
             stack_skip: blocks.stack_skip,
             target,
@@ -139,6 +142,7 @@ impl ProfileSettings {
             } else {
                 crate::symbolize::UnknownStyle::Offset
             },
+            python_lines: !cli.no_lineno,
         })
     }
 }

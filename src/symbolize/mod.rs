@@ -17,6 +17,7 @@ pub(crate) mod kallsyms;
 mod kernel;
 mod namecache;
 pub(crate) mod perfmap;
+mod python;
 mod user;
 pub(crate) mod vdso;
 
@@ -134,7 +135,7 @@ impl Frames {
         }
     }
 
-    fn add(&mut self, address: u64, module: Option<u32>, lines: Vec<FrameLine>) -> u32 {
+    pub(super) fn add(&mut self, address: u64, module: Option<u32>, lines: Vec<FrameLine>) -> u32 {
         self.locations.push(Location {
             address,
             module,
@@ -375,6 +376,7 @@ pub(crate) fn symbolize_frames(
     for (pid, ips) in by_pid {
         pass.ip_frames(pid, &ips);
     }
+    let py_locs = pass.python_frames(raw);
     if let Some(c) = &pass.debuginfod {
         c.report();
     }
@@ -392,7 +394,8 @@ pub(crate) fn symbolize_frames(
         })
         .collect();
     pass.count_sampled(raw, &unknown_kernel);
-    let stacks = pass.stacks(raw, &kernel_locs);
+    pass.count_sampled_python(raw, &py_locs);
+    let stacks = pass.stacks(raw, &kernel_locs, &py_locs);
     (stacks, pass.names.stats, pass.frames)
 }
 
