@@ -386,6 +386,7 @@ static __always_inline int read_u64(struct unwind_ctx *c, __u64 *dst, __u64 addr
 }
 
 #include "walk_memo.bpf.h"
+#include "epilogue.bpf.h"
 
 /* The mapping of s->ip (and its file's unwind_files entry) into s->vma,
  * s->have_file and s->file: from this CPU's memo, unwind_maps (user
@@ -569,8 +570,11 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 	c->s->exact = 0;
 
 	if (!found || r.cfa_type == UNWIND_CFA_NONE) {
-		/* No table: follow the frame pointer. */
+		/* No table: an epilogue at the PC, else the frame pointer. */
 		c->s->wm_skip = 1;
+		err = follow_epilogue(c);
+		if (err)
+			return err > 0 ? 0 : stop(c, UNWIND_END_READ_FAULT);
 		if (!c->s->bp_valid)
 			return stop(c, UNWIND_END_NO_TABLE);
 		if (c->s->bp == 0)
