@@ -88,7 +88,13 @@ struct py_offsets {
 	__u16 ts_read; /* bytes of a thread state the walker reads */
 	__u16 f_read;  /* ... of a frame */
 	__u16 co_read; /* ... of a code object */
-	__u16 pad;
+	/* co_version (3.12+: numbers code objects as they are made), 0 where
+	 * there is none: then the identity takes the strings' contents. */
+	__u16 co_version;
+	/* 3.13: the counter co_version is taken from, in the interpreter
+	 * (func_state.next_version); 0: none, or py_proc.gen_addr. */
+	__u16 interp_gen;
+	__u16 pad[3];
 };
 
 /* One Python process (py_procs, by tgid): filled by user space when it
@@ -98,6 +104,10 @@ struct py_proc {
 	__u64 code_type;  /* &PyCode_Type */
 	__u64 str_type;   /* &PyUnicode_Type */
 	__u64 bytes_type; /* &PyBytes_Type */
+	/* 3.12: &_Py_next_func_version, the counter co_version is taken from
+	 * (while it has not moved, no code object was made, so none took a
+	 * freed one's address: identities found before still hold); 0: none. */
+	__u64 gen_addr;
 	__u32 model;      /* enum py_model */
 	__u32 version;    /* PY_VERSION_HEX */
 	struct py_offsets o;
@@ -145,12 +155,14 @@ struct py_stats {
 	__u64 walks;      /* samples of a Python process walked */
 	__u64 frames;     /* Python frames recorded */
 	__u64 end[PY_END_KINDS];
+	__u64 reads;      /* copies the walks read of frames and thread states (py_at) */
 	__u64 searches;   /* searches of the thread list for a thread state */
 	__u64 announced;  /* new code objects sent to user space */
 	__u64 dropped;    /* ... that found the ring full (sent again later) */
 	__u64 stored;     /* new entries in py_stacks */
 	__u64 lost;       /* Python stacks lost: map full */
 	__u64 forked;     /* processes that took their parent's entry (a fork) */
+	__u64 ns;         /* spent in the walks (bpf_ktime_get_ns around each) */
 };
 
 /* A code object seen for the first time (py_events): its names and line

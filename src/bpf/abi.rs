@@ -120,7 +120,7 @@ unsafe impl Plain for unwind_chunk {}
 
 // SAFETY: u64, u64, i32, u32: 24 bytes, no gap.
 unsafe impl Plain for py_frame {}
-// SAFETY: four u64, two u32, then py_offsets (28 u16): 96 bytes, no gap
+// SAFETY: five u64, two u32, then py_offsets (32 u16): 112 bytes, no gap
 // (size asserted below).
 unsafe impl Plain for py_proc {}
 // SAFETY: u32, u32, three u64... then u16s and byte arrays, explicit pads:
@@ -156,7 +156,7 @@ const _: () = {
     assert!(size_of::<unwind_map_key>() == 16);
     assert!(size_of::<unwind_chunk>() == UNWIND_CHUNK_SLOTS * 5 * 8 + 16);
     assert!(size_of::<py_frame>() == 24);
-    assert!(size_of::<py_offsets>() == 28 * 2);
-    assert!(size_of::<py_proc>() == 4 * 8 + 2 * 4 + size_of::<py_offsets>());
+    assert!(size_of::<py_offsets>() == 32 * 2);
+    assert!(size_of::<py_proc>() == 5 * 8 + 2 * 4 + size_of::<py_offsets>());
     assert!(size_of::<py_code_event>() == 48 + 128 + 256 + 2048);
 };

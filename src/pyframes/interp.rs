@@ -23,6 +23,8 @@ const CODE_TYPE: &str = "PyCode_Type";
 const STR_TYPE: &str = "PyUnicode_Type";
 const BYTES_TYPE: &str = "PyBytes_Type";
 const VERSION: &str = "Py_Version";
+/// 3.12's code object counter (a local symbol: in the full table only).
+const GEN: &str = "_Py_next_func_version";
 
 /// Whether a mapped file's name says it may hold an interpreter
 /// (`python3.12`, `libpython3.12.so.1.0`, `python3.13t`, ...): only those
@@ -56,6 +58,8 @@ pub(crate) struct Interp {
     pub(crate) code_type: u64,
     pub(crate) str_type: u64,
     pub(crate) bytes_type: u64,
+    /// 3.12's code object counter, 0 when the file does not name it.
+    pub(crate) gen: u64,
     /// Loadable segments: (file offset, file size, virtual address).
     segments: Vec<(u64, u64, u64)>,
 }
@@ -113,12 +117,12 @@ pub(crate) fn probe(file: File, path: &Path) -> Result<Interp, NotInterp> {
     let map = unsafe { crate::mmap::Mmap::read_only(file.as_fd(), len as usize) }
         .map_err(|_| NotInterp::NotPython)?;
     let elf = object::File::parse(map.bytes()).map_err(|_| NotInterp::NotPython)?;
-    let wanted = [RUNTIME, CODE_TYPE, STR_TYPE, BYTES_TYPE, VERSION];
+    let wanted = [RUNTIME, CODE_TYPE, STR_TYPE, BYTES_TYPE, VERSION, GEN];
     // (address, size) of each wanted symbol: all are exported, so the
     // dynamic symbols have them; the full table only for a build that
     // does not export them.
-    let mut found: [Option<(u64, u64)>; 5] = [None; 5];
-    let look = |found: &mut [Option<(u64, u64)>; 5], syms: object::SymbolIterator<'_, '_>| {
+    let mut found: [Option<(u64, u64)>; 6] = [None; 6];
+    let look = |found: &mut [Option<(u64, u64)>; 6], syms: object::SymbolIterator<'_, '_>| {
         for sym in syms {
             let Ok(name) = sym.name() else { continue };
             if let Some(i) = wanted.iter().position(|w| *w == name) {
@@ -129,10 +133,10 @@ pub(crate) fn probe(file: File, path: &Path) -> Result<Interp, NotInterp> {
         }
     };
     look(&mut found, elf.dynamic_symbols());
-    if found[..4].iter().any(Option::is_none) {
+    if found[..4].iter().any(Option::is_none) || found[5].is_none() {
         look(&mut found, elf.symbols());
     }
-    let [Some(runtime), Some(code), Some(str_t), Some(bytes_t), version_sym] = found else {
+    let [Some(runtime), Some(code), Some(str_t), Some(bytes_t), version_sym, gen] = found else {
         return Err(NotInterp::NotPython);
     };
     let read = |addr: u64, len: u64| -> Option<Vec<u8>> {
@@ -190,6 +194,8 @@ pub(crate) fn probe(file: File, path: &Path) -> Result<Interp, NotInterp> {
         code_type: code.0,
         str_type: str_t.0,
         bytes_type: bytes_t.0,
+        // Only 3.12 numbers code objects from it.
+        gen: gen.filter(|_| version >> 16 == 0x030c).map_or(0, |g| g.0),
         segments,
     })
 }

@@ -48,6 +48,8 @@ pub struct PyStats {
     pub frames: u64,
     /// Walks by how they ended (`enum py_end`).
     pub end: [u64; abi::PY_END_KINDS as usize],
+    /// Reads of frames and thread states (a span of frames each).
+    pub reads: u64,
     /// Searches of a thread list for a thread state.
     pub searches: u64,
     /// Code objects announced.
@@ -60,6 +62,8 @@ pub struct PyStats {
     pub lost: u64,
     /// Forked processes that took their parent's entry.
     pub forked: u64,
+    /// Nanoseconds spent in the walks.
+    pub ns: u64,
 }
 
 impl PyStats {
@@ -70,12 +74,14 @@ impl PyStats {
         for (a, b) in self.end.iter_mut().zip(c.end) {
             *a += b;
         }
+        self.reads += c.reads;
         self.searches += c.searches;
         self.announced += c.announced;
         self.dropped += c.dropped;
         self.stored += c.stored;
         self.lost += c.lost;
         self.forked += c.forked;
+        self.ns += c.ns;
     }
 }
 

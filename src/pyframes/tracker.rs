@@ -143,7 +143,7 @@ impl Tracker {
                         .as_deref()
                         .map_or(String::new(), |v| format!(" {v}"));
                     eprintln!(
-                        "bprof: {path} (pid {}) is CPython{v}, {why}: bprof cannot walk its Python frames, so its samples show native frames only",
+                        "bprof: {path} (pid {}) is CPython{v}, {why}: its samples show native frames only (bprof walks CPython 3.10 to 3.13)",
                         c.pid
                     );
                 }
@@ -158,6 +158,11 @@ impl Tracker {
             code_type: interp.code_type.wrapping_add(bias),
             str_type: interp.str_type.wrapping_add(bias),
             bytes_type: interp.bytes_type.wrapping_add(bias),
+            gen_addr: if interp.gen == 0 {
+                0
+            } else {
+                interp.gen.wrapping_add(bias)
+            },
             model: interp.layout.model.0,
             version: interp.version,
             o: interp.layout.offsets,
@@ -256,11 +261,13 @@ pub(crate) fn describe(s: &crate::collect::stacks::Stats, t: &TrackerStats) -> S
         .map(|(n, why)| format!("{n} {why}"))
         .collect();
     format!(
-        "bprof: python: {} processes learned, {} walks ({}), {} frames, {} thread-list searches; {} code objects announced ({} found the ring full and were sent again later), {} kept, {} line tables completed from the process ({} could not be); {} Python stacks stored, {} lost",
+        "bprof: python: {} processes learned, {} walks ({}; {} ns a walk), {} frames from {} reads, {} thread-list searches; {} code objects announced ({} found the ring full and were sent again later), {} kept, {} line tables completed from the process ({} could not be); {} Python stacks stored, {} lost",
         t.processes,
         py.walks,
         if ends.is_empty() { "none".to_string() } else { ends.join(", ") },
+        py.ns / py.walks.max(1),
         py.frames,
+        py.reads,
         py.searches,
         py.announced,
         py.dropped,
