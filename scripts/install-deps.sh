@@ -9,6 +9,8 @@
 # the benchmarks reading bprof's --stats-json (scripts/longrun.sh, every-rss.sh).
 # xz-utils (Debian's xz and liblzma, stripped, without frame pointers) for
 # the --call-graph dwarf test of a packaged binary and its library.
+# py-spy 0.4 (PyPI) for the Python tests, which compare bprof with it on the
+# same runs (scripts/bench-python.sh too).
 # Idempotent and quiet.
 set -euo pipefail
 pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc binutils bpftool linux-perf util-linux debuginfod golang-go
@@ -22,6 +24,17 @@ if [ "${#missing[@]}" -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# py-spy through pip: a pyenv's or the system's (Debian's refuses to install
+# into the system's Python unless told it may).
+if ! command -v py-spy >/dev/null && ! ls "${PYENV_ROOT:-$HOME/.pyenv}"/versions/*/bin/py-spy >/dev/null 2>&1; then
+    pip=$(command -v pip3 || command -v pip || true)
+    if [ -z "$pip" ]; then
+        apt-get install -y -qq python3-pip >/dev/null
+        pip=$(command -v pip3)
+    fi
+    "$pip" install -q 'py-spy>=0.4,<0.5' 2>/dev/null ||
+        "$pip" install -q --break-system-packages 'py-spy>=0.4,<0.5'
 fi
 # bpffs, for tools that pin objects; harmless when already mounted.
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true

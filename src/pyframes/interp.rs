@@ -230,3 +230,198 @@ mod tests {
         assert_eq!(version_text(0x030a_0000), "3.10");
     }
 }
+
+/// Each table and 3.13's debug offsets against the interpreters on this
+/// machine: their own headers, compiled, give every offset the walker uses.
+#[cfg(test)]
+mod here {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::process::Command;
+
+    /// The fields as C: `name value` lines from the interpreter's headers.
+    const OFFSETS_C: &str = r#"
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <stddef.h>
+#include <stdio.h>
+#include "internal/pycore_runtime.h"
+#include "internal/pycore_interp.h"
+#if PY_VERSION_HEX >= 0x030b0000
+#include "internal/pycore_frame.h"
+#else
+#include <frameobject.h>
+#endif
+#include "internal/pycore_code.h"
+#define P(name, expr) printf("%s %zu\n", name, (size_t)(expr))
+int main(void) {
+  P("runtime_size", sizeof(_PyRuntimeState));
+  P("rt_interp_head", offsetof(_PyRuntimeState, interpreters.head));
+  P("interp_next", offsetof(PyInterpreterState, next));
+#if PY_VERSION_HEX < 0x030b0000
+  P("interp_threads", offsetof(PyInterpreterState, tstate_head));
+  P("ts_thread_id", offsetof(PyThreadState, thread_id));
+  P("ts_frame", offsetof(PyThreadState, frame));
+  P("f_back", offsetof(PyFrameObject, f_back));
+  P("f_code", offsetof(PyFrameObject, f_code));
+  P("f_instr", offsetof(PyFrameObject, f_lasti));
+  P("co_name", offsetof(PyCodeObject, co_name));
+#else
+  P("interp_threads", offsetof(PyInterpreterState, threads.head));
+  P("ts_thread_id", offsetof(PyThreadState, native_thread_id));
+  P("f_back", offsetof(_PyInterpreterFrame, previous));
+  P("co_name", offsetof(PyCodeObject, co_qualname));
+  P("co_code", offsetof(PyCodeObject, co_code_adaptive));
+#if PY_VERSION_HEX < 0x030d0000
+  P("ts_frame", offsetof(PyThreadState, cframe));
+  P("cframe_frame", offsetof(_PyCFrame, current_frame) + 1);
+  P("f_code", offsetof(_PyInterpreterFrame, f_code));
+  P("f_instr", offsetof(_PyInterpreterFrame, prev_instr));
+#else
+  P("ts_frame", offsetof(PyThreadState, current_frame));
+  P("f_code", offsetof(_PyInterpreterFrame, f_executable));
+  P("f_instr", offsetof(_PyInterpreterFrame, instr_ptr));
+  P("interp_gen", offsetof(PyInterpreterState, func_state.next_version));
+#endif
+#if PY_VERSION_HEX < 0x030c0000
+  P("f_entry", offsetof(_PyInterpreterFrame, is_entry));
+#else
+  P("f_entry", offsetof(_PyInterpreterFrame, owner));
+  P("co_version", offsetof(PyCodeObject, co_version));
+#endif
+#endif
+  P("ts_next", offsetof(PyThreadState, next));
+  P("ts_interp", offsetof(PyThreadState, interp));
+  P("co_filename", offsetof(PyCodeObject, co_filename));
+  P("co_linetable", offsetof(PyCodeObject, co_linetable));
+  P("co_firstlineno", offsetof(PyCodeObject, co_firstlineno));
+  P("co_argcount", offsetof(PyCodeObject, co_argcount));
+  P("str_state", offsetof(PyASCIIObject, state));
+  P("str_length", offsetof(PyASCIIObject, length));
+  P("str_ascii_size", sizeof(PyASCIIObject));
+  P("str_compact_size", sizeof(PyCompactUnicodeObject));
+  P("bytes_size", offsetof(PyVarObject, ob_size));
+  P("bytes_data", offsetof(PyBytesObject, ob_sval));
+  return 0;
+}
+"#;
+
+    /// (interpreter file, include directory) of each CPython 3.10-3.13
+    /// here with its headers: Debian's python3.11, pyenv's versions.
+    fn interpreters() -> Vec<(PathBuf, PathBuf)> {
+        let mut out = Vec::new();
+        let deb = PathBuf::from("/usr/bin/python3.11");
+        let deb_inc = PathBuf::from("/usr/include/python3.11");
+        if deb.exists() && deb_inc.join("internal").exists() {
+            out.push((deb, deb_inc));
+        }
+        let root = std::env::var_os("PYENV_ROOT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/root/.pyenv"));
+        for v in std::fs::read_dir(root.join("versions"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = v.file_name().to_string_lossy().to_string();
+            let minor = name.split('.').nth(1).unwrap_or_default().to_string();
+            if !name.starts_with("3.") || !["10", "11", "12", "13"].contains(&minor.as_str()) {
+                continue;
+            }
+            let lib = v.path().join(format!("lib/libpython3.{minor}.so.1.0"));
+            let inc = v.path().join(format!("include/python3.{minor}"));
+            if lib.exists() && inc.join("internal").exists() {
+                out.push((lib, inc));
+            }
+        }
+        out
+    }
+
+    fn header_offsets(include: &Path) -> BTreeMap<String, u64> {
+        let dir = std::env::temp_dir().join(format!("bprof-pyoffsets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("offsets.c");
+        let bin = dir.join("offsets");
+        std::fs::write(&src, OFFSETS_C).unwrap();
+        let mut cc = Command::new("gcc");
+        cc.arg("-I").arg(include);
+        // Debian keeps pyconfig.h apart.
+        cc.arg("-I")
+            .arg(Path::new("/usr/include/x86_64-linux-gnu").join(include.file_name().unwrap()));
+        let st = cc.arg("-o").arg(&bin).arg(&src).status().expect("gcc");
+        assert!(st.success(), "compiling against {}", include.display());
+        let out = Command::new(&bin).output().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let (k, v) = l.split_once(' ').unwrap();
+                (k.to_string(), v.parse().unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_interpreters_layout_is_what_its_headers_say() {
+        let found = interpreters();
+        if found.is_empty() {
+            let msg = b"bprof unit tests: no CPython 3.10-3.13 with headers here, so the layout check is skipped\n";
+            // SAFETY: writing a valid buffer to fd 2.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+            return;
+        }
+        for (file, include) in found {
+            let want = header_offsets(&include);
+            let f = File::open(&file).unwrap();
+            let got = probe(f, &file).unwrap_or_else(|e| panic!("{}: {e:?}", file.display()));
+            let o = got.layout.offsets;
+            let fields = [
+                ("rt_interp_head", o.rt_interp_head),
+                ("interp_next", o.interp_next),
+                ("interp_threads", o.interp_threads),
+                ("ts_next", o.ts_next),
+                ("ts_interp", o.ts_interp),
+                ("ts_thread_id", o.ts_thread_id),
+                ("ts_frame", o.ts_frame),
+                ("f_back", o.f_back),
+                ("f_code", o.f_code),
+                ("f_instr", o.f_instr),
+                ("co_filename", o.co_filename),
+                ("co_name", o.co_name),
+                ("co_linetable", o.co_linetable),
+                ("co_firstlineno", o.co_firstlineno),
+                ("co_argcount", o.co_argcount),
+                ("str_state", o.str_state),
+                ("str_length", o.str_length),
+                ("str_ascii_size", o.str_ascii_size),
+                ("str_compact_size", o.str_compact_size),
+                ("bytes_size", o.bytes_size),
+                ("bytes_data", o.bytes_data),
+            ];
+            let optional = [
+                ("cframe_frame", o.cframe_frame),
+                ("f_entry", o.f_entry),
+                ("co_code", o.co_code),
+                ("co_version", o.co_version),
+                ("interp_gen", o.interp_gen),
+            ];
+            for (name, v) in fields {
+                assert_eq!(
+                    Some(&u64::from(v)),
+                    want.get(name),
+                    "{} {name}",
+                    file.display()
+                );
+            }
+            for (name, v) in optional {
+                let w = want.get(name).copied().unwrap_or(0);
+                assert_eq!(u64::from(v), w, "{} {name}", file.display());
+            }
+            // Every field the walker takes lies within what it reads.
+            assert!(o.ts_thread_id + 8 <= o.ts_read && o.ts_frame + 8 <= o.ts_read);
+            assert!(o.f_back + 8 <= o.f_read && o.f_instr + 4 <= o.f_read);
+            assert!(o.co_linetable + 8 <= o.co_read && o.co_version + 4 <= o.co_read);
+        }
+    }
+}
