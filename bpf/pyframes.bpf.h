@@ -140,6 +140,15 @@ __u32 next_py_stack_id = 1;
 /* py_at: read the object alone, or the page that holds it. */
 #define PY_ALONE 0
 #define PY_PAGE 1
+/* A search of the interpreters' thread lists for the thread's state. */
+struct py_search {
+	__u64 interp;
+	__u64 ts;
+	struct py_thread entry; /* py_threads' value: what was found, when */
+	__u32 interps;
+	__u32 bad;
+};
+
 /* Code objects (and strings) a walk keeps the identity of: recursion
  * repeats them, a module's functions share their file. */
 #define PY_MEMO 8
@@ -189,6 +198,9 @@ struct py_walk {
 	__u64 h1, h2;         /* of the frames recorded (py_hash) */
 	__u32 gen;            /* the code object counter at the walk's start; 0: none */
 	__u32 gen_pad;
+	struct py_search search;
+	struct py_stack_ref ref; /* py_stack_ids' value for a new stack */
+	__u64 t0; /* when the walk began */
 	struct py_code_memo memo[PY_MEMO];
 	struct py_code_memo prints[PY_MEMO]; /* strings' fingerprints, by address */
 	__u32 next_slot;
@@ -199,6 +211,8 @@ struct py_walk {
 	__u32 end;  /* enum py_end + 1 once ended */
 	__u32 why;  /* enum py_end of a code object that failed */
 	__u32 dropped; /* an announcement found the ring full */
+	__u32 stored;  /* py_intern stored the stack anew */
+	__u32 pad2;
 	struct py_stack stack;
 	__u8 co[PY_CO_BUF];  /* the code object read last */
 	__u8 s[PY_STR_BUF];  /* the string or bytes object read last */
@@ -234,8 +248,9 @@ static __always_inline int py_ptr_ok(__u64 p)
 /* Where the `len` bytes of user memory at `addr` are in w->win, read now
  * if no slot holds them: into the next slot, alone or (PY_PAGE) with the
  * rest of their page when they lie in one. PY_AT_FAIL when they cannot be
- * read. A global function, verified once. */
-__noinline __u32 py_at(struct py_walk *w, __u64 addr, __u32 len, __u32 how)
+ * read. Inline: as a function of its own it took the deepest chain of
+ * calls past 6.1's 512 bytes of stack. */
+static __always_inline __u32 py_at(struct py_walk *w, __u64 addr, __u32 len, __u32 how)
 {
 	__u64 page = addr & ~(__u64)(PY_SPAN - 1);
 	__u32 k, n;
@@ -325,6 +340,11 @@ static __always_inline long py_stop(struct py_walk *w, enum py_end why)
 	return 1;
 }
 
+/* bpf_loop's context must be on the stack: it points to the walk. */
+struct py_step_ctx {
+	struct py_walk *w;
+};
+
 /* Whether the thread state at ts is this thread's (w->want). */
 static __always_inline int py_ts_is_ours(struct py_walk *w, __u64 ts)
 {
@@ -338,20 +358,12 @@ static __always_inline int py_ts_is_ours(struct py_walk *w, __u64 ts)
 	return py_u64(w, at, w->proc.o.ts_thread_id) == w->want && py_u64(w, at, w->proc.o.ts_interp) != 0;
 }
 
-/* A search of the interpreters' thread lists (a bpf_loop callback: one
- * thread state or interpreter a step). */
-struct py_search {
-	struct py_walk *w;
-	__u64 interp;
-	__u64 ts;
-	__u64 found;
-	__u32 interps;
-	__u32 bad;
-};
-
-static long py_search_step(__u32 i, struct py_search *s)
+/* A search of the interpreters' thread lists (a bpf_loop callback over
+ * w->search: one thread state or interpreter a step). */
+static long py_search_step(__u32 i, struct py_step_ctx *c)
 {
-	struct py_walk *w = s->w;
+	struct py_walk *w = c->w;
+	struct py_search *s = &w->search;
 	__u64 next = 0;
 	__u32 at;
 
@@ -370,7 +382,7 @@ static long py_search_step(__u32 i, struct py_search *s)
 		return 0;
 	}
 	if (py_ts_is_ours(w, s->ts)) {
-		s->found = s->ts;
+		s->entry.tstate = s->ts;
 		return 1;
 	}
 	at = py_ptr_ok(s->ts) ? py_at(w, s->ts, w->proc.o.ts_read, PY_ALONE) : PY_AT_FAIL;
@@ -383,35 +395,39 @@ static long py_search_step(__u32 i, struct py_search *s)
 	return 0;
 }
 
-/* The thread state of the current thread: from py_threads (checked
- * again), else searched for; 0 when it has none. */
-__noinline __u64 py_thread_state(struct py_walk *w, __u64 key)
+/* The thread state of the current thread (the walk of scratch slot
+ * `slot`, key tgid << 32 | tid): from py_threads (checked again), else
+ * searched for; 0 when it has none. Its state lives in the walk, not on
+ * the stack: this frame is in the deepest chain of calls (offcpu_switch's,
+ * with bpf_loop's callbacks), which 6.1 holds to 512 bytes. */
+__noinline __u64 py_thread_state(__u32 slot, __u64 key)
 {
-	struct py_search s = {};
-	struct py_thread *t, fresh = {};
-	__u64 now;
+	struct py_walk *w = bpf_map_lookup_elem(&py_scratch, &slot);
+	struct py_step_ctx step = { .w = w };
+	struct py_thread *t;
 
 	if (!w)
 		return 0;
 	t = bpf_map_lookup_elem(&py_threads, &key);
-	now = bpf_ktime_get_ns();
+	w->search.entry.at = bpf_ktime_get_ns();
 	if (t) {
 		if (t->tstate && py_ts_is_ours(w, t->tstate))
 			return t->tstate;
-		if (!t->tstate && now - t->at < PY_RETRY_NS)
+		if (!t->tstate && w->search.entry.at - t->at < PY_RETRY_NS)
 			return 0;
 	}
 	PY_COUNT(searches, 1);
-	s.w = w;
-	if (bpf_probe_read_user(&s.interp, 8, (void *)(w->proc.runtime + w->proc.o.rt_interp_head)))
+	w->search.ts = 0;
+	w->search.interps = 0;
+	w->search.bad = 0;
+	w->search.entry.tstate = 0;
+	if (bpf_probe_read_user(&w->search.interp, 8, (void *)(w->proc.runtime + w->proc.o.rt_interp_head)))
 		return 0;
-	bpf_loop(PY_MAX_THREADS + PY_MAX_INTERPS, py_search_step, &s, 0);
-	fresh.tstate = s.found;
-	fresh.at = now;
+	bpf_loop(PY_MAX_THREADS + PY_MAX_INTERPS, py_search_step, &step, 0);
 	/* A torn list proves nothing about this thread: searched again. */
-	if (s.found || !s.bad)
-		bpf_map_update_elem(&py_threads, &key, &fresh, BPF_ANY);
-	return s.found;
+	if (w->search.entry.tstate || !w->search.bad)
+		bpf_map_update_elem(&py_threads, &key, &w->search.entry, BPF_ANY);
+	return w->search.entry.tstate;
 }
 
 /* A fingerprint of the str (`bytes`: the bytes object) at p: its length,
@@ -550,11 +566,6 @@ static __always_inline void py_hash(struct py_walk *w, __u64 word)
 	w->h2 = (w->h2 ^ x ^ (x >> 29)) * 0xff51afd7ed558ccdULL;
 }
 
-/* bpf_loop's context must be on the stack: it points to the walk. */
-struct py_step_ctx {
-	struct py_walk *w;
-};
-
 /* One frame of the chain (a bpf_loop callback): records w->frame and moves
  * to its caller. 1 ends the walk. */
 static long py_frame_step(__u32 i, struct py_step_ctx *c)
@@ -651,18 +662,36 @@ static __always_inline void py_str(struct py_walk *w, __u64 p, __u8 *dst, const 
 	*kind = k | (bytes > cap ? PY_STR_CUT : 0);
 }
 
+/* The line table (bytes object) at `table` into the event: as much of it
+ * as fits, and its length. */
+static __always_inline void py_lines(struct py_walk *w, __u64 table, struct py_code_event *ev)
+{
+	__u64 size;
+	__u32 n;
+
+	if (!py_ptr_ok(table) || bpf_probe_read_user(w->s, PY_STR_BUF, (void *)table) ||
+	    py_b64(w->s, 8, PY_STR_BUF) != w->proc.bytes_type)
+		return;
+	size = py_b64(w->s, w->proc.o.bytes_size, PY_STR_BUF);
+	if (size >= (1 << 24))
+		return;
+	n = size > PY_LINES_BYTES ? PY_LINES_BYTES : size;
+	if (n && bpf_probe_read_user(ev->lines, n, (void *)(table + w->proc.o.bytes_data)))
+		return;
+	ev->lines_len = n;
+	ev->lines_total = size;
+}
+
 /* Announces code object `code` (identity `id`) to user space unless it
  * was: its qualified name, file name, first line and line table. Sets
- * w->dropped when the ring was full. A global function, verified once. */
+ * w->dropped when the ring was full. A global function, verified once;
+ * its fields go straight into the event (locals here add to the deepest
+ * chain of calls, which 6.1 holds to 512 bytes of stack). */
 __noinline int py_announce(struct py_walk *w, __u64 code, __u64 id)
 {
 	struct py_code_key key = {};
 	struct py_code_event *ev;
-	struct py_offsets *o;
-	__u64 name, file, table, size;
-	__s32 first;
 	__u8 one = 1;
-	__u32 n;
 
 	if (!w)
 		return 0;
@@ -671,39 +700,28 @@ __noinline int py_announce(struct py_walk *w, __u64 code, __u64 id)
 	key.id = id;
 	if (bpf_map_lookup_elem(&py_codes_seen, &key))
 		return 0;
-	o = &w->proc.o;
-	if (py_read(w->co, o->co_read, PY_CO_BUF, code))
-		return 0;
-	name = py_b64(w->co, o->co_name, PY_CO_BUF);
-	file = py_b64(w->co, o->co_filename, PY_CO_BUF);
-	table = py_b64(w->co, o->co_linetable, PY_CO_BUF);
-	first = py_b32(w->co, o->co_firstlineno, PY_CO_BUF);
 	ev = bpf_ringbuf_reserve(&py_events, sizeof(*ev), 0);
 	if (!ev) {
 		w->dropped = 1;
 		PY_COUNT(dropped, 1);
 		return 0;
 	}
+	if (py_read(w->co, w->proc.o.co_read, PY_CO_BUF, code)) {
+		bpf_ringbuf_discard(ev, 0);
+		return 0;
+	}
 	ev->tgid = w->tgid;
 	ev->version = w->proc.version;
 	ev->code = code;
 	ev->id = id;
-	ev->firstlineno = first;
+	ev->firstlineno = py_b32(w->co, w->proc.o.co_firstlineno, PY_CO_BUF);
 	ev->lines_total = 0;
 	ev->lines_len = 0;
-	py_str(w, name, ev->name, PY_NAME_BYTES, &ev->name_len, &ev->name_kind);
-	py_str(w, file, ev->file, PY_FILE_BYTES, &ev->file_len, &ev->file_kind);
-	if (py_ptr_ok(table) && !bpf_probe_read_user(w->s, PY_STR_BUF, (void *)table) &&
-	    py_b64(w->s, 8, PY_STR_BUF) == w->proc.bytes_type) {
-		size = py_b64(w->s, o->bytes_size, PY_STR_BUF);
-		if (size < (1 << 24)) {
-			n = size > PY_LINES_BYTES ? PY_LINES_BYTES : size;
-			if (!n || !bpf_probe_read_user(ev->lines, n, (void *)(table + o->bytes_data))) {
-				ev->lines_len = n;
-				ev->lines_total = size;
-			}
-		}
-	}
+	py_str(w, py_b64(w->co, w->proc.o.co_name, PY_CO_BUF), ev->name, PY_NAME_BYTES, &ev->name_len,
+	       &ev->name_kind);
+	py_str(w, py_b64(w->co, w->proc.o.co_filename, PY_CO_BUF), ev->file, PY_FILE_BYTES, &ev->file_len,
+	       &ev->file_kind);
+	py_lines(w, py_b64(w->co, w->proc.o.co_linetable, PY_CO_BUF), ev);
 	bpf_ringbuf_submit(ev, 0);
 	bpf_map_update_elem(&py_codes_seen, &key, &one, BPF_ANY);
 	PY_COUNT(announced, 1);
@@ -724,13 +742,16 @@ static long py_announce_step(__u32 i, struct py_step_ctx *c)
 	return 0;
 }
 
-/* Stores w->stack under the id of the same content (by its hashes, kept
- * per CPU and in py_stack_ids) when stored, else a new one, announcing its
- * code objects then. A global function, verified once. */
-__noinline __s32 py_intern(struct py_walk *w)
+/* Stores the stack of scratch slot `slot`'s walk under the id of the same
+ * content (by its hashes, kept per CPU and in py_stack_ids) when stored,
+ * else a new one, announcing its code objects then. A global function,
+ * verified once; it looks its walk up itself, as 6.1's verifier stores a
+ * map value only from another map's value (or the stack), not from memory
+ * a global function was handed. */
+__noinline __s32 py_intern(__u32 slot)
 {
-	struct py_step_ctx step = { .w = w };
-	struct py_stack_ref *ref, fresh = {};
+	struct py_walk *w = bpf_map_lookup_elem(&py_scratch, &slot);
+	struct py_stack_ref *ref;
 	struct py_stack_memo *m;
 	__u64 h1, h2;
 	__u32 nr;
@@ -766,21 +787,45 @@ __noinline __s32 py_intern(struct py_walk *w)
 	if (err)
 		return -E2BIG;
 	PY_COUNT(stored, 1);
-	/* Its code objects, while its frames keep them alive. */
-	w->dropped = 0;
-	bpf_loop(nr, py_announce_step, &step, 0);
-	/* One that found the ring full: the next such stack is stored anew
-	 * (and announces it again) rather than found. */
-	if (w->dropped)
-		return id;
-	fresh.h2 = h2;
-	fresh.id = id;
-	bpf_map_update_elem(&py_stack_ids, &h1, &fresh, BPF_ANY);
+	w->stored = 1;
+	return id;
 keep:
 	m->h1 = h1;
 	m->h2 = h2;
 	m->id = id;
 	return id;
+}
+
+/* After a new stack was stored (py_intern): announces its code objects,
+ * while its frames keep them alive; unless one found the ring full, makes
+ * the stack findable by its hashes (else the next such stack is stored
+ * anew and announces it again). Apart from py_intern, whose frame would
+ * add to the announcements' chain of calls. */
+__noinline int py_stored(__u32 slot, __s32 id)
+{
+	struct py_walk *w = bpf_map_lookup_elem(&py_scratch, &slot);
+	struct py_step_ctx step = { .w = w };
+	struct py_stack_memo *m;
+	__u64 h1;
+
+	if (!w)
+		return 0;
+	w->dropped = 0;
+	bpf_loop(w->stack.nr, py_announce_step, &step, 0);
+	if (w->dropped)
+		return 0;
+	h1 = w->h1;
+	/* The value from the walk (a map value), not the stack: this frame is
+	 * in the announcements' chain of calls (see py_thread_state). */
+	w->ref.h2 = w->h2;
+	w->ref.id = id;
+	w->ref.pad = 0;
+	bpf_map_update_elem(&py_stack_ids, &h1, &w->ref, BPF_ANY);
+	m = &w->stacks[(h1 * 0x9e3779b97f4a7c15ULL) >> (64 - PY_STACK_MEMO_BITS)];
+	m->h1 = h1;
+	m->h2 = w->h2;
+	m->id = id;
+	return 0;
 }
 
 /* The process's entry; a forked child that has not exec'd runs its
@@ -813,8 +858,9 @@ static __always_inline struct py_proc *py_proc_of(struct task_struct *task, __u3
 }
 
 /* The current thread's Python stack, walked into w->stack (w->proc set):
- * how the walk ended. A global function, verified once. */
-__noinline __u32 py_walk(struct py_walk *w, __u64 pid_tgid)
+ * how the walk ended. Inline in py_stack_id: a frame of its own took the
+ * deepest chain of calls (offcpu_switch's) past 6.1's 512 bytes. */
+static __always_inline __u32 py_walk(struct py_walk *w, __u32 slot, __u64 pid_tgid)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct py_step_ctx step;
@@ -825,7 +871,7 @@ __noinline __u32 py_walk(struct py_walk *w, __u64 pid_tgid)
 		return PY_END_READ;
 	/* 3.10 keeps no kernel tid: its pthread id is the thread's TLS base. */
 	w->want = w->proc.model == PY_MODEL_310 ? BPF_CORE_READ(task, thread.fsbase) : (__u32)pid_tgid;
-	ts = py_thread_state(w, pid_tgid);
+	ts = py_thread_state(slot, pid_tgid);
 	if (!ts)
 		return PY_END_NO_THREAD;
 	at = py_at(w, ts, w->proc.o.ts_read, PY_ALONE);
@@ -870,7 +916,7 @@ __noinline __u32 py_walk(struct py_walk *w, __u64 pid_tgid)
 __noinline __s32 py_stack_id(__u32 slot)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	__u64 pid_tgid = bpf_get_current_pid_tgid(), t0;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, end;
 	struct py_proc *proc;
 	struct py_walk *w;
@@ -882,7 +928,8 @@ __noinline __s32 py_stack_id(__u32 slot)
 	w = bpf_map_lookup_elem(&py_scratch, &slot);
 	if (!w)
 		return PY_STACK_NONE;
-	t0 = bpf_ktime_get_ns();
+	/* In the walk, not on the stack (see py_thread_state). */
+	w->t0 = bpf_ktime_get_ns();
 	w->proc = *proc;
 	w->tgid = tgid;
 	w->end = 0;
@@ -896,17 +943,22 @@ __noinline __s32 py_stack_id(__u32 slot)
 	__builtin_memset(w->memo, 0, sizeof(w->memo));
 	__builtin_memset(w->prints, 0, sizeof(w->prints));
 	PY_COUNT(walks, 1);
-	end = py_walk(w, pid_tgid);
+	end = py_walk(w, slot, pid_tgid);
+	/* The checked value, not one clang merged the checks of. */
+	barrier_var(end);
 	if (end < PY_END_KINDS)
 		PY_COUNT(end[end], 1);
 	PY_COUNT(frames, w->stack.nr);
 	if (w->stack.nr) {
 		w->stack.end = end;
-		id = py_intern(w);
+		w->stored = 0;
+		id = py_intern(slot);
 		if (id < 0)
 			PY_COUNT(lost, 1);
+		else if (w->stored)
+			py_stored(slot, id);
 	}
-	PY_COUNT(ns, bpf_ktime_get_ns() - t0);
+	PY_COUNT(ns, bpf_ktime_get_ns() - w->t0);
 	return id;
 }
 
