@@ -139,12 +139,16 @@ pub(crate) fn probe(file: File, path: &Path) -> Result<Interp, NotInterp> {
     let [Some(runtime), Some(code), Some(str_t), Some(bytes_t), version_sym, gen] = found else {
         return Err(NotInterp::NotPython);
     };
+    let named = name_version(path).map(|(a, b)| format!("{a}.{b}"));
+    // Every layout is x86-64's (a 32-bit interpreter has other offsets).
+    if !elf.is_64() || elf.architecture() != object::Architecture::X86_64 {
+        return Err(NotInterp::Unsupported(named, NoLayout::Arch));
+    }
     let read = |addr: u64, len: u64| -> Option<Vec<u8>> {
         elf.segments()
             .find_map(|s| s.data_range(addr, len).ok().flatten())
             .map(<[u8]>::to_vec)
     };
-    let named = name_version(path).map(|(a, b)| format!("{a}.{b}"));
     let version = version_sym.and_then(|(addr, size)| {
         let b = read(addr, size.clamp(4, 8))?;
         // Py_Version is a C unsigned long: its low 32 bits on x86-64.
@@ -423,5 +427,38 @@ int main(void) {
             assert!(o.f_back + 8 <= o.f_read && o.f_instr + 4 <= o.f_read);
             assert!(o.co_linetable + 8 <= o.co_read && o.co_version + 4 <= o.co_read);
         }
+    }
+}
+
+#[cfg(test)]
+mod arch {
+    use super::*;
+
+    #[test]
+    fn a_32_bit_interpreter_is_not_walked_with_x86_64_layouts() {
+        let dir = std::env::temp_dir().join(format!("bprof-py32-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("py.c");
+        let lib = dir.join("libpython3.12.so");
+        std::fs::write(
+            &src,
+            "char _PyRuntime[64]; char PyCode_Type[8]; char PyUnicode_Type[8]; char PyBytes_Type[8];\n\
+             const unsigned long Py_Version = 0x030c01f0;\n",
+        )
+        .unwrap();
+        let built = std::process::Command::new("gcc")
+            .args(["-m32", "-shared", "-nostdlib", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .status()
+            .is_ok_and(|s| s.success());
+        let got = built.then(|| probe(File::open(&lib).unwrap(), &lib));
+        std::fs::remove_dir_all(&dir).unwrap();
+        // gcc -m32 needs no 32-bit libraries with -nostdlib.
+        assert!(built, "gcc -m32 -shared -nostdlib failed");
+        assert_eq!(
+            got.unwrap().unwrap_err(),
+            NotInterp::Unsupported(Some("3.12".into()), NoLayout::Arch)
+        );
     }
 }

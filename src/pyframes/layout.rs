@@ -155,6 +155,8 @@ pub(crate) enum NoLayout {
     DebugOffsets(&'static str),
     /// A free-threaded build (its objects and frames differ).
     FreeThreaded,
+    /// Not a 64-bit x86 build: the tables are x86-64's.
+    Arch,
 }
 
 impl std::fmt::Display for NoLayout {
@@ -167,6 +169,7 @@ impl std::fmt::Display for NoLayout {
             ),
             NoLayout::DebugOffsets(why) => write!(f, "its debug offsets are {why}"),
             NoLayout::FreeThreaded => write!(f, "a free-threaded build"),
+            NoLayout::Arch => write!(f, "not an x86-64 build"),
         }
     }
 }
