@@ -62,6 +62,7 @@ fn main() {
             user_lost: false,
             off_cpu: false,
             count: 1,
+            python: Vec::new(),
         })
         .collect();
     let mut index = MmapIndex::default();

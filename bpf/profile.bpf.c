@@ -25,6 +25,8 @@
 #include "unwind_mappings.bpf.h"
 #include "walk_memo.bpf.h"
 #include "unwind.bpf.h"
+#include "profile_stats.bpf.h"
+#include "pyframes.bpf.h"
 
 const volatile struct profile_config cfg = {};
 
@@ -104,6 +106,12 @@ struct {
 	struct unwind_file unwind_file;
 	struct unwind_chunk unwind_chunk;
 	struct unwind_map_key unwind_map_key;
+	enum py_limits py_limits;
+	enum py_model py_model;
+	enum py_end py_end;
+	struct py_proc py_proc;
+	struct py_stack py_stack;
+	struct py_code_event py_code_event;
 } bprof_abi = {};
 
 /* frame_record is bpf_get_stack's build-ID record under another name. */
@@ -111,13 +119,6 @@ _Static_assert(sizeof(struct frame_record) == sizeof(struct bpf_stack_build_id),
 _Static_assert(__builtin_offsetof(struct frame_record, offset) ==
 		       __builtin_offsetof(struct bpf_stack_build_id, offset),
 	       "frame_record.offset");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct profile_stats);
-} profile_stats SEC(".maps");
 
 /* Off-CPU: switch-out time and stacks, per task. */
 struct {
@@ -134,13 +135,6 @@ struct {
 	__type(key, __u32);
 	__uint(value_size, BPROF_MAX_STACK_DEPTH * sizeof(__u64));
 } calib_stack SEC(".maps");
-
-static __always_inline struct profile_stats *stats(void)
-{
-	__u32 zero = 0;
-
-	return bpf_map_lookup_elem(&profile_stats, &zero);
-}
 
 static __always_inline int is_target(__u32 tgid, __u32 pid)
 {
@@ -250,7 +244,8 @@ __noinline int count_on_cpu(struct profile_stats *st, struct sample_scratch *sc,
 	if (!st || !sc)
 		return 0;
 	k = (const __u64 *)&sc->key;
-	h = k[0] * 0x9e3779b97f4a7c15ULL ^ k[1] * 0xc2b2ae3d27d4eb4fULL ^ k[9] * 0xff51afd7ed558ccdULL;
+	h = k[0] * 0x9e3779b97f4a7c15ULL ^ k[1] * 0xc2b2ae3d27d4eb4fULL ^ k[9] * 0xff51afd7ed558ccdULL ^
+	    k[4] * 0x94d049bb133111ebULL;
 	idx = (h ^ (h >> 31)) * 0x9e3779b97f4a7c15ULL >> (64 - COUNT_CACHE_BITS);
 	part = idx / COUNT_CACHE_PART;
 	cp = sc->count_busy ? 0 : bpf_map_lookup_elem(&count_cache, &part);
@@ -467,10 +462,11 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
  * would only zero its 1 KiB buffer, cold lines every sample). */
 static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u32 tgid, __u64 kflags,
 					__u32 slot, struct cpu_scratch *cs, int in_user, __s32 *kid, __s32 *uid,
-					struct frame_record *leaf)
+					struct frame_record *leaf, __s32 *pyid)
 {
 	*kid = -1;
 	*uid = -1;
+	*pyid = PY_STACK_NONE;
 	__builtin_memset(leaf, 0, sizeof(*leaf)); /* FRAME_EMPTY: the leaf is in the stack */
 	if (cfg.kernel_stacks && !in_user) {
 		*kid = kern_stack_id(ctx, st, kflags, slot);
@@ -481,6 +477,8 @@ static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u
 		*uid = user_stack_id(ctx, st, slot, cs, leaf);
 		if (*uid < 0 && *uid != -EFAULT)
 			st->user_stack_lost++;
+		if (cfg.python)
+			*pyid = py_stack_id(slot);
 	}
 	if (*kid < 0 && *uid < 0)
 		st->no_stack++;
@@ -543,7 +541,7 @@ int do_sample(struct perf_sample_ctx *ctx)
 		DWARF_REGS(ur->r, &ctx->regs);
 	}
 	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, cs, in_user, &key->kern_stack_id, &key->user_stack_id,
-		    &key->user_leaf);
+		    &key->user_leaf, &key->py_stack_id);
 	/* --wall counts time: a cpu-clock sample's period is its nanoseconds. */
 	count_on_cpu(st, sc, cfg.period_as_us ? ctx->sample_period / 1000 : 1);
 	/* 0: the sample is not also written to the perf ring buffer. */
@@ -602,7 +600,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 				if (cfg.cgroups)
 					start->cgroup = bpf_get_current_cgroup_id();
 				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK, SCRATCH_OFF_CPU, cs, 0,
-					    &start->kern_stack_id, &start->user_stack_id, &start->user_leaf);
+					    &start->kern_stack_id, &start->user_stack_id, &start->user_leaf,
+					    &start->py_stack_id);
 				st->switches_out++;
 			}
 		}
@@ -624,6 +623,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		key.kern_stack_id = start->kern_stack_id;
 		key.user_stack_id = start->user_stack_id;
 		key.user_leaf = start->user_leaf;
+		key.py_stack_id = start->py_stack_id;
 		key.kind = SAMPLE_OFF_CPU;
 		key.cgroup = start->cgroup;
 		st->blocks_counted++;

@@ -24,6 +24,7 @@ enum profile_limits {
 };
 
 #include "unwind.h"
+#include "pyframes.h"
 
 /* frame_record.status: the kernel's enum bpf_stack_build_id_status. */
 enum frame_status {
@@ -51,7 +52,9 @@ struct sample_key {
 	__s32 user_stack_id;
 	char comm[BPROF_COMM_LEN];
 	__u32 kind; /* enum sample_kind */
-	__u32 pad;
+	/* An id into py_stacks (pyframes.bpf.h): the thread's Python frames;
+	 * PY_STACK_NONE when it ran none, negative when lost. */
+	__s32 py_stack_id;
 	__u64 cgroup; /* cgroup v2 id of the task when sampled (or blocked) */
 	/* --call-graph dwarf: the user stack's leaf, apart from its callers
 	 * (user_stack_id): most new stacks of a busy loop differ in the leaf
@@ -126,6 +129,7 @@ struct profile_stats {
 	__u64 unwind_learned_early; /* target mappings learned at their mmap or exec */
 	__u64 unwind_reads;      /* bpf_probe_read_user calls of the walks (stack window refills) */
 	__u64 unwind_memo_walks; /* walks whose frames past the leaf came from the walk memo */
+	struct py_stats py;      /* Python frames (pyframes.bpf.h) */
 };
 
 enum filter_op {
@@ -185,6 +189,8 @@ struct profile_config {
 	__u8 dwarf;           /* --call-graph dwarf: walk user stacks with unwind tables */
 	__u8 cgroups;         /* keys name the cgroup (pprof labels it): a helper call */
 	__u8 map_totals;      /* keep each count map's own total (bprof top): a lookup a sample */
+	__u8 python;          /* walk the Python frames of the processes in py_procs */
+	__u8 cfg_pad;
 	__u32 filter_len;     /* entries used in filters[] */
 	/* > 0: the target processes are exactly fixed_tgids[0, n) (-p, no
 	 * child followed), compared here rather than looked up in
@@ -245,6 +251,8 @@ struct offcpu_start {
 	__s32 kern_stack_id;
 	__s32 user_stack_id;
 	struct frame_record user_leaf;
+	__s32 py_stack_id;
+	__u32 pad;
 };
 
 #endif /* BPROF_PROFILE_H */

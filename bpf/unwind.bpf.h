@@ -24,6 +24,7 @@
 
 #include "kernel.bpf.h"
 #include "profile.h"
+#include "epilogue.bpf.h"
 #include "stack_window.bpf.h"
 #include "unwind_mappings.bpf.h"
 #include "unwind_rows.bpf.h"
@@ -70,8 +71,11 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 	c->s->exact = 0;
 
 	if (!found || r.cfa_type == UNWIND_CFA_NONE) {
-		/* No table: follow the frame pointer. */
+		/* No table: an epilogue at the PC, else the frame pointer. */
 		c->s->wm_skip = 1;
+		err = follow_epilogue(c);
+		if (err)
+			return err > 0 ? 0 : stop(c, UNWIND_END_READ_FAULT);
 		if (!c->s->bp_valid)
 			return stop(c, UNWIND_END_NO_TABLE);
 		if (c->s->bp == 0)

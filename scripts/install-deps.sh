@@ -10,7 +10,9 @@
 # xz-utils (Debian's xz and liblzma, stripped, without frame pointers) for
 # the --call-graph dwarf test of a packaged binary and its library.
 # nodejs for the test of a real JIT's perf map (node --perf-basic-prof);
-# time (GNU time) for a child's own peak RSS in the JIT tests.
+# time (GNU time) for a child's own peak RSS in the JIT tests; py-spy 0.4
+# (PyPI) for the Python tests, which compare bprof with it on the same
+# runs (scripts/bench-python.sh too).
 # Idempotent and quiet; no recommended extras (clang's LLVM development
 # files, qemu's GUI), which none of this needs.
 #
@@ -41,6 +43,17 @@ if [ "${#missing[@]}" -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# py-spy through pip: a pyenv's or the system's (Debian's refuses to install
+# into the system's Python unless told it may).
+if [ "${1:-all}" != build ] && ! command -v py-spy >/dev/null && ! ls "${PYENV_ROOT:-$HOME/.pyenv}"/versions/*/bin/py-spy >/dev/null 2>&1; then
+    pip=$(command -v pip3 || command -v pip || true)
+    if [ -z "$pip" ]; then
+        apt-get install -y -qq python3-pip >/dev/null
+        pip=$(command -v pip3)
+    fi
+    "$pip" install -q 'py-spy>=0.4,<0.5' 2>/dev/null ||
+        "$pip" install -q --break-system-packages 'py-spy>=0.4,<0.5'
 fi
 # bpffs, for tools that pin objects; harmless when already mounted.
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true

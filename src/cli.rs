@@ -284,6 +284,16 @@ pub struct ProfileArgs {
     #[arg(long = "unknown-as-module")]
     pub unknown_as_module: bool,
 
+    /// Python frames without their line: `function (file.py)`, as py-spy's
+    /// --nolineno, so a function's lines merge into one box.
+    #[arg(long = "no-lineno", alias = "nolineno")]
+    pub no_lineno: bool,
+
+    /// Do not walk the Python frames of CPython processes (their samples
+    /// show the interpreter's native frames only).
+    #[arg(long = "no-python")]
+    pub no_python: bool,
+
     /// Do not print the target's cycles, instructions and IPC at the end.
     #[arg(long = "no-counts")]
     pub no_counts: bool,

@@ -6,7 +6,8 @@
 //! reads their maps and hands over the raw stacks ([`stacks`]) →
 //! [`collect`] drains the
 //! maps while recording → `unwind` feeds unwind tables to the BPF walker
-//! (`--call-graph dwarf`) → [`symbolize`] names the frames → `output`
+//! (`--call-graph dwarf`) and `pyframes` tells it where Python keeps its
+//! frames → [`symbolize`] names the frames → `output`
 //! writes folded stacks, SVG, pprof, report and stat text. [`process`]
 //! holds what several stages read of a process (its mappings, build IDs,
 //! bprof's own vDSO) and `jit` the JIT symbol files of the profiled ones.
@@ -29,6 +30,7 @@ pub(crate) mod mmap;
 pub(crate) mod names;
 pub(crate) mod output;
 pub mod process;
+pub(crate) mod pyframes;
 pub(crate) mod session;
 pub mod symbolize;
 pub(crate) mod target;

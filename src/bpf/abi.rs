@@ -6,6 +6,7 @@ use super::skel::profile::types as profile;
 use super::skel::stat::types as stat;
 
 pub(crate) use profile::{filter_entry, frame_record, kern_stack, sample_key, user_stack};
+pub(crate) use profile::{py_code_event, py_frame, py_model, py_offsets, py_proc, py_stats};
 pub(crate) use profile::{
     unwind_cfa, unwind_chunk, unwind_file, unwind_file_key, unwind_map_key, unwind_map_slot,
     unwind_page, unwind_rbp, unwind_row, unwind_rule,
@@ -55,6 +56,21 @@ pub(crate) const UNWIND_MAX_RULES: u32 = profile::unwind_limits::UNWIND_MAX_RULE
 /// `unwind_file.flags`: its build ID is valid.
 pub(crate) const UNWIND_FILE_BUILD_ID: u32 = profile::unwind_limits::UNWIND_FILE_BUILD_ID.0;
 
+/// `py_frame.flags`: the frame began a C-level call of the eval loop.
+pub(crate) const PY_FRAME_ENTRY: u32 = profile::py_limits::PY_FRAME_ENTRY.0;
+/// `py_code_event`: a string was cut (with its kind in the low bits).
+pub(crate) const PY_STR_CUT: u32 = profile::py_limits::PY_STR_CUT.0;
+/// A `sample_key.py_stack_id` of none, and py_stacks ids with this bit are
+/// in `py_stacks_deep`.
+pub(crate) const PY_STACK_NONE: i32 = profile::py_limits::PY_STACK_NONE.0 as i32;
+pub(crate) const PY_DEEP_STACK_ID: i32 = profile::py_limits::PY_DEEP_STACK_ID.0 as i32;
+/// Kinds of `enum py_end`.
+pub(crate) const PY_END_KINDS: u32 = profile::py_end::PY_END_KINDS.0;
+/// `enum py_model`.
+pub(crate) const PY_MODEL_310: py_model = py_model::PY_MODEL_310;
+pub(crate) const PY_MODEL_311: py_model = py_model::PY_MODEL_311;
+pub(crate) const PY_MODEL_312: py_model = py_model::PY_MODEL_312;
+
 /// Events one `bprof stat` session counts.
 pub(crate) const STAT_MAX_EVENTS: usize = stat::stat_limits::BPROF_STAT_MAX_EVENTS.0 as usize;
 /// Event attributes all sessions together share.
@@ -102,6 +118,15 @@ unsafe impl Plain for unwind_map_key {}
 // SAFETY: slots of five u64 each.
 unsafe impl Plain for unwind_chunk {}
 
+// SAFETY: u64, u64, i32, u32: 24 bytes, no gap.
+unsafe impl Plain for py_frame {}
+// SAFETY: five u64, two u32, then py_offsets (32 u16): 112 bytes, no gap
+// (size asserted below).
+unsafe impl Plain for py_proc {}
+// SAFETY: u32, u32, three u64... then u16s and byte arrays, explicit pads:
+// no gap (size asserted below).
+unsafe impl Plain for py_code_event {}
+
 /// Reads a `Plain` value from the start of `bytes`, if long enough.
 pub(crate) fn read_plain<T: Plain>(bytes: &[u8]) -> Option<T> {
     (bytes.len() >= std::mem::size_of::<T>())
@@ -130,4 +155,8 @@ const _: () = {
     assert!(size_of::<unwind_file>() == 8 * 4 + 20);
     assert!(size_of::<unwind_map_key>() == 16);
     assert!(size_of::<unwind_chunk>() == UNWIND_CHUNK_SLOTS * 5 * 8 + 16);
+    assert!(size_of::<py_frame>() == 24);
+    assert!(size_of::<py_offsets>() == 32 * 2);
+    assert!(size_of::<py_proc>() == 5 * 8 + 2 * 4 + size_of::<py_offsets>());
+    assert!(size_of::<py_code_event>() == 48 + 128 + 256 + 2048);
 };

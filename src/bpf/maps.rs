@@ -169,6 +169,7 @@ pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
         s.unwind_learned_early += c.unwind_learned_early;
         s.unwind_reads += c.unwind_reads;
         s.unwind_memo_walks += c.unwind_memo_walks;
+        s.py.add(&c.py);
     }
     Ok(s)
 }

@@ -102,6 +102,8 @@ pub struct ProfileOptions {
     /// Drains end intervals (`--every`, `bprof top`), which empty the CPUs'
     /// count caches first: only then is `flush_counts` loaded and verified.
     pub intervals: bool,
+    /// Walk the Python frames of CPython processes (off with `--no-python`).
+    pub python: bool,
 }
 
 pub(crate) use crate::events::Mode;
@@ -110,6 +112,11 @@ impl ProfileOptions {
     /// Whether samples are limited to the processes in target_tgids.
     pub fn matches_tgids(&self) -> bool {
         !self.tgids.is_empty() || self.follow_children
+    }
+
+    /// Whether Python frames are walked (they go with the user stacks).
+    pub fn walks_python(&self) -> bool {
+        self.python && self.user_stacks
     }
 
     fn dwarf(&self) -> bool {
@@ -164,6 +171,8 @@ pub struct ProfileProgram<'obj> {
     learn_mmaps: bool,
     /// Why those programs would not attach.
     learners_missing: Option<anyhow::Error>,
+    /// Python frames are walked: an exec or exit forgets the process.
+    python: bool,
     core_btf: core_btf::Use,
 }
 
@@ -211,6 +220,7 @@ impl<'obj> ProfileProgram<'obj> {
             learn_exec: opts.learns_at_exec(),
             learn_mmaps: opts.learns_mmaps(),
             learners_missing: None,
+            python: opts.walks_python(),
             core_btf,
         };
         for &tgid in &opts.tgids {
@@ -294,6 +304,7 @@ impl<'obj> ProfileProgram<'obj> {
         rodata.cfg.dwarf = dwarf.into();
         rodata.cfg.cgroups = opts.cgroups.into();
         rodata.cfg.map_totals = opts.map_totals.into();
+        rodata.cfg.python = opts.walks_python().into();
         // No kernel layout generation (6.1 to 6.3): bprof keeps its own,
         // for the raw-stack cache of frame-pointer walks (dwarf stacks are
         // not cached: the tracepoints would only slow every syscall down).
@@ -308,6 +319,17 @@ impl<'obj> ProfileProgram<'obj> {
         open.maps.user_stacks.set_max_entries(used(user, n))?;
         open.maps.user_stacks_deep.set_max_entries(used(user, n))?;
         open.maps.user_stack_ids.set_max_entries(used(user, n))?;
+        let python = opts.walks_python();
+        open.maps.py_stacks.set_max_entries(used(python, n))?;
+        open.maps.py_stacks_deep.set_max_entries(used(python, n))?;
+        open.maps.py_stack_ids.set_max_entries(used(python, n))?;
+        if !python {
+            open.maps.py_procs.set_max_entries(1)?;
+            open.maps.py_threads.set_max_entries(1)?;
+            open.maps.py_codes_seen.set_max_entries(1)?;
+            open.progs.py_exec.set_autoload(false);
+            open.progs.py_exit.set_autoload(false);
+        }
         open.maps
             .user_stack_cache
             .set_max_entries(used(user && !dwarf, n))?;
@@ -388,6 +410,21 @@ impl<'obj> ProfileProgram<'obj> {
             self.attach_layout_gens()?;
         }
         self.attach_learners();
+        if self.python {
+            let progs = &self.skel.progs;
+            self.links.push(
+                progs
+                    .py_exec
+                    .attach_raw_tracepoint("sched_process_exec")
+                    .context("attaching raw tracepoint sched_process_exec")?,
+            );
+            self.links.push(
+                progs
+                    .py_exit
+                    .attach_raw_tracepoint("sched_process_exit")
+                    .context("attaching raw tracepoint sched_process_exit")?,
+            );
+        }
         if follow_children {
             let progs = &self.skel.progs;
             self.links.extend(maps::attach_followers(

@@ -45,6 +45,8 @@ pub struct RawStack {
     pub off_cpu: bool,
     /// Samples, or microseconds for off-CPU and `--wall` profiles.
     pub count: u64,
+    /// Python frames, leaf first (none when the thread ran no Python).
+    pub python: Vec<PyFrame>,
 }
 
 /// Sample accounting, summed over CPUs (see `struct profile_stats`).
@@ -107,11 +109,123 @@ pub struct Stats {
     /// `--call-graph dwarf`: walks whose frames past the leaf came from the
     /// walk memo (their stack words matched a recent walk's).
     pub unwind_memo_walks: u64,
+    /// Python frames (`struct py_stats`).
+    pub py: PyStats,
 }
 
 impl Stats {
     /// Samples that were wanted but not counted.
     pub fn lost(&self) -> u64 {
         self.count_map_full
+    }
+}
+
+/// One Python frame as the walker recorded it: a code object (address and
+/// identity hash) and the instruction it was at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PyFrame {
+    /// The code object's address.
+    pub code: u64,
+    /// A hash of fields read from it (another object at a freed one's
+    /// address has another).
+    pub id: u64,
+    /// The instruction index (code units); negative before the first.
+    pub lasti: i32,
+    /// The frame began a C-level call of the eval loop.
+    pub entry: bool,
+}
+
+/// The walker's counters (`struct py_stats`), summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PyStats {
+    /// Samples of a Python process walked.
+    pub walks: u64,
+    /// Python frames recorded.
+    pub frames: u64,
+    /// Walks by how they ended (`enum py_end`).
+    pub end: [u64; super::abi::PY_END_KINDS as usize],
+    /// Reads of frames and thread states (a span of frames each).
+    pub reads: u64,
+    /// Searches of a thread list for a thread state.
+    pub searches: u64,
+    /// Code objects announced.
+    pub announced: u64,
+    /// Announcements that found the ring full.
+    pub dropped: u64,
+    /// Python stacks stored.
+    pub stored: u64,
+    /// Python stacks lost (map full).
+    pub lost: u64,
+    /// Forked processes that took their parent's entry.
+    pub forked: u64,
+    /// Nanoseconds spent in the walks.
+    pub ns: u64,
+}
+
+impl PyStats {
+    /// Adds one CPU's counters.
+    pub(crate) fn add(&mut self, c: &super::abi::py_stats) {
+        self.walks += c.walks;
+        self.frames += c.frames;
+        for (a, b) in self.end.iter_mut().zip(c.end) {
+            *a += b;
+        }
+        self.reads += c.reads;
+        self.searches += c.searches;
+        self.announced += c.announced;
+        self.dropped += c.dropped;
+        self.stored += c.stored;
+        self.lost += c.lost;
+        self.forked += c.forked;
+        self.ns += c.ns;
+    }
+}
+
+/// Parses a stored Python stack (`struct py_stack` or its short form):
+/// its frames, leaf first, never past what the bytes hold.
+pub(crate) fn parse_py_stack(bytes: &[u8]) -> Vec<PyFrame> {
+    let size = std::mem::size_of::<super::abi::py_frame>();
+    let nr = bytes.get(..4).map_or(0, |b| {
+        u32::from_ne_bytes(b.try_into().unwrap_or_default()) as usize
+    });
+    bytes
+        .get(8..)
+        .unwrap_or_default()
+        .chunks_exact(size)
+        .take(nr)
+        .filter_map(super::abi::read_plain::<super::abi::py_frame>)
+        .map(|f| PyFrame {
+            code: f.code,
+            id: f.id,
+            lasti: f.lasti,
+            entry: f.flags & super::abi::PY_FRAME_ENTRY != 0,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpf::abi::{self, py_frame};
+
+    #[test]
+    fn stored_stacks_parse_up_to_nr_and_never_past_the_bytes() {
+        let mut b = Vec::new();
+        b.extend_from_slice(&3u32.to_ne_bytes());
+        b.extend_from_slice(&0u32.to_ne_bytes());
+        for (code, flags) in [(0x1000u64, 0u32), (0x2000, abi::PY_FRAME_ENTRY)] {
+            let f = py_frame {
+                code,
+                id: code + 1,
+                lasti: 7,
+                flags,
+            };
+            b.extend_from_slice(abi::plain_bytes(&f));
+        }
+        let frames = parse_py_stack(&b);
+        assert_eq!(frames.len(), 2, "nr says 3, the bytes hold 2");
+        assert_eq!(frames[1].code, 0x2000);
+        assert!(frames[1].entry && !frames[0].entry);
+        assert!(parse_py_stack(&b[..3]).is_empty());
     }
 }

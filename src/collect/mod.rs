@@ -34,6 +34,7 @@ use crate::bpf::profile::{ProfileOptions, ProfileProgram};
 use crate::bpf::skel::profile::ProfileSkel;
 use crate::bpf::stacks::{RawStack, Stats, UserFrame};
 use crate::fasthash::HashMap;
+use crate::pyframes::PyFrame;
 
 /// Why a drain runs, which decides what happens to the CPUs' count caches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +73,8 @@ struct AggKey {
     /// An unwound user stack's leaf, which its count key holds apart from
     /// the stored callers (`user`).
     user_leaf: Option<UserFrame>,
+    /// The thread's Python frames (pyframes).
+    python: StackRef,
 }
 
 /// Each distinct stack content once, shared by every id and key naming it.
@@ -131,6 +134,10 @@ struct Maps<'a> {
     /// User stacks of more than `SHORT_FRAMES` records, under ids with
     /// `DEEP_STACK_ID` set.
     pub user_stacks_deep: &'a dyn MapCore,
+    /// Python stacks by id: the short ones, and the deep ones (ids with
+    /// `PY_DEEP_STACK_ID`).
+    pub py_stacks: &'a dyn MapCore,
+    pub py_stacks_deep: &'a dyn MapCore,
     /// Per CPU, the on-CPU counts of recent keys, ahead of the count map.
     pub count_cache: &'a dyn MapCore,
     /// Empties a CPU's count cache into the count map.
@@ -145,11 +152,14 @@ pub(crate) struct Collector {
     agg: HashMap<AggKey, u64>,
     kernel: Interner<u64>,
     user: Interner<UserFrame>,
+    python: Interner<PyFrame>,
     kern_ids: HashMap<i32, u32>,
     user_ids: HashMap<i32, u32>,
+    py_ids: HashMap<i32, u32>,
     keys_at_swap: u64,
     kern_deleted: u64,
     user_deleted: u64,
+    py_deleted: u64,
     /// The count map in the slot now.
     current: Option<MapHandle>,
     /// The last drained one, emptied: installed at the next swap. Creating
@@ -160,9 +170,9 @@ pub(crate) struct Collector {
     merge_threads: bool,
     /// A failed drain was reported.
     warned: bool,
-    /// Count-map keys since the swap, kernel and user stacks stored, at the
-    /// last tick.
-    last_tick: [u64; 3],
+    /// Count-map keys since the swap, kernel, user and Python stacks
+    /// stored, at the last tick.
+    last_tick: [u64; 4],
     /// Counts handed out by `take_interval`.
     taken: u64,
     /// What the kernel counted into the drained maps, by their own totals.
@@ -187,16 +197,19 @@ impl Collector {
             agg: HashMap::default(),
             kernel: Interner::new(),
             user: Interner::new(),
+            python: Interner::new(),
             kern_ids: HashMap::default(),
             user_ids: HashMap::default(),
+            py_ids: HashMap::default(),
             keys_at_swap: 0,
             kern_deleted: 0,
             user_deleted: 0,
+            py_deleted: 0,
             current: None,
             spare: None,
             merge_threads: false,
             warned: false,
-            last_tick: [0; 3],
+            last_tick: [0; 4],
             taken: 0,
             map_totals: 0,
             stats: DrainStats::default(),
@@ -282,9 +295,15 @@ impl Collector {
         let keys = stats.count_keys.saturating_sub(self.keys_at_swap);
         let kern_fill = stats.kern_stacks_stored.saturating_sub(self.kern_deleted);
         let user_fill = stats.user_stacks_stored.saturating_sub(self.user_deleted);
+        let py_fill = stats.py.stored.saturating_sub(self.py_deleted);
         // How much each map grew since the last tick: the next tick may
         // bring as much again.
-        let now = [keys, stats.kern_stacks_stored, stats.user_stacks_stored];
+        let now = [
+            keys,
+            stats.kern_stacks_stored,
+            stats.user_stacks_stored,
+            stats.py.stored,
+        ];
         let grew: Vec<u64> = now
             .iter()
             .zip(&self.last_tick)
@@ -292,7 +311,8 @@ impl Collector {
             .collect();
         self.last_tick = now;
         let due = |fill: u64, grew: u64| self.due(fill, grew);
-        let stacks_full = due(kern_fill, grew[1]) || due(user_fill, grew[2]);
+        let stacks_full =
+            due(kern_fill, grew[1]) || due(user_fill, grew[2]) || due(py_fill, grew[3]);
         if due(keys, grew[0]) || stacks_full {
             // Growth since now is measured from the fresh map.
             self.last_tick[0] = 0;
@@ -370,6 +390,7 @@ impl Collector {
             } else {
                 self.resolve_user(maps, key.user_stack_id)?
             };
+            let python = self.resolve_python(maps, key.py_stack_id)?;
             let k = AggKey {
                 tgid: key.tgid,
                 tid: if self.merge_threads {
@@ -391,6 +412,11 @@ impl Collector {
                 user_leaf: match user {
                     StackRef::Content(_) if self.want_user => leaf_frame(&key.user_leaf),
                     _ => None,
+                },
+                python: if self.want_user {
+                    python
+                } else {
+                    StackRef::None
                 },
             };
             *self.agg.entry(k).or_default() += count;
@@ -443,6 +469,35 @@ impl Collector {
         }
     }
 
+    /// A Python stack id: none (0), lost (negative), or its content.
+    fn resolve_python(&mut self, maps: &Maps, id: i32) -> Result<StackRef> {
+        if id == crate::bpf::abi::PY_STACK_NONE {
+            return Ok(StackRef::None);
+        }
+        if id < 0 {
+            return Ok(StackRef::Lost);
+        }
+        if let Some(&c) = self.py_ids.get(&id) {
+            return Ok(StackRef::Content(c));
+        }
+        let map = if id & crate::bpf::abi::PY_DEEP_STACK_ID != 0 {
+            maps.py_stacks_deep
+        } else {
+            maps.py_stacks
+        };
+        match get_by_u32(map, id as u32).context("reading a Python stack")? {
+            Some(bytes) => {
+                let c = self.python.intern(crate::pyframes::parse_stack(&bytes));
+                self.py_ids.insert(id, c);
+                Ok(StackRef::Content(c))
+            }
+            None => {
+                self.stats.unresolved += 1;
+                Ok(StackRef::Lost)
+            }
+        }
+    }
+
     /// Copies every entry of both stack maps and deletes it in the kernel.
     fn purge_stacks(&mut self, maps: &Maps) -> Result<()> {
         self.copy_stacks(maps, true)
@@ -475,10 +530,27 @@ impl Collector {
             })
             .context("reading the user stack maps")?;
         }
+        let (mut python, mut py_seen) = (Vec::new(), 0u64);
+        for map in [maps.py_stacks, maps.py_stacks_deep] {
+            let vsize = map.value_size() as usize;
+            for_each_entry(map.as_fd(), 4, vsize, delete, |k, v| {
+                py_seen += 1;
+                let id = i32::from_ne_bytes(k[..4].try_into().unwrap_or_default());
+                if !self.py_ids.contains_key(&id) {
+                    python.push((id, crate::pyframes::parse_stack(v)));
+                }
+            })
+            .context("reading the Python stack maps")?;
+        }
         if delete {
             self.kern_deleted += kern_seen;
             self.user_deleted += user_seen;
-            self.stats.stacks_deleted += kern_seen + user_seen;
+            self.py_deleted += py_seen;
+            self.stats.stacks_deleted += kern_seen + user_seen + py_seen;
+        }
+        for (id, frames) in python {
+            let c = self.python.intern(frames);
+            self.py_ids.insert(id, c);
         }
         for (id, frames) in kern {
             let c = self.kernel.intern(frames);
@@ -509,9 +581,11 @@ impl Collector {
     /// Every aggregated stack. The sum of the counts is what the drained
     /// maps held.
     fn stacks(&mut self) -> Vec<RawStack> {
-        self.stats.contents = (self.kernel.list.len() + self.user.list.len()) as u64;
+        self.stats.contents =
+            (self.kernel.list.len() + self.user.list.len() + self.python.list.len()) as u64;
         let kernel = &self.kernel.list;
         let user = &self.user.list;
+        let python = &self.python.list;
         self.agg
             .iter()
             .map(|(k, &count)| RawStack {
@@ -536,6 +610,10 @@ impl Collector {
                 user_lost: k.user == StackRef::Lost,
                 off_cpu: k.off_cpu,
                 count,
+                python: match k.python {
+                    StackRef::Content(c) => python[c as usize].to_vec(),
+                    _ => Vec::new(),
+                },
             })
             .collect()
     }
@@ -579,6 +657,8 @@ fn collector_maps<'a>(skel: &'a ProfileSkel<'_>) -> Maps<'a> {
         kern_stacks: &skel.maps.kern_stacks,
         user_stacks: &skel.maps.user_stacks,
         user_stacks_deep: &skel.maps.user_stacks_deep,
+        py_stacks: &skel.maps.py_stacks,
+        py_stacks_deep: &skel.maps.py_stacks_deep,
         count_cache: &skel.maps.count_cache,
         flush_counts: &skel.progs.flush_counts,
     }

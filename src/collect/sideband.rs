@@ -47,6 +47,8 @@ pub struct MmapIndex {
     pub skipped: u64,
     /// JIT symbol files (perf maps, jitdumps) of the processes seen.
     pub jit: JitFiles,
+    /// Python: interpreters mapped, code objects announced.
+    pub(crate) python: crate::pyframes::PyIndex,
     /// When set (`--call-graph dwarf`), what changes the processes'
     /// executable mappings is queued for the unwinder, in order.
     pub queue_mappings: bool,
@@ -365,6 +367,7 @@ fn on_mmap2(rec: &[u8], misc: u16, time: u64, index: &mut MmapIndex) {
         pid,
         path: PathBuf::from(std::ffi::OsStr::from_bytes(name)),
     };
+    crate::pyframes::note_mapping(&mut index.python, pid, &mapping.path, addr, len, pgoff);
     if index.queue_mappings {
         let change = Change::Mapped {
             mapping: mapping.clone(),

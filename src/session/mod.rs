@@ -5,6 +5,7 @@
 mod outputs;
 pub(crate) mod periodic;
 pub(crate) mod profile;
+pub(crate) mod python;
 pub(crate) mod runner;
 pub(crate) mod settings;
 pub(crate) mod signals;

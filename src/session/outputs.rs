@@ -29,6 +29,8 @@ pub(super) struct Recorded {
     pub(super) unwind_full: usize,
     /// When recording started (the pprof files' start time).
     pub(super) started_at: SystemTime,
+    /// What the Python tracker did (walking Python frames).
+    pub(super) python: Option<crate::pyframes::tracker::TrackerStats>,
 }
 
 /// The output files, created before the profile so an unwritable path fails

@@ -21,6 +21,7 @@ use crate::events::sampling::{self, Event};
 use crate::output::folded;
 use crate::output::stat::cycles_text;
 use crate::output::summary::Summary;
+use crate::pyframes::tracker::Tracker;
 use crate::session::outputs::{write_outputs, Files, Recorded};
 use crate::session::periodic::Periodic;
 use crate::session::runner::{self, End, Runner};
@@ -261,6 +262,9 @@ fn report_end(
             eprintln!("{u}");
             eprintln!("{}", crate::unwind::describe_ends(&summary.stats));
         }
+        if let Some(t) = &recorded.python {
+            eprintln!("{}", crate::pyframes::tracker::describe(&summary.stats, t));
+        }
     }
     if recorded.unwind_full > 0 {
         eprintln!(
@@ -301,7 +305,7 @@ fn record(
     } else {
         None
     };
-    let (event, mut unwinder) = arm(
+    let (event, mut unwinder, mut python) = arm(
         settings,
         cpus,
         runner,
@@ -322,13 +326,17 @@ fn record(
     // maps them, and an idle profile sleeps; the maps are checked for
     // filling per drain_tick.
     let progress = progress_bar(settings.duration);
-    let wake = sideband.wake_fds();
+    let mut wake = sideband.wake_fds();
+    wake.extend(python.as_ref().map(|t| t.wake_fd()));
     let tick = drain_tick(settings, cpus.len(), !progress.is_hidden());
     let matches_tgids = settings.program.matches_tgids();
     let end = runner.run_woken(tick, TICK / 10, &wake, |full, last| {
         sideband.drain_for(prog, matches_tgids);
         if let Some(u) = unwinder.as_mut() {
             crate::session::unwinding::take_new(u, prog, sideband);
+        }
+        if let Some(t) = python.as_mut() {
+            crate::session::python::take_new(t, prog, sideband);
         }
         if let Some(p) = periodic.as_mut().filter(|p| !last && p.due(Instant::now())) {
             let raw = collector.interval(prog)?;
@@ -355,6 +363,10 @@ fn record(
     prog.detach();
     progress.finish_and_clear();
     sideband.drain_for(prog, matches_tgids);
+    // The code objects announced up to the last sample.
+    if let Some(t) = python.as_mut() {
+        crate::session::python::take_new(t, prog, sideband);
+    }
     let recorded = Recorded {
         end,
         elapsed,
@@ -364,6 +376,7 @@ fn record(
         unwind_full: unwinder.as_ref().map_or(0, |u| u.full()),
         unwind: unwinder.map(|u| u.report()),
         started_at,
+        python: python.map(|t| t.stats),
     };
     Ok((recorded, periodic))
 }
@@ -372,7 +385,8 @@ fn record(
 /// loading its programs and starting the command: reads the targets'
 /// mappings, loads their unwind tables, then attaches. Sampling starts once
 /// the tables are loaded: a sample taken before would be walked without
-/// them. Returns the event sampled and the unwinder (with `dwarf`).
+/// them; and the Python processes running. Returns the event sampled, the
+/// unwinder (with `dwarf`) and the Python tracker (unless `--no-python`).
 pub(crate) fn arm(
     settings: &ProfileSettings,
     cpus: &[u32],
@@ -381,7 +395,7 @@ pub(crate) fn arm(
     sideband: &mut Sideband,
     symbolizer: &Symbolizer,
     counting: bool,
-) -> Result<(Event, Option<Unwinder>)> {
+) -> Result<(Event, Option<Unwinder>, Option<Tracker>)> {
     // After the side band is open, so no process falls between the two.
     let scope = snapshot_scope(settings, runner.child_pid());
     sideband.snapshot(scope.as_deref());
@@ -396,8 +410,9 @@ pub(crate) fn arm(
         scope.as_deref(),
         runner.child_pid(),
     )?;
+    let python = crate::session::python::start(prog, settings, sideband, scope.as_deref())?;
     let event = attach(settings, cpus, prog, symbolizer, counting)?;
-    Ok((event, unwinder))
+    Ok((event, unwinder, python))
 }
 
 /// Opens the sampling events and attaches every program; returns the

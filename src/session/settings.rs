@@ -59,6 +59,8 @@ pub struct ProfileSettings {
     pub unknown_style: crate::symbolize::UnknownStyle,
     /// The debuginfod cache's size cap (`--debuginfod-cache-size`).
     pub debuginfod_cache_size: u64,
+    /// Python frames show their line (off with `--no-lineno`).
+    pub python_lines: bool,
 }
 
 fn parse_u64(s: &str, what: &str) -> Result<u64> {
@@ -115,6 +117,7 @@ impl ProfileSettings {
                 cgroups: cli.pprof.is_some(),
                 map_totals: false,
                 intervals: every.is_some(),
+                python: !cli.no_python,
             },
             stack_skip: blocks.stack_skip,
             target,
@@ -144,6 +147,7 @@ impl ProfileSettings {
             } else {
                 crate::symbolize::UnknownStyle::Offset
             },
+            python_lines: !cli.no_lineno,
         })
     }
 }

@@ -136,6 +136,7 @@ struct StackKey {
     kernel_lost: bool,
     user_lost: bool,
     off_cpu: bool,
+    python: Vec<crate::pyframes::PyFrame>,
 }
 
 struct Named {
@@ -182,6 +183,7 @@ impl NameCache {
                     kernel_lost: s.kernel_lost,
                     user_lost: s.user_lost,
                     off_cpu: s.off_cpu,
+                    python: s.python,
                 };
                 (key, (s.tid, s.cgroup), s.count)
             })
@@ -200,6 +202,7 @@ impl NameCache {
                 user_lost: k.user_lost,
                 off_cpu: k.off_cpu,
                 count: 1,
+                python: k.python.clone(),
             })
             .collect();
         if !new.is_empty() {
@@ -222,6 +225,7 @@ impl NameCache {
                     kernel_lost: raw.kernel_lost,
                     user_lost: raw.user_lost,
                     off_cpu: raw.off_cpu,
+                    python: raw.python,
                 };
                 self.named.insert(
                     key,
@@ -303,7 +307,7 @@ pub fn run(s: TopSettings) -> Result<i32> {
     // stay in memory (names stay in the cache).
     let mut symbolizer = symbolize::Renewing::new(false);
     let mut gone = HashSet::new();
-    let (event, mut unwinder) = profile::arm(
+    let (event, mut unwinder, mut python) = profile::arm(
         settings,
         &cpus,
         runner,
@@ -327,6 +331,9 @@ pub fn run(s: TopSettings) -> Result<i32> {
         sideband.drain_for(&prog, settings.program.matches_tgids());
         if let Some(u) = unwinder.as_mut() {
             crate::session::unwinding::take_new(u, &prog, &mut sideband);
+        }
+        if let Some(t) = python.as_mut() {
+            crate::session::python::take_new(t, &prog, &mut sideband);
         }
         if ending {
             return Ok(());

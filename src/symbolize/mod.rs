@@ -14,6 +14,7 @@ mod files;
 pub(crate) mod kallsyms;
 mod kernel;
 mod namecache;
+mod python;
 mod user;
 pub(crate) mod vdso;
 
@@ -131,7 +132,7 @@ impl Frames {
         }
     }
 
-    fn add(&mut self, address: u64, module: Option<u32>, lines: Vec<FrameLine>) -> u32 {
+    pub(super) fn add(&mut self, address: u64, module: Option<u32>, lines: Vec<FrameLine>) -> u32 {
         self.locations.push(Location {
             address,
             module,
@@ -433,6 +434,7 @@ pub(crate) fn symbolize_frames(
     for (pid, ips) in by_pid {
         pass.ip_frames(pid, &ips);
     }
+    let py_locs = pass.python_frames(raw);
     if let Some(c) = &pass.debuginfod {
         c.report();
     }
@@ -450,7 +452,8 @@ pub(crate) fn symbolize_frames(
         })
         .collect();
     pass.count_sampled(raw, &unknown_kernel);
-    let stacks = pass.stacks(raw, &kernel_locs);
+    pass.count_sampled_python(raw, &py_locs);
+    let stacks = pass.stacks(raw, &kernel_locs, &py_locs);
     (stacks, pass.names.stats, pass.frames)
 }
 

@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 
@@ -346,17 +345,18 @@ impl<'a> Pass<'a> {
         }
     }
 
-    pub(super) fn stacks(&self, raw: &[RawStack], kernel_locs: &HashMap<u64, u32>) -> Vec<Stack> {
-        let names_of = |locs: &[u32]| -> Vec<Arc<str>> {
-            locs.iter()
-                .flat_map(|&l| self.frames.locations[l as usize].lines.iter())
-                .map(|l| l.name.clone())
-                .collect()
-        };
+    pub(super) fn stacks(
+        &self,
+        raw: &[RawStack],
+        kernel_locs: &HashMap<u64, u32>,
+        py: &crate::pyframes::merge::PyLocations,
+    ) -> Vec<Stack> {
+        let names_of = |locs: &[u32]| self.names_of(locs, py);
         raw.iter()
             .map(|s| {
                 let kernel_locs: Vec<u32> = kernel_keys(s).map(|k| kernel_locs[&k]).collect();
                 let user_locs: Vec<u32> = user_keys(s).map(|k| self.user_locs[&k]).collect();
+                let user_locs = self.merge_python(s, user_locs, py);
                 Stack {
                     tgid: s.tgid,
                     tid: s.tid,

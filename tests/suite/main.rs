@@ -19,6 +19,7 @@ mod names;
 mod offcpu;
 mod pprof;
 mod profile;
+mod python;
 mod stat;
 mod top;
 mod unwind;

@@ -406,6 +406,7 @@ fn an_address_on_a_data_object_is_never_named_after_it() {
         user_lost: false,
         off_cpu: false,
         count: 1,
+        python: Vec::new(),
     }];
     let sym = bprof::symbolize::symbolizer();
     let (stacks, stats) = bprof::symbolize::symbolize(&sym, &raw, &index);

@@ -12,22 +12,22 @@ use crate::common::*;
 
 /// What `go tool pprof -raw` shows of a profile.
 #[derive(Debug, Default)]
-struct Raw {
+pub(crate) struct Raw {
     /// `type/unit` of each value.
     types: Vec<String>,
     /// Sampling period.
     period: u64,
     /// Values, location ids (leaf first), comm label.
-    samples: Vec<(Vec<u64>, Vec<u64>, String)>,
+    pub(crate) samples: Vec<(Vec<u64>, Vec<u64>, String)>,
     /// Each sample's numeric labels (pid, tid), in `samples`' order.
-    tasks: Vec<(Option<u64>, Option<u64>)>,
+    pub(crate) tasks: Vec<(Option<u64>, Option<u64>)>,
     /// Location id → (mapping id, (name, system name) innermost first).
-    locations: HashMap<u64, (u64, Vec<(String, String)>)>,
+    pub(crate) locations: HashMap<u64, (u64, Vec<(String, String)>)>,
     /// Mapping id → (file, build ID).
     mappings: BTreeMap<u64, (String, String)>,
 }
 
-fn go_pprof(args: &[&str], file: &Path) -> String {
+pub(crate) fn go_pprof(args: &[&str], file: &Path) -> String {
     let out = Command::new("go")
         .args(["tool", "pprof"])
         .args(args)
@@ -63,7 +63,7 @@ fn parse_line(text: &str) -> (String, String) {
 }
 
 // Long on purpose: one pass over `go tool pprof -raw`, a case per section of its text.
-fn pprof_raw(file: &Path) -> Raw {
+pub(crate) fn pprof_raw(file: &Path) -> Raw {
     let text = go_pprof(&["-raw"], file);
     let mut raw = Raw::default();
     let mut section = "";

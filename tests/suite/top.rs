@@ -9,14 +9,14 @@ use crate::common::*;
 
 /// A tmux server of its own (its own socket) with one 120x40 pane running
 /// a plain shell; killed, and its socket removed, when the test ends.
-struct Tmux {
+pub(crate) struct Tmux {
     socket: String,
     /// Where tmux put the socket (`/tmp/tmux-UID/NAME`).
     path: PathBuf,
 }
 
 impl Tmux {
-    fn new(tag: &str) -> Tmux {
+    pub(crate) fn new(tag: &str) -> Tmux {
         let mut t = Tmux {
             socket: format!("bprof-test-{}-{tag}", std::process::id()),
             path: PathBuf::new(),
@@ -51,7 +51,7 @@ impl Tmux {
     }
 
     /// send-keys with tmux key names (`q`, `Space`, `C-c`, `Enter`, `Escape`).
-    fn keys(&self, keys: &[&str]) {
+    pub(crate) fn keys(&self, keys: &[&str]) {
         let st = self
             .cmd()
             .args(["send-keys", "-t", "0"])
@@ -81,7 +81,12 @@ impl Tmux {
     }
 
     /// Polls the screen until `ok` holds; fails with the screen if it never does.
-    fn wait_for(&self, what: &str, timeout: Duration, ok: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        ok: impl Fn(&str) -> bool,
+    ) -> String {
         let deadline = Instant::now() + timeout;
         loop {
             let s = self.capture();
@@ -168,7 +173,7 @@ fn stty(t: &Tmux, file: &Path) -> String {
 /// Starts `bprof top ARGS` in the pane (stderr to `err`, its exit status
 /// printed as EXIT=N after) and waits until it has shown `refreshes`
 /// refreshes with samples.
-fn start_top(t: &Tmux, args: &str, env: &str, err: &Path) -> String {
+pub(crate) fn start_top(t: &Tmux, args: &str, env: &str, err: &Path) -> String {
     t.line("clear");
     t.line(&format!(
         "{env} {} top {args} 2>{}; echo EXIT=$?",
@@ -180,7 +185,7 @@ fn start_top(t: &Tmux, args: &str, env: &str, err: &Path) -> String {
     })
 }
 
-fn exit_status(t: &Tmux) -> i32 {
+pub(crate) fn exit_status(t: &Tmux) -> i32 {
     // The echo's own line, not the typed command's `EXIT=$?`. The echo
     // may land on a line the shell had drawn before the view took the
     // screen (`EXIT=0/main/target/...`): its digits end the status.
