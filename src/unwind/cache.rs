@@ -21,7 +21,7 @@ use crate::unwind::table::{Row, Table};
 /// A kept table's first bytes: the format.
 const MAGIC: &[u8; 8] = b"bprofut1";
 /// What this cache may hold in all, in bytes (it lives in /run, memory),
-/// and at most this share of its file system (1/SHARE), whose free space
+/// the least recently used tables going first when it is full, and at most this share of its file system (1/SHARE), whose free space
 /// must stay above that share too, or above FREE_FLOOR where that is less
 /// (where /run is a big disk, 5% of it is more than anyone keeps free).
 const MAX_TOTAL: u64 = 128 << 20;
@@ -39,6 +39,8 @@ pub(crate) struct TableCache {
     dir_fd: File,
     /// Bytes in the directory, counted at the first [`TableCache::put`].
     used: Option<u64>,
+    /// What the directory may hold: [`MAX_TOTAL`], less in tests.
+    cap: u64,
     /// Tables read from the cache.
     pub(crate) hits: usize,
     /// Whether the directory's file system has room (see [`room_on_fs`]);
@@ -65,6 +67,7 @@ impl TableCache {
             dir,
             dir_fd,
             used: None,
+            cap: MAX_TOTAL,
             hits: 0,
             room,
         })
@@ -90,6 +93,8 @@ impl TableCache {
         if table.build_id != build_id() {
             return None;
         }
+        // Used now: the last to go when the cache is full.
+        let _ = f.set_modified(std::time::SystemTime::now());
         self.hits += 1;
         Some(table)
     }
@@ -99,13 +104,23 @@ impl TableCache {
     /// need.
     pub(crate) fn put(&mut self, id: &FileId, table: &Table) {
         let bytes = encode(table, &id.key());
-        let used = *self.used.get_or_insert_with(|| dir_bytes(&self.dir));
-        let after = used.saturating_add(bytes.len() as u64);
-        if after > MAX_TOTAL || !(self.room)(&self.dir_fd, after, bytes.len() as u64) {
+        let size = bytes.len() as u64;
+        if size > self.cap / 4 {
+            return;
+        }
+        let mut used = *self.used.get_or_insert_with(|| dir_bytes(&self.dir));
+        if used.saturating_add(size) > self.cap {
+            // Full: the least recently used go, down to 3/4 so that the
+            // next tables do not each cost a scan.
+            used = evict_oldest(&self.dir, (self.cap / 4 * 3).saturating_sub(size));
+        }
+        let after = used.saturating_add(size);
+        if after > self.cap || !(self.room)(&self.dir_fd, after, size) {
+            self.used = Some(used);
             return;
         }
         if crate::fsafe::replace_private_file(&self.dir_fd, &self.dir, &id.key(), &bytes).is_ok() {
-            self.used = Some(used + bytes.len() as u64);
+            self.used = Some(after);
         }
     }
 }
@@ -133,6 +148,33 @@ fn room_on_fs(dir: &File, total: u64, more: u64) -> bool {
 /// with the cache at `total`: see [`room_on_fs`].
 fn fits(size: u64, free: u64, total: u64, more: u64) -> bool {
     total <= size / SHARE && free.saturating_sub(more) >= (size / SHARE).min(FREE_FLOOR)
+}
+
+/// Removes the least recently used (oldest mtime: a hit renews it) tables
+/// in `dir` until at most `keep` bytes are left; the bytes left.
+fn evict_oldest(dir: &Path, keep: u64) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return u64::MAX;
+    };
+    let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            Some((m.modified().ok()?, m.len(), e.path()))
+        })
+        .collect();
+    files.sort();
+    let mut left: u64 = files.iter().map(|f| f.1).sum();
+    for (_, len, path) in files {
+        if left <= keep {
+            break;
+        }
+        // The directory is root's own (private_dir): no one swaps a name.
+        if std::fs::remove_file(&path).is_ok() {
+            left -= len;
+        }
+    }
+    left
 }
 
 /// The bytes of the files in `dir`.
@@ -324,6 +366,41 @@ mod tests {
         std::fs::write(&elsewhere, &good).unwrap();
         std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
         assert!(c.get(&id, 1 << 24, bid).is_none());
+    }
+
+    #[test]
+    fn a_full_cache_drops_the_least_recently_used_tables() {
+        let d = scratch("lru");
+        let (id, data, t) = own_table();
+        let bid = || crate::process::buildid::build_id_only(&data);
+        let one = encode(&t, &id.key()).len() as u64;
+        let mut c = TableCache::open_in(&d, "boot", roomy).unwrap();
+        // Room for four tables of this size, three after an eviction.
+        c.cap = one * 4 + 8;
+        let ids: Vec<FileId> = (0..4)
+            .map(|i| {
+                let f = d.join(format!("file{i}"));
+                std::fs::write(&f, [i]).unwrap();
+                FileId::of(&std::fs::metadata(&f).unwrap())
+            })
+            .collect();
+        let past = std::time::SystemTime::now() - std::time::Duration::from_secs(100);
+        for (i, f) in ids.iter().enumerate() {
+            c.put(f, &t);
+            let path = d.join("unwind-boot").join(f.key());
+            let file = std::fs::File::options().write(true).open(&path).unwrap();
+            file.set_modified(past + std::time::Duration::from_secs(i as u64))
+                .unwrap();
+        }
+        // The oldest is used again: it stays, the next oldest goes.
+        assert!(c.get(&ids[0], 1 << 24, bid).is_some());
+        c.put(&id, &t);
+        let kept = |f: &FileId| d.join("unwind-boot").join(f.key()).exists();
+        assert!(kept(&id), "the new table is kept");
+        assert!(kept(&ids[0]), "a table just used is kept");
+        assert!(!kept(&ids[1]) && !kept(&ids[2]), "the two oldest go");
+        assert!(kept(&ids[3]));
+        assert!(dir_bytes(&d.join("unwind-boot")) <= c.cap);
     }
 
     #[test]
