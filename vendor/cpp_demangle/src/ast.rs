@@ -2115,7 +2115,7 @@ where
             | NestedName::UnqualifiedExplicitObject(ref p, ref name, _) => {
                 ctx.push_demangle_node(DemangleNodeType::NestedName);
                 if let Some(p) = p.as_ref() {
-                    p.demangle(ctx, scope)?;
+                    demangle_scope(p, ctx, scope)?;
                     ctx.write_str("::")?;
                 }
                 name.demangle(ctx, scope)?;
@@ -2123,7 +2123,7 @@ where
             }
             NestedName::Template(_, _, ref p) | NestedName::TemplateExplicitObject(ref p, _) => {
                 ctx.is_template_prefix_in_nested_name = true;
-                p.demangle(ctx, scope)?;
+                demangle_scope(p, ctx, scope)?;
                 ctx.is_template_prefix_in_nested_name = false;
             }
         }
@@ -2149,6 +2149,23 @@ where
 
         Ok(())
     }
+}
+
+/// Demangles the scope (`<prefix>`) of a nested name. A back reference there
+/// may resolve to a whole class type whose own nested name would take what
+/// the enclosing declarator left on the inner stack (a pointer, a reference,
+/// function parameters) and print it inside the scope (`A::B*::C` for
+/// `A::B::C*`): the scope is printed with the inner stack set aside.
+fn demangle_scope<'subs, 'prev, 'ctx, W>(
+    p: &'subs PrefixHandle,
+    ctx: &'ctx mut DemangleContext<'subs, W>,
+    scope: Option<ArgScopeStack<'prev, 'subs>>,
+) -> fmt::Result
+where
+    W: 'subs + DemangleWrite,
+{
+    inner_barrier!(ctx);
+    p.demangle(ctx, scope)
 }
 
 impl GetTemplateArgs for NestedName {
