@@ -7954,18 +7954,15 @@ where
 
         match *self {
             SpecialName::VirtualTable(ref ty) => {
-                write!(ctx, "{{vtable(")?;
+                write!(ctx, "vtable for ")?;
                 ctx.push_demangle_node(DemangleNodeType::VirtualTable);
                 ty.demangle(ctx, scope)?;
                 ctx.pop_demangle_node();
-                write!(ctx, ")}}")?;
                 Ok(())
             }
             SpecialName::Vtt(ref ty) => {
-                write!(ctx, "{{vtt(")?;
-                ty.demangle(ctx, scope)?;
-                write!(ctx, ")}}")?;
-                Ok(())
+                write!(ctx, "VTT for ")?;
+                ty.demangle(ctx, scope)
             }
             SpecialName::Typeinfo(ref ty) => {
                 write!(ctx, "typeinfo for ")?;
@@ -7976,26 +7973,15 @@ where
                 ty.demangle(ctx, scope)
             }
             SpecialName::VirtualOverrideThunk(ref offset, ref encoding) => {
-                write!(ctx, "{{virtual override thunk(")?;
-                offset.demangle(ctx, scope)?;
-                write!(ctx, ", ")?;
-                encoding.demangle(ctx, scope)?;
-                write!(ctx, ")}}")?;
-                Ok(())
+                match *offset {
+                    CallOffset::NonVirtual(_) => write!(ctx, "non-virtual thunk to ")?,
+                    CallOffset::Virtual(_) => write!(ctx, "virtual thunk to ")?,
+                }
+                encoding.demangle(ctx, scope)
             }
-            SpecialName::VirtualOverrideThunkCovariant(
-                ref this_offset,
-                ref result_offset,
-                ref encoding,
-            ) => {
-                write!(ctx, "{{virtual override thunk(")?;
-                this_offset.demangle(ctx, scope)?;
-                write!(ctx, ", ")?;
-                result_offset.demangle(ctx, scope)?;
-                write!(ctx, ", ")?;
-                encoding.demangle(ctx, scope)?;
-                write!(ctx, ")}}")?;
-                Ok(())
+            SpecialName::VirtualOverrideThunkCovariant(_, _, ref encoding) => {
+                write!(ctx, "covariant return thunk to ")?;
+                encoding.demangle(ctx, scope)
             }
             SpecialName::Guard(ref name) => {
                 write!(ctx, "guard variable for ")?;
