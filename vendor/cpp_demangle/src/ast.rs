@@ -5544,6 +5544,15 @@ where
         ctx.push_demangle_node(DemangleNodeType::TemplateArgs);
         let mut need_comma = false;
         for arg_index in 0..self.0.len() {
+            // An empty pack prints nothing, nor the comma before it. As in
+            // libiberty, which writes the comma and takes it back, the last
+            // character counts as a space: `A<B<C>>`, not `A<B<C> >`.
+            if self.0[arg_index].is_empty_pack() {
+                if need_comma {
+                    ctx.last_char_written = Some(' ');
+                }
+                continue;
+            }
             if need_comma {
                 write!(ctx, ", ")?;
             }
@@ -5664,7 +5673,7 @@ where
             TemplateArg::ArgPack(ref args) => {
                 ctx.is_template_argument_pack = true;
                 let mut need_comma = false;
-                for arg in &args[..] {
+                for arg in args.iter().filter(|a| !a.is_empty_pack()) {
                     if need_comma {
                         write!(ctx, ", ")?;
                     }
@@ -5673,6 +5682,17 @@ where
                 }
                 Ok(())
             }
+        }
+    }
+}
+
+impl TemplateArg {
+    /// An argument pack with no argument (or only empty packs): it prints
+    /// nothing.
+    fn is_empty_pack(&self) -> bool {
+        match *self {
+            TemplateArg::ArgPack(ref args) => args.iter().all(TemplateArg::is_empty_pack),
+            _ => false,
         }
     }
 }
