@@ -7198,6 +7198,14 @@ where
                 start,
                 end,
             ) => write_literal(ctx, start, end),
+            // Integers wider than int or unsigned take a suffix, as in
+            // libiberty (`8u`, `1ul`), not a cast (`(unsigned int)8`).
+            ExprPrimary::Literal(TypeHandle::Builtin(BuiltinType::Standard(ref ty)), start, end)
+                if integer_suffix(ty).is_some() =>
+            {
+                write_literal(ctx, start, end)?;
+                ctx.write_str(integer_suffix(ty).unwrap_or_default())
+            }
             ExprPrimary::Literal(ref ty, start, end) => {
                 if ctx.show_expression_literal_types {
                     write!(ctx, "(")?;
@@ -7207,6 +7215,19 @@ where
                 write_literal(ctx, start, end)
             }
         }
+    }
+}
+
+/// The suffix libiberty gives an integer literal of type `ty`, for the types
+/// it writes with one.
+fn integer_suffix(ty: &StandardBuiltinType) -> Option<&'static str> {
+    match *ty {
+        StandardBuiltinType::UnsignedInt => Some("u"),
+        StandardBuiltinType::Long => Some("l"),
+        StandardBuiltinType::UnsignedLong => Some("ul"),
+        StandardBuiltinType::LongLong => Some("ll"),
+        StandardBuiltinType::UnsignedLongLong => Some("ull"),
+        _ => None,
     }
 }
 
