@@ -2114,9 +2114,21 @@ where
             NestedName::Unqualified(_, _, ref p, ref name)
             | NestedName::UnqualifiedExplicitObject(ref p, ref name, _) => {
                 ctx.push_demangle_node(DemangleNodeType::NestedName);
-                if let Some(p) = p.as_ref() {
-                    demangle_scope(p, ctx, scope)?;
-                    ctx.write_str("::")?;
+                match (p.as_ref(), name) {
+                    // As in libiberty, a standard abbreviation that scopes a
+                    // constructor or destructor reads in full, since the
+                    // constructor is named after the template.
+                    (Some(PrefixHandle::WellKnown(wk)), UnqualifiedName::CtorDtor(..))
+                        if wk.full_expansion().is_some() =>
+                    {
+                        ctx.write_str(wk.full_expansion().unwrap_or_default())?;
+                        ctx.write_str("::")?;
+                    }
+                    (Some(p), _) => {
+                        demangle_scope(p, ctx, scope)?;
+                        ctx.write_str("::")?;
+                    }
+                    (None, _) => {}
                 }
                 name.demangle(ctx, scope)?;
                 ctx.pop_demangle_node();
@@ -4240,7 +4252,7 @@ define_vocabulary! {
         Char8            (b"Du", "char8_t"),
         Auto             (b"Da", "auto"),
         Decltype         (b"Dc", "decltype(auto)"),
-        Nullptr          (b"Dn", "std::nullptr_t"),
+        Nullptr          (b"Dn", "decltype(nullptr)"),
         AccumShort       (b"DAs", "short _Accum"),
         AccumUShort      (b"DAt", "unsigned short _Accum"),
         Accum            (b"DAi", "_Accum"),
@@ -7707,9 +7719,26 @@ define_vocabulary! {
         StdAllocator (b"Sa", "std::allocator"),
         StdString1   (b"Sb", "std::basic_string"),
         StdString2   (b"Ss", "std::string"),
-        StdIstream   (b"Si", "std::basic_istream<char, std::char_traits<char> >"),
+        StdIstream   (b"Si", "std::istream"),
         StdOstream   (b"So", "std::ostream"),
-        StdIostream  (b"Sd", "std::basic_iostream<char, std::char_traits<char> >")
+        StdIostream  (b"Sd", "std::iostream")
+    }
+}
+
+impl WellKnownComponent {
+    /// What an abbreviation of a template instance stands for, in full.
+    fn full_expansion(&self) -> Option<&'static str> {
+        match *self {
+            WellKnownComponent::StdString2 => {
+                Some("std::basic_string<char, std::char_traits<char>, std::allocator<char> >")
+            }
+            WellKnownComponent::StdIstream => Some("std::basic_istream<char, std::char_traits<char> >"),
+            WellKnownComponent::StdOstream => Some("std::basic_ostream<char, std::char_traits<char> >"),
+            WellKnownComponent::StdIostream => {
+                Some("std::basic_iostream<char, std::char_traits<char> >")
+            }
+            _ => None,
+        }
     }
 }
 
@@ -7750,9 +7779,9 @@ where
             }
             WellKnownComponent::StdAllocator => write!(ctx, "allocator"),
             WellKnownComponent::StdString1 => write!(ctx, "basic_string"),
-            WellKnownComponent::StdString2 => write!(ctx, "string"),
+            WellKnownComponent::StdString2 => write!(ctx, "basic_string"),
             WellKnownComponent::StdIstream => write!(ctx, "basic_istream"),
-            WellKnownComponent::StdOstream => write!(ctx, "ostream"),
+            WellKnownComponent::StdOstream => write!(ctx, "basic_ostream"),
             WellKnownComponent::StdIostream => write!(ctx, "basic_iostream"),
         }
     }
