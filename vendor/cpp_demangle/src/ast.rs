@@ -2480,7 +2480,15 @@ where
         let ret = match *self {
             Prefix::Unqualified(ref unqualified) => unqualified.demangle(ctx, scope),
             Prefix::Nested(ref prefix, ref unqualified) => {
-                prefix.demangle(ctx, scope)?;
+                match (prefix, unqualified) {
+                    // See NestedName::demangle.
+                    (PrefixHandle::WellKnown(wk), UnqualifiedName::CtorDtor(..))
+                        if wk.full_expansion().is_some() =>
+                    {
+                        ctx.write_str(wk.full_expansion().unwrap_or_default())?
+                    }
+                    _ => prefix.demangle(ctx, scope)?,
+                }
                 write!(ctx, "::")?;
                 unqualified.demangle(ctx, scope)
             }
