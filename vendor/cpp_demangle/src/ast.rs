@@ -556,6 +556,10 @@ where
     //  argument pack.
     is_template_argument_pack: bool,
 
+    // Inside a pack expansion's pattern, printed once per argument of its
+    // pack: the argument this turn stands for.
+    pack_index: Option<usize>,
+
     // We are currently demangling an object with an explicit named parameter.
     is_explicit_obj_param: bool,
 
@@ -618,6 +622,7 @@ where
             is_template_prefix: false,
             is_template_prefix_in_nested_name: false,
             is_template_argument_pack: false,
+            pack_index: None,
             is_explicit_obj_param: false,
             show_params: !options.no_params,
             show_return_type: !options.no_return_type,
@@ -1048,6 +1053,14 @@ where
 
         let mut need_comma = false;
         for arg in self.iter() {
+            // An expansion of an empty pack is no parameter.
+            if ctx
+                .subs
+                .get_type(arg)
+                .is_some_and(|t| t.is_empty_expansion(ctx.subs, scope))
+            {
+                continue;
+            }
             if need_comma {
                 write!(ctx, ", ")?;
             }
@@ -3945,12 +3958,69 @@ where
                 Ok(())
             }
             Type::PackExpansion(ref ty) => {
+                // As in libiberty, the pattern is printed once for each
+                // argument of the pack it expands, which its parameter
+                // stands for in turn: `DpOT_` of <int, char&> reads
+                // `int&&, char&` (was `int, char&`), of <> nothing.
+                if ctx.pack_index.is_none() {
+                    if let Some(len) = expanded_pack_len(ty, ctx.subs, scope, 0) {
+                        for i in 0..len {
+                            if i > 0 {
+                                write!(ctx, ", ")?;
+                            }
+                            ctx.pack_index = Some(i);
+                            let r = ty.demangle(ctx, scope);
+                            ctx.pack_index = None;
+                            r?;
+                        }
+                        return Ok(());
+                    }
+                }
                 ty.demangle(ctx, scope)?;
                 if !ctx.is_template_argument_pack {
                     write!(ctx, "...")?;
                 }
                 Ok(())
             }
+        }
+    }
+}
+
+/// The number of arguments of the pack that the pattern `ty` of a pack
+/// expansion expands: that of the template parameter (under pointers,
+/// references and qualifiers) it names, if that is a pack.
+fn expanded_pack_len<'subs, 'prev>(
+    ty: &'subs TypeHandle,
+    subs: &'subs SubstitutionTable,
+    scope: Option<ArgScopeStack<'prev, 'subs>>,
+    depth: u32,
+) -> Option<usize> {
+    if depth > 16 {
+        return None;
+    }
+    match *subs.get_type(ty)? {
+        Type::TemplateParam(ref p) => match *p.resolve(scope).ok()? {
+            TemplateArg::ArgPack(ref args) => Some(args.len()),
+            _ => None,
+        },
+        Type::PointerTo(ref t)
+        | Type::LvalueRef(ref t)
+        | Type::RvalueRef(ref t)
+        | Type::Qualified(_, ref t) => expanded_pack_len(t, subs, scope, depth + 1),
+        _ => None,
+    }
+}
+
+impl Type {
+    /// A pack expansion of an empty pack: it prints nothing.
+    fn is_empty_expansion<'subs, 'prev>(
+        &'subs self,
+        subs: &'subs SubstitutionTable,
+        scope: Option<ArgScopeStack<'prev, 'subs>>,
+    ) -> bool {
+        match *self {
+            Type::PackExpansion(ref ty) => expanded_pack_len(ty, subs, scope, 0) == Some(0),
+            _ => false,
         }
     }
 }
@@ -5365,7 +5435,14 @@ where
             write!(ctx, "auto:{}", self.0 + 1)
         } else {
             let arg = self.resolve(scope)?;
-            arg.demangle(ctx, scope)
+            match (ctx.pack_index, arg) {
+                // Inside a pack expansion: the argument of this turn.
+                (Some(i), TemplateArg::ArgPack(ref args)) => match args.get(i) {
+                    Some(arg) => arg.demangle(ctx, scope),
+                    None => Err(fmt::Error),
+                },
+                _ => arg.demangle(ctx, scope),
+            }
         };
         ctx.pop_demangle_node();
         ret
