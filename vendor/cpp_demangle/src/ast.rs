@@ -576,6 +576,10 @@ where
     // Whether to show types of expression literals.
     show_expression_literal_types: bool,
 
+    // The next function encoding is printed without its return type (that
+    // of a function an entity is local to).
+    omit_next_return_type: bool,
+
     // recursion protection.
     state: Cell<DemangleState>,
 }
@@ -626,6 +630,7 @@ where
             is_explicit_obj_param: false,
             show_params: !options.no_params,
             show_return_type: !options.no_return_type,
+            omit_next_return_type: false,
             show_expression_literal_types: !options.hide_expression_literal_types,
             state: Cell::new(DemangleState { recursion_level: 0 }),
         }
@@ -1529,9 +1534,13 @@ where
                 //
                 // For the details, see
                 // https://itanium-cxx-abi.github.io/cxx-abi/abi.html#mangle.function-type
+                let omit_return_type = mem::replace(&mut ctx.omit_next_return_type, false);
                 let scope = if let Some(template_args) = name.get_template_args(ctx.subs) {
                     let scope = scope.push(template_args);
-                    if ctx.show_return_type && !name.is_ctor_dtor_conversion(ctx.subs) {
+                    if ctx.show_return_type
+                        && !omit_return_type
+                        && !name.is_ctor_dtor_conversion(ctx.subs)
+                    {
                         fun_ty.0[0].demangle(ctx, scope)?;
                         write!(ctx, " ")?;
                     }
@@ -7464,6 +7473,9 @@ where
 
         let saved_show_params = ctx.show_params;
         ctx.show_params = true;
+        // As in libiberty, the function an entity is local to is shown
+        // without its return type.
+        ctx.omit_next_return_type = true;
         let ret = match *self {
             LocalName::Relative(ref encoding, Some(ref name), _) => {
                 encoding.demangle(ctx, scope)?;
@@ -7478,6 +7490,7 @@ where
             }
             LocalName::Default(ref encoding, _, _) => encoding.demangle(ctx, scope),
         };
+        ctx.omit_next_return_type = false;
         ctx.show_params = saved_show_params;
         ret
     }
