@@ -4814,6 +4814,20 @@ where
     ) -> fmt::Result {
         let ctx = try_begin_demangle!(self, ctx, scope);
 
+        // A class return type is a name, no declarator: printed on its own
+        // so that its nested name does not take the parameters off the
+        // inner stack and print them with no space before them
+        // (`Expected<T>(StringRef)`; c++filt: `Expected<T> (StringRef)`).
+        if let Some(&Type::ClassEnum(_)) = ctx.subs.get_type(self.ret()) {
+            {
+                let ctx = &mut *ctx;
+                inner_barrier!(ctx);
+                self.ret().demangle(ctx, scope)?;
+            }
+            ctx.ensure_space()?;
+            return self.demangle_as_inner(ctx, scope);
+        }
+
         ctx.push_inner(self);
 
         self.ret().demangle(ctx, scope)?;
