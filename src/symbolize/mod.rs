@@ -8,6 +8,8 @@
 
 pub(crate) mod bpfsyms;
 pub mod buildid;
+#[cfg(test)]
+mod cxxfilt_corpus;
 pub(crate) mod debuginfod;
 pub(crate) mod elfcheck;
 mod files;
