@@ -42,9 +42,85 @@ pub fn symbolize_file<'s>(
     })
 }
 
-/// Every function the DWARF of `path` describes: (start, size, name). The
-/// same checks and panic fence as [`symbolize_file`]; empty when refused.
+/// The symbol-table names of `path`'s functions that start at the virtual
+/// addresses `addrs`, in order (`None`: no symbol starts there). DWARF may
+/// name a function by its bare name (`__introsort_loop<...>` for
+/// `std::__introsort_loop<...>(...)`, `hotref` without its parameters:
+/// DWARF without linkage names, as `-gsce` writes it); its symbol names it
+/// as perf does.
+pub(super) fn symtab_names(
+    symbolizer: &Symbolizer,
+    path: &Path,
+    addrs: &[u64],
+) -> Vec<Option<String>> {
+    let found = fenced(path, || {
+        let src = Source::Elf(Elf {
+            debug_syms: false,
+            ..Elf::new(path)
+        });
+        symbolizer
+            .symbolize(&src, Input::VirtOffset(addrs))
+            .unwrap_or_default()
+    });
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| match found.get(i) {
+            Some(Symbolized::Sym(sym)) if sym.addr == a => Some(sym.name.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether `symtab`, a function's mangled symbol, names the function DWARF
+/// calls `dwarf` (a bare name: no parameters, perhaps no scope), so that
+/// the symbol's full name may stand for it.
+pub(super) fn symtab_names_it(dwarf: &str, symtab: &str) -> bool {
+    if !is_bare_name(dwarf) || !symtab.starts_with("_Z") {
+        return false;
+    }
+    let base = dwarf.split(['<', '(']).next().unwrap_or_default().trim();
+    !base.is_empty() && super::demangle(symtab).contains(base)
+}
+
+/// A name as DWARF gives it, not a symbol's: not mangled, no parameter list.
+pub(super) fn is_bare_name(name: &str) -> bool {
+    !name.starts_with("_Z") && !name.starts_with("_R") && !name.contains('(')
+}
+
+/// Every function the DWARF of `path` describes: (start, size, name), each
+/// named by its symbol where DWARF gives a bare name (see
+/// [`symtab_names`]). The same checks and panic fence as
+/// [`symbolize_file`]; empty when refused.
 pub(super) fn dwarf_functions(path: &Path) -> Vec<(u64, u64, String)> {
+    let mut funcs = dwarf_functions_named(path);
+    if funcs.iter().any(|(_, _, n)| is_bare_name(n)) {
+        let symbols: HashMap<u64, String> = fenced(path, || {
+            let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
+                debug_syms: false,
+                ..blazesym::inspect::source::Elf::new(path)
+            });
+            let mut syms = Vec::new();
+            let _ = blazesym::inspect::Inspector::new().for_each(&src, |sym| {
+                if sym.sym_type == blazesym::SymType::Function && sym.name.starts_with("_Z") {
+                    syms.push((sym.addr, sym.name.to_string()));
+                }
+                ControlFlow::Continue(())
+            });
+            syms
+        })
+        .into_iter()
+        .collect();
+        for (start, _, name) in &mut funcs {
+            if let Some(sym) = symbols.get(start).filter(|s| symtab_names_it(name, s)) {
+                *name = sym.clone();
+            }
+        }
+    }
+    funcs
+}
+
+fn dwarf_functions_named(path: &Path) -> Vec<(u64, u64, String)> {
     fenced(path, || {
         let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
             debug_syms: true,

@@ -10,7 +10,8 @@ use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 
 use super::files::{
-    build_id_debug_file, data_symbols, dwarf_functions, module_name, symbolize_file, virt_offsets,
+    build_id_debug_file, data_symbols, dwarf_functions, is_bare_name, module_name, symbolize_file,
+    symtab_names, symtab_names_it, virt_offsets,
 };
 use super::{
     kernel_keys, namecache, plain_line, symbol_line, user_keys, vdso, FrameLine, Frames, Module,
@@ -94,6 +95,7 @@ impl<'a> Pass<'a> {
                 for (i, s) in rest.into_iter().zip(self.code_symbols(p, &offs)) {
                     resolved[i] = s.map(Found::Sym);
                 }
+                self.full_own_names(p, &mut resolved);
             }
         }
         // A stripped file's names may sit in a debug file kept by build ID
@@ -197,6 +199,34 @@ impl<'a> Pass<'a> {
                 resolved[i] = Some(Found::Sym(s));
             }
         }
+        self.full_own_names(&debug, resolved);
+    }
+
+    /// Gives each function found by its DWARF under a bare name (no scope,
+    /// no parameters) the name of its symbol in `path`, the file that
+    /// named it: a function's own frame reads as perf shows it (inlined
+    /// frames have no symbol and keep DWARF's names).
+    fn full_own_names(&self, path: &Path, resolved: &mut [Option<Found<'a>>]) {
+        let bare: Vec<(usize, u64)> = resolved
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| match f {
+                Some(Found::Sym(Symbolized::Sym(s))) if is_bare_name(&s.name) => Some((i, s.addr)),
+                _ => None,
+            })
+            .collect();
+        if bare.is_empty() {
+            return;
+        }
+        let addrs: Vec<u64> = bare.iter().map(|&(_, a)| a).collect();
+        let names = symtab_names(self.symbolizer, path, &addrs);
+        for ((i, _), name) in bare.into_iter().zip(names) {
+            if let (Some(name), Some(Found::Sym(Symbolized::Sym(s)))) = (name, &mut resolved[i]) {
+                if symtab_names_it(&s.name, &name) {
+                    s.name = name.into();
+                }
+            }
+        }
     }
 
     /// Names (no source lines) of `offsets` in `path` from its debug file
@@ -249,8 +279,17 @@ impl<'a> Pass<'a> {
                 .or_insert_with(|| data_symbols(debug))
                 .clone();
             let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
-            let found = symbolize_file(self.symbolizer, debug, Input::VirtOffset(&addrs));
+            let mut found: Vec<Option<Found<'a>>> =
+                symbolize_file(self.symbolizer, debug, Input::VirtOffset(&addrs))
+                    .into_iter()
+                    .map(|s| Some(Found::Sym(s)))
+                    .collect();
             answered |= !found.is_empty();
+            self.full_own_names(debug, &mut found);
+            let found = found.into_iter().filter_map(|f| match f {
+                Some(Found::Sym(s)) => Some(s),
+                _ => None,
+            });
             for ((i, v), s) in wanted.into_iter().zip(found) {
                 if let Symbolized::Sym(sym) = &s {
                     if data.contains(&sym.addr) {

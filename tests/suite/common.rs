@@ -63,8 +63,10 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Builds (once) and returns the path of fixture `name` (fixtures/NAME.c or
-/// fixtures/NAME.rs). C is built with frame pointers, as FP unwinding needs.
+/// Builds (once) and returns the path of fixture `name` (fixtures/NAME.c,
+/// NAME.cc or NAME.rs). C is built with frame pointers, as FP unwinding
+/// needs; C++ with clang's `-gsce` DWARF, which has no linkage names (its
+/// functions' DWARF names are bare: no scope, no parameters).
 pub fn fixture(name: &str) -> PathBuf {
     static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
@@ -77,7 +79,14 @@ pub fn fixture(name: &str) -> PathBuf {
     // The comm of a process is its file name: keep the "fx_" prefix short.
     let out = out_dir.join(format!("fx_{name}"));
     let c = src_dir.join(format!("{name}.c"));
-    let status = if c.exists() {
+    let cc = src_dir.join(format!("{name}.cc"));
+    let status = if cc.exists() {
+        Command::new("clang++")
+            .args(["-O2", "-g", "-gsce", "-fno-omit-frame-pointer", "-o"])
+            .arg(&out)
+            .arg(&cc)
+            .status()
+    } else if c.exists() {
         Command::new("gcc")
             .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
             .arg(&out)
