@@ -13,6 +13,7 @@ mod cxxfilt_corpus;
 pub(crate) mod debuginfod;
 pub(crate) mod elfcheck;
 mod files;
+pub(crate) mod gopclntab;
 pub(crate) mod jit;
 pub(crate) mod jitdump;
 pub(crate) mod kallsyms;
