@@ -349,6 +349,7 @@ pub(crate) fn symbolize_frames(
         user_locs: HashMap::default(),
         debuginfod: crate::symbolize::debuginfod::Client::from_env(),
         data_cache: HashMap::default(),
+        go_tables: HashMap::default(),
     };
     let kaddrs = sorted_unique(raw.iter().flat_map(kernel_keys));
     let (kernel, kallsyms_live) = symbolize_kernel(symbolizer, &kaddrs);

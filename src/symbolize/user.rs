@@ -13,6 +13,7 @@ use super::files::{
     build_id_debug_file, data_symbols, dwarf_functions, is_bare_name, module_name, symbolize_file,
     symtab_names, symtab_names_it, virt_offsets,
 };
+use super::gopclntab;
 use super::{
     kernel_keys, namecache, plain_line, symbol_line, user_keys, vdso, FrameLine, Frames, Module,
     Stack, SymbolStats, UnknownStyle, UserKey, UNKNOWN,
@@ -22,12 +23,17 @@ use crate::collect::stacks::{RawStack, BUILD_ID_SIZE};
 use crate::fasthash::{HashMap, HashSet};
 use crate::target;
 
-/// What named a user frame: blazesym, or the per-boot name cache.
+/// What named a user frame: blazesym, the per-boot name cache, or a Go
+/// binary's own function table.
 #[derive(Clone)]
 enum Found<'a> {
     Sym(Symbolized<'a>),
     Named(String),
+    Lines(Vec<FrameLine>),
 }
+
+/// A Go binary's function table, read from its open file.
+type GoTable = gopclntab::GoTable<std::fs::File>;
 
 /// One symbolization: names and locations found so far, and what stayed
 /// unknown.
@@ -43,6 +49,9 @@ pub(super) struct Pass<'a> {
     pub(super) debuginfod: Option<crate::symbolize::debuginfod::Client>,
     /// Data symbols per file, parsed once however many processes map it.
     pub(super) data_cache: HashMap<PathBuf, std::rc::Rc<std::collections::HashSet<u64>>>,
+    /// Go function tables, by the file's path (or `/proc/PID/map_files/...`
+    /// of a live process's mapping), read once; `None`: not a Go binary.
+    pub(super) go_tables: HashMap<PathBuf, Option<std::rc::Rc<GoTable>>>,
 }
 
 impl<'a> Pass<'a> {
@@ -105,6 +114,13 @@ impl<'a> Pass<'a> {
                 self.fill_from_debug_file(&id, p, offsets, &mut resolved);
             }
         }
+        // A Go binary without symbols names its code from its own table.
+        if let Some(p) = path
+            .as_ref()
+            .filter(|_| resolved.iter().any(Option::is_none))
+        {
+            self.go_file_frames(p, offsets, &mut resolved);
+        }
         // The file found, else the one the side band saw mapped (the
         // process may have exited and the file be gone).
         let seen = self
@@ -137,6 +153,7 @@ impl<'a> Pass<'a> {
             let frame = match (&resolved[i], &module) {
                 (Some(Found::Sym(sym)), _) => self.names.of(Some(sym)),
                 (Some(Found::Named(raw)), _) => self.names.raw(raw),
+                (Some(Found::Lines(lines)), _) => self.names.lines(lines.clone()),
                 (None, Some(m)) => {
                     self.unknown_keys.insert(key);
                     self.names.unknown(match self.style {
@@ -152,6 +169,61 @@ impl<'a> Pass<'a> {
             let loc = self.frames.add(off, Some(module_id), frame);
             self.user_locs.insert(key, loc);
         }
+    }
+
+    /// The Go function table of the file at `path`, opened once: the file
+    /// was checked as one this process may be named from; a regular file.
+    fn go_table(&mut self, path: &Path) -> Option<std::rc::Rc<GoTable>> {
+        self.go_tables
+            .entry(path.to_path_buf())
+            .or_insert_with(|| {
+                let checked =
+                    crate::fsafe::open_untrusted(path, crate::fsafe::Owner::Any, 1 << 32).ok()?;
+                GoTable::open(checked.file).map(std::rc::Rc::new)
+            })
+            .clone()
+    }
+
+    /// Names what blazesym left unnamed at `offsets` of `path` from its Go
+    /// function table, if it is a Go binary.
+    fn go_file_frames(&mut self, path: &Path, offsets: &[u64], resolved: &mut [Option<Found<'a>>]) {
+        let Some(table) = self.go_table(path) else {
+            return;
+        };
+        for (r, &off) in resolved.iter_mut().zip(offsets) {
+            if r.is_none() {
+                *r = table
+                    .frames_at_offset(off)
+                    .map(|f| Found::Lines(go_lines(f)));
+            }
+        }
+    }
+
+    /// The Go frames at `ips` of live process `pid`: each address's mapping
+    /// in /proc/PID/maps, its file opened through `/proc/PID/map_files` (the
+    /// file the process mapped, wherever it is) and checked by `fstat` to be
+    /// that mapping's.
+    fn go_process_frames(&mut self, pid: u32, ips: &[u64]) -> HashMap<u64, Vec<FrameLine>> {
+        let mut out = HashMap::default();
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return out;
+        };
+        let mappings: Vec<MappedFile> = maps.lines().filter_map(MappedFile::parse).collect();
+        for &ip in ips {
+            let Some(m) = mappings.iter().find(|m| ip >= m.start && ip < m.end) else {
+                continue;
+            };
+            let key = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+            let table = self
+                .go_tables
+                .entry(key.clone())
+                .or_insert_with(|| GoTable::open(m.open(&key)?).map(std::rc::Rc::new))
+                .clone();
+            if let Some(f) = table.and_then(|t| t.frames_at_offset(ip - m.start + m.offset)) {
+                out.insert(ip, go_lines(f));
+            }
+        }
+        out
     }
 
     /// The code symbols at `offsets` of `path`: data objects never name an
@@ -324,10 +396,29 @@ impl<'a> Pass<'a> {
                 .symbolize(&src, Input::AbsAddr(ips))
                 .unwrap_or_default()
         });
+        // Go binaries without symbols: their own function tables.
+        let unnamed: Vec<u64> = ips
+            .iter()
+            .enumerate()
+            .filter(|&(i, ip)| {
+                !jit.contains_key(ip)
+                    && !matches!(
+                        resolved.as_ref().and_then(|r| r.get(i)),
+                        Some(Symbolized::Sym(_))
+                    )
+            })
+            .map(|(_, &ip)| ip)
+            .collect();
+        let go = if resolved.is_some() && !unnamed.is_empty() {
+            self.go_process_frames(pid, &unnamed)
+        } else {
+            HashMap::default()
+        };
         for (i, &ip) in ips.iter().enumerate() {
             let sym = resolved.as_ref().and_then(|r| r.get(i));
             let frame = match (sym, jit.get(&ip)) {
                 (Some(Symbolized::Sym(_)), _) => self.names.of(sym),
+                (_, None) if go.contains_key(&ip) => self.names.lines(go[&ip].clone()),
                 (_, None) => {
                     self.unknown_keys.insert(UserKey::Ip(pid, ip));
                     self.names.of(sym)
@@ -404,6 +495,12 @@ impl Names {
         vec![symbol_line(raw, None)]
     }
 
+    /// A function (and the calls inlined there) known by its lines.
+    pub(super) fn lines(&mut self, lines: Vec<FrameLine>) -> Vec<FrameLine> {
+        self.stats.unique_frames += 1;
+        lines
+    }
+
     pub(super) fn named(&mut self, name: &str) -> Vec<FrameLine> {
         self.stats.unique_frames += 1;
         vec![plain_line(name.to_string())]
@@ -428,5 +525,68 @@ impl Names {
                 vec![plain_line(UNKNOWN.to_string())]
             }
         }
+    }
+}
+
+/// A Go table's frames as frame lines (innermost first, as they come).
+fn go_lines(frames: Vec<gopclntab::GoFrame>) -> Vec<FrameLine> {
+    frames
+        .into_iter()
+        .map(|f| FrameLine {
+            name: f.name.as_str().into(),
+            system_name: f.name,
+            file: f.file,
+            line: f.line,
+        })
+        .collect()
+}
+
+/// A file mapping of a live process, as /proc/PID/maps lists it.
+struct MappedFile {
+    start: u64,
+    end: u64,
+    offset: u64,
+    dev: u64,
+    ino: u64,
+}
+
+impl MappedFile {
+    /// A line of /proc/PID/maps: `start-end perms offset major:minor inode
+    /// path`, for executable file mappings only.
+    fn parse(line: &str) -> Option<MappedFile> {
+        let mut w = line.split_whitespace();
+        let (start, end) = w.next()?.split_once('-')?;
+        let perms = w.next()?;
+        let offset = u64::from_str_radix(w.next()?, 16).ok()?;
+        let (major, minor) = w.next()?.split_once(':')?;
+        let ino: u64 = w.next()?.parse().ok()?;
+        if !perms.contains('x') || ino == 0 {
+            return None;
+        }
+        Some(MappedFile {
+            start: u64::from_str_radix(start, 16).ok()?,
+            end: u64::from_str_radix(end, 16).ok()?,
+            offset,
+            dev: libc::makedev(
+                u32::from_str_radix(major, 16).ok()?,
+                u32::from_str_radix(minor, 16).ok()?,
+            ),
+            ino,
+        })
+    }
+
+    /// Opens the mapped file through its `/proc/PID/map_files` entry: a
+    /// magic link, so without `O_NOFOLLOW` (which fails on it), and only if
+    /// `fstat` shows a regular file with the mapping's device and inode.
+    fn open(&self, map_file: &Path) -> Option<std::fs::File> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+            .open(map_file)
+            .ok()?;
+        let meta = file.metadata().ok()?;
+        (meta.file_type().is_file() && meta.dev() == self.dev && meta.ino() == self.ino)
+            .then_some(file)
     }
 }
