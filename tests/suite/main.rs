@@ -13,6 +13,7 @@ mod hostile;
 mod jit;
 mod mutants;
 mod names;
+mod noid;
 mod offcpu;
 mod pprof;
 mod profile;
