@@ -35,6 +35,13 @@ enum Found<'a> {
 /// A Go binary's function table, read from its open file.
 type GoTable = gopclntab::GoTable<std::fs::File>;
 
+/// Which file a Go table was read from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum GoFile {
+    Path(PathBuf),
+    Inode(u64, u64),
+}
+
 /// One symbolization: names and locations found so far, and what stayed
 /// unknown.
 pub(super) struct Pass<'a> {
@@ -49,9 +56,10 @@ pub(super) struct Pass<'a> {
     pub(super) debuginfod: Option<crate::symbolize::debuginfod::Client>,
     /// Data symbols per file, parsed once however many processes map it.
     pub(super) data_cache: HashMap<PathBuf, std::rc::Rc<std::collections::HashSet<u64>>>,
-    /// Go function tables, by the file's path (or `/proc/PID/map_files/...`
-    /// of a live process's mapping), read once; `None`: not a Go binary.
-    pub(super) go_tables: HashMap<PathBuf, Option<std::rc::Rc<GoTable>>>,
+    /// Go function tables, by the file's path, or by device and inode for
+    /// live processes' mappings (one file mapped by many processes is read
+    /// once); `None`: not a Go binary.
+    pub(super) go_tables: HashMap<GoFile, Option<std::rc::Rc<GoTable>>>,
 }
 
 impl<'a> Pass<'a> {
@@ -175,7 +183,7 @@ impl<'a> Pass<'a> {
     /// was checked as one this process may be named from; a regular file.
     fn go_table(&mut self, path: &Path) -> Option<std::rc::Rc<GoTable>> {
         self.go_tables
-            .entry(path.to_path_buf())
+            .entry(GoFile::Path(path.to_path_buf()))
             .or_insert_with(|| {
                 let checked =
                     crate::fsafe::open_untrusted(path, crate::fsafe::Owner::Any, 1 << 32).ok()?;
@@ -213,11 +221,11 @@ impl<'a> Pass<'a> {
             let Some(m) = mappings.iter().find(|m| ip >= m.start && ip < m.end) else {
                 continue;
             };
-            let key = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+            let link = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
             let table = self
                 .go_tables
-                .entry(key.clone())
-                .or_insert_with(|| GoTable::open(m.open(&key)?).map(std::rc::Rc::new))
+                .entry(GoFile::Inode(m.dev, m.ino))
+                .or_insert_with(|| GoTable::open(m.open(&link)?).map(std::rc::Rc::new))
                 .clone();
             if let Some(f) = table.and_then(|t| t.frames_at_offset(ip - m.start + m.offset)) {
                 out.insert(ip, go_lines(f));
