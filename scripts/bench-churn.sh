@@ -83,7 +83,15 @@ stop_churn() {
 rate() { # processes a second over the measured window
     echo "$1 $2 $3" | awk '{ printf "%.0f", ($2 - $1) / $3 }'
 }
-count() { cat "$tmp/churnkid.count" 2>/dev/null || echo 0; }
+count() { # processes started so far (the file may be caught mid-write: again)
+    local n i
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+        n=$(cat "$tmp/churnkid.count" 2>/dev/null || true)
+        [ -n "$n" ] && break
+        sleep 0.01
+    done
+    echo "${n:-0}"
+}
 
 # Share of the churn's samples (folded lines of comm churnkid) with a user
 # stack (not kernel frames first: exec, exit) whose outermost frame is
