@@ -105,6 +105,11 @@ impl ElfFile {
         })
     }
 
+    /// Another descriptor of the file read (for readers that own theirs).
+    pub(crate) fn reopen(&self) -> Option<File> {
+        self.file.try_clone().ok()
+    }
+
     /// The path blazesym opens: this very file.
     fn source_path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
@@ -134,8 +139,71 @@ impl ElfFile {
     }
 
     /// Every function its DWARF (or, without, its symbol table) describes:
-    /// (start, size, name).
+    /// (start, size, name), each named by its symbol where DWARF gives a
+    /// bare name (see [`ElfFile::symtab_names`]).
     pub(crate) fn functions(&self) -> Vec<(u64, u64, String)> {
+        let mut funcs = self.described_functions();
+        if funcs.iter().any(|(_, _, n)| is_bare_name(n)) {
+            let symbols: HashMap<u64, String> = self
+                .fenced(|| {
+                    let src =
+                        blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
+                            debug_syms: false,
+                            ..blazesym::inspect::source::Elf::new(self.source_path())
+                        });
+                    let mut syms = Vec::new();
+                    let _ = blazesym::inspect::Inspector::new().for_each(&src, |sym| {
+                        if sym.sym_type == blazesym::SymType::Function && sym.name.starts_with("_Z")
+                        {
+                            syms.push((sym.addr, sym.name.to_string()));
+                        }
+                        ControlFlow::Continue(())
+                    });
+                    syms
+                })
+                .into_iter()
+                .collect();
+            for (start, _, name) in &mut funcs {
+                if let Some(sym) = symbols.get(start).filter(|s| symtab_names_it(name, s)) {
+                    *name = sym.clone();
+                }
+            }
+        }
+        funcs
+    }
+
+    /// The symbol-table names of its functions that start at the virtual
+    /// addresses `addrs`, in order (`None`: no symbol starts there). DWARF
+    /// may name a function by its bare name (`__introsort_loop<...>` for
+    /// `std::__introsort_loop<...>(...)`, `hotref` without its parameters:
+    /// DWARF without linkage names, as `-gsce` writes it); its symbol names
+    /// it as perf does.
+    pub(crate) fn symtab_names(
+        &self,
+        symbolizer: &Symbolizer,
+        addrs: &[u64],
+    ) -> Vec<Option<String>> {
+        let found = self.fenced(|| {
+            let src = Source::Elf(Elf {
+                debug_syms: false,
+                ..Elf::new(self.source_path())
+            });
+            symbolizer
+                .symbolize(&src, Input::VirtOffset(addrs))
+                .unwrap_or_default()
+        });
+        addrs
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| match found.get(i) {
+                Some(Symbolized::Sym(sym)) if sym.addr == a => Some(sym.name.to_string()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The functions its DWARF (or symbol table) describes, as named there.
+    fn described_functions(&self) -> Vec<(u64, u64, String)> {
         self.fenced(|| {
             let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
                 debug_syms: self.debug_syms,
@@ -223,6 +291,22 @@ impl ElfFile {
     pub(crate) fn virt_offsets(&self, offsets: &[u64]) -> Vec<Option<u64>> {
         virt_offsets_in(&self.file, offsets)
     }
+}
+
+/// Whether `symtab`, a function's mangled symbol, names the function DWARF
+/// calls `dwarf` (a bare name: no parameters, perhaps no scope), so that
+/// the symbol's full name may stand for it.
+pub(super) fn symtab_names_it(dwarf: &str, symtab: &str) -> bool {
+    if !is_bare_name(dwarf) || !symtab.starts_with("_Z") {
+        return false;
+    }
+    let base = dwarf.split(['<', '(']).next().unwrap_or_default().trim();
+    !base.is_empty() && super::demangle(symtab).contains(base)
+}
+
+/// A name as DWARF gives it, not a symbol's: not mangled, no parameter list.
+pub(super) fn is_bare_name(name: &str) -> bool {
+    !name.starts_with("_Z") && !name.starts_with("_R") && !name.contains('(')
 }
 
 /// `/proc/PID/root/REST` split into the root and REST.

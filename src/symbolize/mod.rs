@@ -5,12 +5,24 @@
 //! build IDs, so a process that exited during the profile keeps its names.
 //! Only frames the kernel could not tie to a file (JIT code, a busy mm lock)
 //! need the live process (`/proc/PID/maps`, perf-PID.map).
+//!
+//! Names read as `c++filt -i`, perf and gdb print them: C++ symbols are
+//! demangled by cpp_demangle with the fixes in `vendor/cpp_demangle/
+//! PATCHES.md` (every libstdc++ symbol is compared with c++filt in the unit
+//! tests); a function's own frame takes its symbol's full name where DWARF
+//! gives a bare one (no scope, no parameters: DWARF without linkage names,
+//! as clang's `-gsce` writes it). A Go binary without `.symtab` (`go build
+//! -ldflags='-s -w'`) is named from its own function table, `.gopclntab`
+//! (see [`gopclntab`]), which perf cannot read.
 
 pub(crate) mod bpfsyms;
 pub mod buildid;
+#[cfg(test)]
+mod cxxfilt_corpus;
 pub(crate) mod debuginfod;
 pub(crate) mod elfcheck;
 mod files;
+pub(crate) mod gopclntab;
 pub(crate) mod kallsyms;
 mod kernel;
 mod namecache;
@@ -404,6 +416,7 @@ pub(crate) fn symbolize_frames(
         user_locs: HashMap::default(),
         debuginfod: crate::symbolize::debuginfod::Client::from_env(),
         mapped: HashMap::default(),
+        go_tables: HashMap::default(),
     };
     let kaddrs = sorted_unique(raw.iter().flat_map(kernel_keys));
     let (kernel, kallsyms_live) = symbolize_kernel(symbolizer, &kaddrs);

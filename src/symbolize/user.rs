@@ -1,14 +1,17 @@
 //! User frames: one pass names every distinct (file, offset) and address
 //! of a profile's stacks (blazesym, debug files kept by build ID, the
-//! per-boot name cache, JIT symbol files), then builds the named stacks.
+//! per-boot name cache, JIT symbol files, Go function tables), then builds
+//! the named stacks.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 
-use super::files::{build_id_debug_file, module_name, ElfFile};
+use super::files::{build_id_debug_file, is_bare_name, module_name, symtab_names_it, ElfFile};
+use super::gopclntab;
 use super::{
     elfcheck, kernel_keys, namecache, plain_line, symbol_line, user_keys, vdso, FrameLine, Frames,
     Module, Stack, SymbolStats, UnknownStyle, UserKey, UNKNOWN,
@@ -18,12 +21,17 @@ use crate::collect::sideband::MmapIndex;
 use crate::fasthash::{HashMap, HashSet};
 use crate::target;
 
-/// What named a user frame: blazesym, or the per-boot name cache.
+/// What named a user frame: blazesym, the per-boot name cache, or a Go
+/// binary's own function table.
 #[derive(Clone)]
 enum Found<'a> {
     Sym(Symbolized<'a>),
     Named(String),
+    Lines(Vec<FrameLine>),
 }
+
+/// A Go binary's function table, read from its open file.
+type GoTable = gopclntab::GoTable<std::fs::File>;
 
 /// One symbolization: names and locations found so far, and what stayed
 /// unknown.
@@ -40,6 +48,10 @@ pub(super) struct Pass<'a> {
     /// Files of live processes' mappings symbolized by address (frames the
     /// kernel could not tie to a file), opened once per pass.
     pub(super) mapped: HashMap<(u32, u64, u64), Option<Rc<ElfFile>>>,
+    /// Go function tables by the identity of the file they were read from
+    /// (one file mapped by many processes is read once); `None`: not a Go
+    /// binary.
+    pub(super) go_tables: HashMap<elfcheck::FileId, Option<Rc<GoTable>>>,
 }
 
 impl<'a> Pass<'a> {
@@ -93,6 +105,7 @@ impl<'a> Pass<'a> {
                 for (i, s) in rest.into_iter().zip(self.code_symbols(p, &offs)) {
                     resolved[i] = s.map(Found::Sym);
                 }
+                self.full_own_names(p, &mut resolved);
             }
         }
         // A stripped file's names may sit in a debug file kept by build ID
@@ -101,6 +114,10 @@ impl<'a> Pass<'a> {
             if let Some(p) = &file {
                 self.fill_from_debug_file(&id, p, offsets, &mut resolved);
             }
+        }
+        // A Go binary without symbols names its code from its own table.
+        if let Some(p) = &file {
+            self.go_file_frames(p, offsets, &mut resolved);
         }
         // The file found, else the one the side band saw mapped (the
         // process may have exited and the file be gone).
@@ -134,6 +151,7 @@ impl<'a> Pass<'a> {
             let frame = match (&resolved[i], &module) {
                 (Some(Found::Sym(sym)), _) => self.names.of(Some(sym)),
                 (Some(Found::Named(raw)), _) => self.names.raw(raw),
+                (Some(Found::Lines(lines)), _) => self.names.lines(lines.clone()),
                 (None, Some(m)) => {
                     self.unknown_keys.insert(key);
                     self.names.unknown(match self.style {
@@ -148,6 +166,37 @@ impl<'a> Pass<'a> {
             };
             let loc = self.frames.add(off, Some(module_id), frame);
             self.user_locs.insert(key, loc);
+        }
+    }
+
+    /// The Go function table of `file`, read once per file.
+    fn go_table(&mut self, file: &ElfFile) -> Option<Rc<GoTable>> {
+        self.go_tables
+            .entry(file.id)
+            .or_insert_with(|| GoTable::open(file.reopen()?).map(Rc::new))
+            .clone()
+    }
+
+    /// Names what blazesym left unnamed at `offsets` of `file` from its Go
+    /// function table, if it is a Go binary.
+    fn go_file_frames(
+        &mut self,
+        file: &ElfFile,
+        offsets: &[u64],
+        resolved: &mut [Option<Found<'a>>],
+    ) {
+        if resolved.iter().all(Option::is_some) {
+            return;
+        }
+        let Some(table) = self.go_table(file) else {
+            return;
+        };
+        for (r, &off) in resolved.iter_mut().zip(offsets) {
+            if r.is_none() {
+                *r = table
+                    .frames_at_offset(off)
+                    .map(|f| Found::Lines(go_lines(f)));
+            }
         }
     }
 
@@ -191,6 +240,34 @@ impl<'a> Pass<'a> {
         for ((i, _), s) in wanted.into_iter().zip(found) {
             if matches!(s, Symbolized::Sym(_)) {
                 resolved[i] = Some(Found::Sym(s));
+            }
+        }
+        self.full_own_names(&debug, resolved);
+    }
+
+    /// Gives each function found by its DWARF under a bare name (no scope,
+    /// no parameters) the name of its symbol in `file`, the file that
+    /// named it: a function's own frame reads as perf shows it (inlined
+    /// frames have no symbol and keep DWARF's names).
+    fn full_own_names(&self, file: &ElfFile, resolved: &mut [Option<Found<'a>>]) {
+        let bare: Vec<(usize, u64)> = resolved
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| match f {
+                Some(Found::Sym(Symbolized::Sym(s))) if is_bare_name(&s.name) => Some((i, s.addr)),
+                _ => None,
+            })
+            .collect();
+        if bare.is_empty() {
+            return;
+        }
+        let addrs: Vec<u64> = bare.iter().map(|&(_, a)| a).collect();
+        let names = file.symtab_names(self.symbolizer, &addrs);
+        for ((i, _), name) in bare.into_iter().zip(names) {
+            if let (Some(name), Some(Found::Sym(Symbolized::Sym(s)))) = (name, &mut resolved[i]) {
+                if symtab_names_it(&s.name, &name) {
+                    s.name = name.into();
+                }
             }
         }
     }
@@ -241,8 +318,17 @@ impl<'a> Pass<'a> {
         if !wanted.is_empty() {
             let data = debug.data_symbols();
             let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
-            let found = debug.symbolize(self.symbolizer, Input::VirtOffset(&addrs));
+            let mut found: Vec<Option<Found<'a>>> = debug
+                .symbolize(self.symbolizer, Input::VirtOffset(&addrs))
+                .into_iter()
+                .map(|s| Some(Found::Sym(s)))
+                .collect();
             answered |= !found.is_empty();
+            self.full_own_names(debug, &mut found);
+            let found = found.into_iter().filter_map(|f| match f {
+                Some(Found::Sym(s)) => Some(s),
+                _ => None,
+            });
             for ((i, v), s) in wanted.into_iter().zip(found) {
                 if let Symbolized::Sym(sym) = &s {
                     if data.contains(&sym.addr) {
@@ -269,9 +355,11 @@ impl<'a> Pass<'a> {
         let jit = self.index.jit.names(pid, ips);
         let resolved = target::alive(pid).then(|| self.mapped_symbols(pid, ips));
         for (i, &ip) in ips.iter().enumerate() {
-            let sym = resolved.as_ref().and_then(|r| r[i].as_ref());
-            let frame = match (sym, jit.get(&ip)) {
-                (Some(sym), _) => self.names.of(Some(sym)),
+            let found = resolved.as_ref().and_then(|r| r[i].as_ref());
+            let frame = match (found, jit.get(&ip)) {
+                (Some(Found::Sym(sym)), _) => self.names.of(Some(sym)),
+                (Some(Found::Named(raw)), _) => self.names.raw(raw),
+                (Some(Found::Lines(lines)), _) => self.names.lines(lines.clone()),
                 (None, None) => {
                     self.unknown_keys.insert(UserKey::Ip(pid, ip));
                     self.names.of(None)
@@ -283,9 +371,12 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// The symbols at addresses `ips` of live process `pid`, from the files
-    /// (and the vDSO) it maps there now.
-    fn mapped_symbols(&mut self, pid: u32, ips: &[u64]) -> Vec<Option<Symbolized<'a>>> {
+    /// The names at addresses `ips` of live process `pid`, from the files
+    /// (and the vDSO) it maps there now: each opened through its
+    /// `/proc/PID/map_files` link and used only if `fstat` shows the
+    /// mapping's device and inode (the range was not remapped meanwhile);
+    /// a Go binary's own function table names what its symbols do not.
+    fn mapped_symbols(&mut self, pid: u32, ips: &[u64]) -> Vec<Option<Found<'a>>> {
         let mut out = vec![None; ips.len()];
         let maps = crate::process::maps::mappings(pid);
         let mut by_map: HashMap<usize, Vec<usize>> = HashMap::default();
@@ -297,13 +388,16 @@ impl<'a> Pass<'a> {
         for (m, idx) in by_map {
             let m = &maps[m];
             let offs: Vec<u64> = idx.iter().map(|&i| ips[i] - m.start + m.off).collect();
-            let found: Vec<Option<Symbolized<'a>>> = if m.path == "[vdso]" {
+            let found: Vec<Option<Found<'a>>> = if m.path == "[vdso]" {
                 let own = crate::process::vdso::own().map(|v| v.image.len() as u64);
                 if own != Some(m.end - m.start) {
                     continue;
                 }
                 let offs: Vec<u64> = idx.iter().map(|&i| ips[i] - m.start).collect();
                 vdso::symbols(self.symbolizer, &offs)
+                    .into_iter()
+                    .map(|s| s.map(Found::Sym))
+                    .collect()
             } else if m.path.starts_with('/') {
                 let key = (pid, m.start, m.end);
                 let file = self
@@ -312,16 +406,25 @@ impl<'a> Pass<'a> {
                     .or_insert_with(|| {
                         let c = crate::fsafe::open_mapped(pid, m.start, m.end, elfcheck::MAX_FILE)
                             .ok()?;
+                        let meta = c.file.metadata().ok()?;
+                        if (meta.dev(), meta.ino()) != (m.dev, m.ino) {
+                            return None;
+                        }
                         ElfFile::from_checked(PathBuf::from(&m.path), c.file)
                             .map_err(|why| super::note_refused(std::path::Path::new(&m.path), &why))
                             .ok()
                             .map(Rc::new)
                     })
                     .clone();
-                match file {
-                    Some(f) => self.code_symbols(&f, &offs),
-                    None => continue,
-                }
+                let Some(f) = file else { continue };
+                let mut found: Vec<Option<Found<'a>>> = self
+                    .code_symbols(&f, &offs)
+                    .into_iter()
+                    .map(|s| s.map(Found::Sym))
+                    .collect();
+                self.full_own_names(&f, &mut found);
+                self.go_file_frames(&f, &offs, &mut found);
+                found
             } else {
                 continue;
             };
@@ -397,6 +500,12 @@ impl Names {
         vec![symbol_line(raw, None)]
     }
 
+    /// A function (and the calls inlined there) known by its lines.
+    pub(super) fn lines(&mut self, lines: Vec<FrameLine>) -> Vec<FrameLine> {
+        self.stats.unique_frames += 1;
+        lines
+    }
+
     pub(super) fn named(&mut self, name: &str) -> Vec<FrameLine> {
         self.stats.unique_frames += 1;
         vec![plain_line(name.to_string())]
@@ -422,4 +531,17 @@ impl Names {
             }
         }
     }
+}
+
+/// A Go table's frames as frame lines (innermost first, as they come).
+fn go_lines(frames: Vec<gopclntab::GoFrame>) -> Vec<FrameLine> {
+    frames
+        .into_iter()
+        .map(|f| FrameLine {
+            name: f.name.as_str().into(),
+            system_name: f.name,
+            file: f.file,
+            line: f.line,
+        })
+        .collect()
 }

@@ -16,6 +16,7 @@ mod hostile_outputs;
 mod jit;
 mod mutants;
 mod names;
+mod noid;
 mod offcpu;
 mod pprof;
 mod profile;
