@@ -139,16 +139,6 @@ pub(crate) fn parse_range(s: &str) -> Option<(u64, u64)> {
     ))
 }
 
-/// "fe:01" → the kernel's dev_t.
-pub(crate) fn parse_dev(s: &str) -> Option<u64> {
-    let (ma, mi) = s.split_once(':')?;
-    let (ma, mi) = (
-        u64::from_str_radix(ma, 16).ok()?,
-        u64::from_str_radix(mi, 16).ok()?,
-    );
-    Some((ma << 20) | mi)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,7 +171,6 @@ truncated r-xp
         // The path's first word, as every reader took it.
         assert_eq!(all[3].path, "/tmp/a");
         assert_eq!(parse_range(all[0].range), Some((0x7f00, 0x7f10)));
-        assert_eq!(parse_dev(all[0].dev), Some(0xfe << 20 | 1));
     }
 
     #[test]

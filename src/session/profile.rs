@@ -146,7 +146,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
         None => crate::collect::check_totals(&stats, drained_total, &lines),
     };
     let (unique_stacks, sym_stats) = match &periodic {
-        Some(p) => (p.stacks, p.sym),
+        Some(p) => (p.stacks, p.sym.clone()),
         None => (stacks.len(), sym_stats),
     };
     let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;

@@ -124,6 +124,32 @@ impl ElfFile {
         Some(crate::process::buildid::padded(&id))
     }
 
+    /// A Go binary's own build ID (the `.note.go.buildid` note: text, at
+    /// most 256 bytes), which identifies a Go build without a GNU build ID.
+    pub(crate) fn go_build_id(&self) -> Option<String> {
+        use object::{Object, ObjectSection};
+        let cache = object::ReadCache::new(&*self.file);
+        let obj = object::File::parse(&cache).ok()?;
+        let sec = obj.section_by_name(".note.go.buildid")?;
+        if sec.size() > 4096 {
+            return None;
+        }
+        let data = sec.data().ok()?;
+        let word = |at: usize| -> Option<usize> {
+            Some(u32::from_ne_bytes(data.get(at..at + 4)?.try_into().ok()?) as usize)
+        };
+        let (namesz, descsz, kind) = (word(0)?, word(4)?, word(8)?);
+        // ELF_NOTE_GOBUILDID_TAG, owner "Go".
+        if kind != 4 || namesz != 3 || descsz > 256 || data.get(12..14)? != b"Go" {
+            return None;
+        }
+        let desc = data.get(16..16 + descsz)?;
+        let id = std::str::from_utf8(desc).ok()?;
+        id.bytes()
+            .all(|b| b.is_ascii_graphic())
+            .then(|| id.to_string())
+    }
+
     /// Symbolizes addresses in it; a panic inside blazesym costs only its
     /// frames (empty then).
     pub(crate) fn symbolize<'s>(

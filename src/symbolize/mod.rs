@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use blazesym::symbolize::{Symbolized, Symbolizer};
 
-use crate::bpf::stacks::{RawStack, UserFrame, BUILD_ID_SIZE};
+use crate::bpf::stacks::{FileKey, RawStack, UserFrame, BUILD_ID_SIZE};
 use crate::collect::sideband::MmapIndex;
 use crate::fasthash::{HashMap, HashSet};
 use crate::symbolize::buildid::FileFinder;
@@ -87,8 +87,14 @@ pub(crate) enum Module {
     Kernel,
     /// An ELF file: addresses are offsets into it.
     File {
-        /// The build ID the kernel recorded (zero-padded).
-        build_id: [u8; BUILD_ID_SIZE],
+        /// The build ID the kernel recorded (zero-padded), or the file's
+        /// own where known.
+        build_id: Option<[u8; BUILD_ID_SIZE]>,
+        /// For a file without a build ID: its key (device and inode as the
+        /// kernel names it).
+        key: Option<FileKey>,
+        /// A Go binary's own build ID (`.note.go.buildid`), where it has one.
+        go_build_id: Option<String>,
         /// The file bprof found for it, else the path it was mapped from,
         /// if known (an exited process's file may be gone; its build ID
         /// still names it).
@@ -153,8 +159,51 @@ impl Frames {
     }
 }
 
+/// Why a file's frames were not named.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Unnamed {
+    /// The file was read, but no symbol covers the addresses.
+    NoSymbols,
+    /// Another file is at its path now (replaced or rebuilt since it was
+    /// mapped), and the mapped one was not kept: it never names them.
+    Changed,
+    /// The file is gone (deleted, or its process's root with it) and was
+    /// not kept.
+    Gone,
+    /// No file is known for the address (anonymous memory, JIT code
+    /// without a perf map).
+    NoFile,
+    /// The file could not be read (why).
+    Unreadable(String),
+}
+
+impl std::fmt::Display for Unnamed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unnamed::NoSymbols => write!(f, "no symbols"),
+            Unnamed::Changed => write!(f, "file changed since it was mapped"),
+            Unnamed::Gone => write!(f, "file gone"),
+            Unnamed::NoFile => write!(f, "no file"),
+            Unnamed::Unreadable(why) => write!(f, "unreadable: {}", crate::names::clean(why)),
+        }
+    }
+}
+
+/// A file (or none) whose frames stayed unknown, and how often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnnamedFile {
+    /// The module as frames show it.
+    pub module: String,
+    /// Its path, where known.
+    pub path: Option<PathBuf>,
+    /// Why they stayed unknown.
+    pub why: Unnamed,
+    /// Sampled frames in it left unknown.
+    pub sampled: u64,
+}
+
 /// How many frames could be named.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SymbolStats {
     /// Unique addresses looked up.
     pub unique_frames: u64,
@@ -169,6 +218,34 @@ pub struct SymbolStats {
     /// module's or a trampoline's address, or no per-boot copy), not the
     /// copy and the BPF programs; `None`: no kernel frame.
     pub kallsyms_live: Option<bool>,
+    /// The user files whose frames stayed unknown, and why, most sampled
+    /// first.
+    pub unnamed: Vec<UnnamedFile>,
+}
+
+impl SymbolStats {
+    /// Adds another symbolization's counts (an interval of `--every`).
+    pub fn add(&mut self, o: &SymbolStats) {
+        self.unique_frames += o.unique_frames;
+        self.unknown_frames += o.unknown_frames;
+        self.sampled_frames += o.sampled_frames;
+        self.sampled_unknown += o.sampled_unknown;
+        self.kallsyms_live = match (self.kallsyms_live, o.kallsyms_live) {
+            (Some(a), Some(b)) => Some(a || b),
+            (a, b) => a.or(b),
+        };
+        for u in &o.unnamed {
+            match self
+                .unnamed
+                .iter_mut()
+                .find(|x| x.path == u.path && x.module == u.module && x.why == u.why)
+            {
+                Some(x) => x.sampled += u.sampled,
+                None => self.unnamed.push(u.clone()),
+            }
+        }
+        self.unnamed.sort_by_key(|u| std::cmp::Reverse(u.sampled));
+    }
 }
 
 /// How a frame inside a file that has no symbol for it is shown.
@@ -187,6 +264,8 @@ enum UserKey {
     /// Build ID, the process (which file names it depends on who mapped
     /// it), offset.
     File([u8; BUILD_ID_SIZE], u32, u64),
+    /// A file without a build ID by its key, the process, offset.
+    Key(FileKey, u32, u64),
     Ip(u32, u64),
     /// The unwinder stopped early: shown as `[truncated]`.
     Truncated,
@@ -211,6 +290,7 @@ fn user_keys(s: &RawStack) -> impl Iterator<Item = UserKey> + '_ {
             UserFrame::File { build_id, offset } => {
                 UserKey::File(build_id, s.tgid, caller(offset, leaf))
             }
+            UserFrame::FileKey { key, offset } => UserKey::Key(key, s.tgid, caller(offset, leaf)),
             UserFrame::Ip(ip) => UserKey::Ip(s.tgid, caller(ip, leaf)),
             UserFrame::Truncated(_) => UserKey::Truncated,
         }
@@ -417,6 +497,8 @@ pub(crate) fn symbolize_frames(
         debuginfod: crate::symbolize::debuginfod::Client::from_env(),
         mapped: HashMap::default(),
         go_tables: HashMap::default(),
+        kept: HashMap::default(),
+        unnamed: HashMap::default(),
     };
     let kaddrs = sorted_unique(raw.iter().flat_map(kernel_keys));
     let (kernel, kallsyms_live) = symbolize_kernel(symbolizer, &kaddrs);
@@ -424,11 +506,18 @@ pub(crate) fn symbolize_frames(
 
     let ukeys = sorted_unique(raw.iter().flat_map(user_keys));
     let mut by_file: HashMap<([u8; BUILD_ID_SIZE], u32), Vec<u64>> = HashMap::default();
+    let mut by_key: HashMap<(FileKey, u32), Vec<(UserKey, u64)>> = HashMap::default();
     let mut by_pid: HashMap<u32, Vec<u64>> = HashMap::default();
     for k in &ukeys {
         match *k {
             UserKey::File(id, tgid, off) => by_file.entry((id, tgid)).or_default().push(off),
-            UserKey::Ip(pid, ip) => by_pid.entry(pid).or_default().push(ip),
+            UserKey::Key(key, tgid, off) => by_key.entry((key, tgid)).or_default().push((*k, off)),
+            // A raw address inside a file the process was seen mapping (a
+            // file without a build ID under --call-graph fp): that file's.
+            UserKey::Ip(pid, ip) => match index.files.at(pid, ip) {
+                Some((f, off)) => by_key.entry((f.key, pid)).or_default().push((*k, off)),
+                None => by_pid.entry(pid).or_default().push(ip),
+            },
             // Where the unwinder stopped early: a visible frame, not a symbol.
             UserKey::Truncated => {
                 let loc = pass
@@ -442,6 +531,9 @@ pub(crate) fn symbolize_frames(
     for ((id, tgid), offsets) in by_file {
         let file = finder.find(&id, tgid);
         pass.file_frames(id, tgid, file, &offsets);
+    }
+    for ((key, tgid), frames) in by_key {
+        pass.key_frames(key, tgid, &frames);
     }
     for (pid, ips) in by_pid {
         pass.ip_frames(pid, &ips);
@@ -464,7 +556,7 @@ pub(crate) fn symbolize_frames(
         .collect();
     pass.count_sampled(raw, &unknown_kernel);
     let stacks = pass.stacks(raw, &kernel_locs);
-    (stacks, pass.names.stats, pass.frames)
+    (stacks, std::mem::take(&mut pass.names.stats), pass.frames)
 }
 
 /// A function by its symbol-table name `raw` (shown demangled), with its

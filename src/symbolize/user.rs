@@ -14,11 +14,13 @@ use super::files::{build_id_debug_file, is_bare_name, module_name, symtab_names_
 use super::gopclntab;
 use super::{
     elfcheck, kernel_keys, namecache, plain_line, symbol_line, user_keys, vdso, FrameLine, Frames,
-    Module, Stack, SymbolStats, UnknownStyle, UserKey, UNKNOWN,
+    Module, Stack, SymbolStats, UnknownStyle, Unnamed, UnnamedFile, UserKey, UNKNOWN,
 };
+use crate::bpf::stacks::FileKey;
 use crate::bpf::stacks::{RawStack, BUILD_ID_SIZE};
 use crate::collect::sideband::MmapIndex;
 use crate::fasthash::{HashMap, HashSet};
+use crate::process::mapped::{module_name as mapped_module_name, MappedFile};
 use crate::target;
 
 /// What named a user frame: blazesym, the per-boot name cache, or a Go
@@ -52,7 +54,16 @@ pub(super) struct Pass<'a> {
     /// (one file mapped by many processes is read once); `None`: not a Go
     /// binary.
     pub(super) go_tables: HashMap<elfcheck::FileId, Option<Rc<GoTable>>>,
+    /// Files of frames without a build ID, checked once per pass (the key:
+    /// the record's address, kept alive here), or why they name nothing.
+    pub(super) kept: HashMap<usize, Kept>,
+    /// Why the unknown frames of each module (by id) stayed unknown.
+    pub(super) unnamed: HashMap<u32, Unnamed>,
 }
+
+/// A recorded file as one pass reads it: the record, and the checked ELF
+/// file or why there is none.
+pub(super) type Kept = (Arc<MappedFile>, Result<Rc<ElfFile>, Unnamed>);
 
 impl<'a> Pass<'a> {
     /// Frames at `offsets` of the file with build ID `id`, as mapped by
@@ -71,12 +82,17 @@ impl<'a> Pass<'a> {
                 *r = s.map(Found::Sym);
             }
             let module_id = self.frames.module(Module::File {
-                build_id: id,
+                build_id: Some(id),
+                key: None,
+                go_build_id: None,
                 path: Some(PathBuf::from("[vdso]")),
             });
+            let keys: Vec<UserKey> = offsets
+                .iter()
+                .map(|&o| UserKey::File(id, tgid, o))
+                .collect();
             return self.place_file_frames(
-                id,
-                tgid,
+                &keys,
                 offsets,
                 &resolved,
                 Some("[vdso]".into()),
@@ -126,28 +142,109 @@ impl<'a> Pass<'a> {
             .by_build_id
             .get(&id)
             .and_then(|ms| ms.iter().map(|m| m.path.clone()).min());
-        let file = file.map(|f| f.path.clone()).or(seen);
+        let why = if file.is_some() {
+            Unnamed::NoSymbols
+        } else {
+            Unnamed::Gone
+        };
+        let path = file.as_ref().map(|f| f.path.clone()).or(seen);
         // Where the file came from, even if it could not be opened.
-        let module = file.as_deref().map(module_name);
+        let module = path.as_deref().map(module_name);
         let module_id = self.frames.module(Module::File {
-            build_id: id,
-            path: file,
+            build_id: Some(id),
+            key: None,
+            go_build_id: None,
+            path,
         });
-        self.place_file_frames(id, tgid, offsets, &resolved, module, module_id);
+        if resolved.iter().any(Option::is_none) {
+            self.unnamed.entry(module_id).or_insert(why);
+        }
+        let keys: Vec<UserKey> = offsets
+            .iter()
+            .map(|&o| UserKey::File(id, tgid, o))
+            .collect();
+        self.place_file_frames(&keys, offsets, &resolved, module, module_id);
     }
 
-    /// Names the frames of one file (`resolved`, else `module`+offset).
+    /// Frames at file offsets of the file with key `key` (a file without a
+    /// build ID, or one whose table was not loaded yet) in process `tgid`;
+    /// `frames`: each frame's key and offset. Named from the file kept open
+    /// since its mapping was learned, else from the file now at its path
+    /// while that is still the same file, never from another.
+    pub(super) fn key_frames(&mut self, key: FileKey, tgid: u32, frames: &[(UserKey, u64)]) {
+        let keys: Vec<UserKey> = frames.iter().map(|f| f.0).collect();
+        let offsets: Vec<u64> = frames.iter().map(|f| f.1).collect();
+        let mut resolved: Vec<Option<Found<'a>>> = vec![None; offsets.len()];
+        let mapped = self.index.files.resolve(key, tgid);
+        let elf = match &mapped {
+            Some(m) => self.kept_file(m, tgid),
+            None => Err(Unnamed::Gone),
+        };
+        let build_id = mapped.as_ref().and_then(|m| m.build_id());
+        let mut go_build_id = None;
+        if let Ok(f) = &elf {
+            for (r, s) in resolved.iter_mut().zip(self.code_symbols(f, &offsets)) {
+                *r = s.map(Found::Sym);
+            }
+            self.full_own_names(f, &mut resolved);
+            let id = build_id.or_else(|| f.build_id());
+            if let Some(id) = id.filter(|_| resolved.iter().any(Option::is_none)) {
+                self.fill_from_debug_file(&id, f, &offsets, &mut resolved);
+            }
+            self.go_file_frames(f, &offsets, &mut resolved);
+            go_build_id = f.go_build_id();
+        }
+        let path = mapped.as_ref().map(|m| m.path.clone());
+        let module = path.as_deref().map(mapped_module_name);
+        let module_id = self.frames.module(Module::File {
+            build_id,
+            key: Some(key),
+            go_build_id,
+            path,
+        });
+        if resolved.iter().any(Option::is_none) {
+            let why = elf.err().unwrap_or(Unnamed::NoSymbols);
+            self.unnamed.entry(module_id).or_insert(why);
+        }
+        self.place_file_frames(&keys, &offsets, &resolved, module, module_id);
+    }
+
+    /// The ELF file of record `m` (of process `tgid`'s mapping), checked:
+    /// from the descriptor kept, else from its path if the file there is
+    /// still the one mapped. Once per pass.
+    fn kept_file(&mut self, m: &Arc<MappedFile>, tgid: u32) -> Result<Rc<ElfFile>, Unnamed> {
+        let at = Arc::as_ptr(m) as usize;
+        if let Some((_, r)) = self.kept.get(&at) {
+            return r.clone();
+        }
+        let file = match m.reopen() {
+            Some(f) => Ok(f),
+            None => file_at_path(m, tgid),
+        };
+        let r = file.and_then(|f| {
+            ElfFile::from_checked(m.path.clone(), f)
+                .map(Rc::new)
+                .map_err(|why| {
+                    super::note_refused(&m.path, &why);
+                    Unnamed::Unreadable(why)
+                })
+        });
+        self.kept.insert(at, (m.clone(), r.clone()));
+        r
+    }
+
+    /// Names the frames of one file (`resolved`, else `module`+offset),
+    /// each under its key.
     fn place_file_frames(
         &mut self,
-        id: [u8; BUILD_ID_SIZE],
-        tgid: u32,
+        keys: &[UserKey],
         offsets: &[u64],
         resolved: &[Option<Found<'a>>],
         module: Option<String>,
         module_id: u32,
     ) {
         for (i, &off) in offsets.iter().enumerate() {
-            let key = UserKey::File(id, tgid, off);
+            let key = keys[i];
             let frame = match (&resolved[i], &module) {
                 (Some(Found::Sym(sym)), _) => self.names.of(Some(sym)),
                 (Some(Found::Named(raw)), _) => self.names.raw(raw),
@@ -435,18 +532,54 @@ impl<'a> Pass<'a> {
         out
     }
 
-    /// Frames as the samples show them: each stack's frames once per sample.
+    /// Frames as the samples show them: each stack's frames once per
+    /// sample; and the unknown user frames by file, with why.
     pub(super) fn count_sampled(&mut self, raw: &[RawStack], unknown_kernel: &HashSet<u64>) {
+        // Unknown sampled frames by module (None: no file).
+        let mut by_module: HashMap<Option<u32>, u64> = HashMap::default();
         for s in raw {
-            let user = user_keys(s).map(|k| self.unknown_keys.contains(&k));
-            let kernel = kernel_keys(s).map(|a| unknown_kernel.contains(&a));
-            for unknown in user.chain(kernel) {
+            for k in user_keys(s) {
                 self.names.stats.sampled_frames += s.count;
-                if unknown {
+                if self.unknown_keys.contains(&k) {
+                    self.names.stats.sampled_unknown += s.count;
+                    let module = self
+                        .user_locs
+                        .get(&k)
+                        .and_then(|&l| self.frames.locations[l as usize].module);
+                    *by_module.entry(module).or_default() += s.count;
+                }
+            }
+            for a in kernel_keys(s) {
+                self.names.stats.sampled_frames += s.count;
+                if unknown_kernel.contains(&a) {
                     self.names.stats.sampled_unknown += s.count;
                 }
             }
         }
+        let mut unnamed: Vec<UnnamedFile> = by_module
+            .into_iter()
+            .map(|(m, sampled)| {
+                let path = m.and_then(|m| match &self.frames.modules[m as usize] {
+                    Module::File { path, .. } => path.clone(),
+                    Module::Kernel => None,
+                });
+                let why = match m {
+                    Some(m) => self.unnamed.get(&m).cloned().unwrap_or(Unnamed::NoSymbols),
+                    None => Unnamed::NoFile,
+                };
+                let module = path
+                    .as_deref()
+                    .map_or_else(|| UNKNOWN.to_string(), mapped_module_name);
+                UnnamedFile {
+                    module,
+                    path,
+                    why,
+                    sampled,
+                }
+            })
+            .collect();
+        unnamed.sort_by(|a, b| b.sampled.cmp(&a.sampled).then(a.module.cmp(&b.module)));
+        self.names.stats.unnamed = unnamed;
     }
 
     pub(super) fn stacks(&self, raw: &[RawStack], kernel_locs: &HashMap<u64, u32>) -> Vec<Stack> {
@@ -544,4 +677,31 @@ fn go_lines(frames: Vec<gopclntab::GoFrame>) -> Vec<FrameLine> {
             line: f.line,
         })
         .collect()
+}
+
+/// The file now at record `m`'s path (inside the root of process `tgid`
+/// while it lives, for a path as the process named it), if it is still the
+/// file that was mapped (see MappedFile::same_as).
+fn file_at_path(m: &MappedFile, tgid: u32) -> Result<std::fs::File, Unnamed> {
+    use crate::fsafe::{open_untrusted, open_untrusted_in_root, Owner, Refused};
+    let rel = m.path.strip_prefix("/").unwrap_or(&m.path);
+    let opened = if m.in_root && target::alive(tgid) {
+        let root = PathBuf::from(format!("/proc/{tgid}/root"));
+        open_untrusted_in_root(&root, rel, Owner::Any, elfcheck::MAX_FILE)
+    } else {
+        open_untrusted(&m.path, Owner::Any, elfcheck::MAX_FILE)
+    };
+    let c = opened.map_err(|e| match e {
+        Refused::Io(e) if e.kind() == std::io::ErrorKind::NotFound => Unnamed::Gone,
+        e => Unnamed::Unreadable(e.to_string()),
+    })?;
+    let meta = c
+        .file
+        .metadata()
+        .map_err(|e| Unnamed::Unreadable(e.to_string()))?;
+    if m.same_as(&meta) {
+        Ok(c.file)
+    } else {
+        Err(Unnamed::Changed)
+    }
 }

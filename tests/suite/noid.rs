@@ -155,7 +155,6 @@ fn a_program_without_a_build_id_is_named_under_p_while_it_lives() {
 /// without a build ID closed before the profile ends: what the file
 /// identities of mappings without a build ID are for.
 #[test]
-#[ignore = "needs a file identity carried in frames without a build ID"]
 fn files_without_a_build_id_are_named_after_their_processes_exit() {
     root_or_skip!();
     let _g = exclusive();
