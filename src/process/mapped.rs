@@ -398,6 +398,15 @@ impl MappedFiles {
         }
     }
 
+    /// Records that the kernel names `file` `key` too (an overlayfs
+    /// layer's inode, as the BPF side learned it for one of its mappings).
+    pub(crate) fn alias(&mut self, key: FileKey, file: &Arc<MappedFile>) {
+        let v = self.by_key.entry(key).or_default();
+        if !v.iter().any(|x| Arc::ptr_eq(x, file)) {
+            v.push(file.clone());
+        }
+    }
+
     /// Opens `path` as bprof sees it (a file a command is about to map,
     /// found as exec would), and records it.
     pub(crate) fn learn_path(&mut self, path: &Path) -> Option<Arc<MappedFile>> {
@@ -625,12 +634,29 @@ fn open_as_mapped(m: &Learned, want: Option<FileKey>, learned: SystemTime) -> Re
         },
         Err(e) => e.to_string(),
     };
-    // Without a key there is nothing to check a path's file against: only
-    // the mapping's own link may be trusted to lead to it.
-    let Some(want) = want else {
-        return Err(first);
-    };
     let rel = m.path.strip_prefix("/").unwrap_or(m.path);
+    // A file known by its build ID alone: a path's file with that ID.
+    let Some(want) = want else {
+        let Known::BuildId(id) = m.known else {
+            return Err(first);
+        };
+        let same = |c: fsafe::Checked| {
+            (crate::process::buildid::of_file(&c.file) == Some(id)).then_some(c.file)
+        };
+        let root = PathBuf::from(format!("/proc/{}/root", m.pid));
+        let in_root = m
+            .in_root
+            .then(|| fsafe::open_untrusted_in_root(&root, rel, Owner::Any, MAX_FILE).ok())
+            .flatten();
+        return in_root
+            .and_then(same)
+            .or_else(|| {
+                fsafe::open_untrusted(m.path, Owner::Any, MAX_FILE)
+                    .ok()
+                    .and_then(same)
+            })
+            .ok_or(first);
+    };
     if m.in_root {
         let root = PathBuf::from(format!("/proc/{}/root", m.pid));
         if let Ok(c) = fsafe::open_untrusted_in_root(&root, rel, Owner::Any, MAX_FILE) {
@@ -734,12 +760,23 @@ mod tests {
         std::fs::remove_file(&p).unwrap();
         let h = MappedFiles::default().learn(&m).unwrap();
         assert_eq!(h.why.as_deref(), Some("gone"));
-        // Without a key, only the mapping's own link is trusted.
-        let none = Learned {
+        // A build ID instead of a key: only a file with that ID.
+        std::fs::write(&p, b"not elf").unwrap();
+        let by_id = Learned {
             known: Known::BuildId([7; 20]),
             ..m
         };
-        assert!(MappedFiles::default().learn(&none).is_none());
+        assert!(MappedFiles::default().learn(&by_id).is_none());
+        let exe = std::env::current_exe().unwrap();
+        let id = crate::process::buildid::of_file(&File::open(&exe).unwrap()).unwrap();
+        let own = Learned {
+            path: &exe,
+            known: Known::BuildId(id),
+            ..m
+        };
+        let mut files = MappedFiles::default();
+        let f = files.learn(&own).unwrap();
+        assert!(f.file().is_some() && f.build_id() == Some(id));
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -146,13 +146,14 @@ impl Unwinder {
     /// as user space keyed it, so that mappings learned from the kernel find
     /// its table: on overlayfs the kernel names the layer's inode, /proc and
     /// fstat the overlay's, and a new process's first ms would otherwise
-    /// walk without one.
+    /// walk without one. `known` learns the names too, so frames recorded
+    /// under them before the table was loaded find `file`.
     pub(super) fn alias_kernel_names(
         &mut self,
-        files: &dyn MapCore,
-        maps: &dyn MapCore,
+        (files, maps): (&dyn MapCore, &dyn MapCore),
         pid: u32,
         slot: &Slot,
+        (known, file): (&mut MappedFiles, &Arc<MappedFile>),
     ) {
         let user = slot.file;
         // Only an overlay's file (checked first: the chunk's lookup is a
@@ -172,6 +173,13 @@ impl Unwinder {
             {
                 continue;
             }
+            known.alias(
+                FileKey {
+                    dev: kernel.0 as u32,
+                    ino: kernel.1,
+                },
+                file,
+            );
             let Ok(Some(entry)) =
                 files.lookup(abi::plain_bytes(&k(user)), libbpf_rs::MapFlags::ANY)
             else {

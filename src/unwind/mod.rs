@@ -361,10 +361,12 @@ impl Unwinder {
                     file,
                 } => {
                     let range = (start, end, off);
-                    if let Some(slot) =
-                        self.mapped_slot(files, &mut index.files, file.as_ref(), range)
-                    {
-                        self.alias_kernel_names(files, maps, mapping.pid, &slot);
+                    let known = &mut index.files;
+                    if let (Some(slot), Some(file)) = (
+                        self.mapped_slot(files, known, file.as_ref(), range),
+                        file.as_ref(),
+                    ) {
+                        self.alias_kernel_names((files, maps), mapping.pid, &slot, (known, file));
                         self.procmaps.insert(maps, mapping.pid, slot, time);
                     }
                 }
