@@ -414,8 +414,10 @@ fn on_mmap2(rec: &[u8], misc: u16, time: u64, index: &mut MmapIndex) {
         }
         return;
     }
-    // The vDSO has no file: the unwinder gives it bprof's own vDSO's table.
+    // The vDSO has no file: the unwinder gives it bprof's own vDSO's table,
+    // and its frames are named from bprof's own image.
     if name == b"[vdso]" {
+        index.files.note_vdso(pid, addr, end);
         if index.queue_mappings {
             index.changes.push((
                 time,

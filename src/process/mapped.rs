@@ -230,20 +230,25 @@ pub struct MappedFiles {
     by_key: HashMap<FileKey, Vec<Arc<MappedFile>>>,
     /// Root's files by build ID: any mapping with that ID is served by one.
     by_build_id: HashMap<BuildId, Arc<MappedFile>>,
-    /// The processes that mapped each build ID lately, with the file:
-    /// a process's own file names its frames whoever owns it.
-    mapped_by: HashMap<BuildId, VecDeque<(u32, Arc<MappedFile>)>>,
-    /// Each process's mappings of files without a build ID (and those read
-    /// from /proc), oldest first.
+    /// Each process's file mappings, oldest first: a process's own file
+    /// names its frames whoever owns it, and its raw addresses map back to
+    /// its files through them.
     pids: HashMap<u32, Vec<Mapped>>,
+    /// The processes in `pids`, in the order they were first seen, and
+    /// the mappings all hold: past [`MAX_MAPPINGS`], the oldest processes'
+    /// go (a long profile of a machine that keeps starting processes).
+    order: VecDeque<u32>,
+    mappings: usize,
+    /// Each process's vDSO, where it was mapped (latest).
+    vdso: HashMap<u32, (u64, u64)>,
     /// Descriptors kept.
     kept: usize,
     /// What learning the mappings took.
     pub stats: FileStats,
 }
 
-/// Processes remembered per build ID (the newest).
-const MAPPED_BY: usize = 64;
+/// Mappings remembered, at most (32 bytes each).
+const MAX_MAPPINGS: usize = 1 << 18;
 
 /// The most descriptors kept open: past this, files are recorded by
 /// identity and path only.
@@ -276,7 +281,16 @@ impl MappedFiles {
     /// `None` when it could not be reached at all.
     pub(crate) fn learn(&mut self, m: &Learned) -> Option<Arc<MappedFile>> {
         let hit = match m.known {
-            Known::BuildId(id) => self.by_build_id.get(&id).cloned(),
+            // Its key, which frames recorded before its table was loaded
+            // carry, from the mapping's link (a stat, not an open); root's
+            // file with that build ID where the process is gone.
+            Known::BuildId(id) => match mapped_key(m) {
+                Some(k) => self
+                    .by_key
+                    .get(&k)
+                    .and_then(|v| v.iter().rev().find(|f| f.file.is_some()).cloned()),
+                None => self.by_build_id.get(&id).cloned(),
+            },
             Known::Key(k) => self
                 .by_key
                 .get(&k)
@@ -289,22 +303,40 @@ impl MappedFiles {
             }
             None => self.open(m)?,
         };
-        match m.known {
-            Known::BuildId(id) => {
-                let by = self.mapped_by.entry(id).or_default();
-                if by.len() >= MAPPED_BY {
-                    by.pop_front();
-                }
-                by.push_back((m.pid, file.clone()));
+        if let Known::BuildId(id) = m.known {
+            if file.build_id().is_none() {
+                self.note_build_id(&file, Some(id));
             }
-            _ => self.pids.entry(m.pid).or_default().push(Mapped {
-                start: m.start,
-                end: m.end,
-                off: m.off,
-                file: file.clone(),
-            }),
         }
+        self.remember(m, &file);
         Some(file)
+    }
+
+    /// Adds mapping `m` of `file` to its process's, forgetting the oldest
+    /// processes' past [`MAX_MAPPINGS`].
+    fn remember(&mut self, m: &Learned, file: &Arc<MappedFile>) {
+        let mapped = Mapped {
+            start: m.start,
+            end: m.end,
+            off: m.off,
+            file: file.clone(),
+        };
+        match self.pids.entry(m.pid) {
+            std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().push(mapped),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(vec![mapped]);
+                self.order.push_back(m.pid);
+            }
+        }
+        self.mappings += 1;
+        while self.mappings > MAX_MAPPINGS && self.order.len() > 1 {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(v) = self.pids.remove(&old) {
+                self.mappings -= v.len();
+            }
+        }
     }
 
     /// Opens the file of mapping `m` and records it (once per distinct
@@ -398,6 +430,17 @@ impl MappedFiles {
         }
     }
 
+    /// Records where process `pid` mapped its vDSO (named from bprof's
+    /// own image: no file is behind it).
+    pub(crate) fn note_vdso(&mut self, pid: u32, start: u64, end: u64) {
+        self.vdso.insert(pid, (start, end));
+    }
+
+    /// Where process `pid` mapped its vDSO, last seen.
+    pub fn vdso_of(&self, pid: u32) -> Option<(u64, u64)> {
+        self.vdso.get(&pid).copied()
+    }
+
     /// Records that the kernel names `file` `key` too (an overlayfs
     /// layer's inode, as the BPF side learned it for one of its mappings).
     pub(crate) fn alias(&mut self, key: FileKey, file: &Arc<MappedFile>) {
@@ -445,6 +488,7 @@ impl MappedFiles {
         for m in crate::process::maps::mappings(pid) {
             let (start, end) = (m.start, m.end);
             if m.path == "[vdso]" {
+                self.note_vdso(pid, start, end);
                 out.push(ProcMapping::Vdso { start, end });
                 continue;
             }
@@ -515,11 +559,13 @@ impl MappedFiles {
     /// mapped first (newest first), then root's.
     pub fn with_build_id(&self, id: &BuildId, pid: u32) -> Vec<(Arc<MappedFile>, bool)> {
         let mut out: Vec<(Arc<MappedFile>, bool)> = Vec::new();
-        if let Some(by) = self.mapped_by.get(id) {
-            for (p, f) in by.iter().rev() {
-                if *p == pid && f.file.is_some() && !out.iter().any(|(x, _)| Arc::ptr_eq(x, f)) {
-                    out.push((f.clone(), true));
-                }
+        for m in self.pids.get(&pid).into_iter().flatten().rev() {
+            let f = &m.file;
+            if f.build_id() == Some(*id)
+                && f.file.is_some()
+                && !out.iter().any(|(x, _)| Arc::ptr_eq(x, f))
+            {
+                out.push((f.clone(), true));
             }
         }
         if let Some(f) = self.by_build_id.get(id) {
@@ -534,10 +580,9 @@ impl MappedFiles {
     /// processes), and closes the files no process's mapping holds any more.
     pub fn forget(&mut self, gone: &std::collections::HashSet<u32>) {
         self.pids.retain(|p, _| !gone.contains(p));
-        for by in self.mapped_by.values_mut() {
-            by.retain(|(p, _)| !gone.contains(p));
-        }
-        self.mapped_by.retain(|_, by| !by.is_empty());
+        self.order.retain(|p| !gone.contains(p));
+        self.mappings = self.pids.values().map(Vec::len).sum();
+        self.vdso.retain(|p, _| !gone.contains(p));
         // Held only by the indexes here: no mapping of a known process.
         let mut refs: HashMap<*const MappedFile, usize> = HashMap::new();
         for f in self.by_key.values().flatten() {
@@ -569,10 +614,7 @@ impl MappedFiles {
 
     /// The processes whose mappings are recorded.
     pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
-        self.pids
-            .keys()
-            .copied()
-            .chain(self.mapped_by.values().flatten().map(|(p, _)| *p))
+        self.pids.keys().copied()
     }
 
     /// Files recorded.
@@ -593,6 +635,16 @@ impl MappedFiles {
     pub fn kept(&self) -> usize {
         self.kept
     }
+}
+
+/// The key of the file mapping `m` maps, by `stat` through its map_files
+/// link (while the process lives).
+fn mapped_key(m: &Learned) -> Option<FileKey> {
+    let link = format!("/proc/{}/map_files/{:x}-{:x}", m.pid, m.start, m.end);
+    std::fs::metadata(link)
+        .ok()
+        .filter(|meta| meta.file_type().is_file())
+        .map(|meta| FileKey::of(&meta))
 }
 
 /// Whether the file open as `f` is on overlayfs (whose files /proc and

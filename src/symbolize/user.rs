@@ -450,7 +450,24 @@ impl<'a> Pass<'a> {
     /// opened through its map_files link and checked like any other.
     pub(super) fn ip_frames(&mut self, pid: u32, ips: &[u64]) {
         let jit = self.index.jit.names(pid, ips);
-        let resolved = target::alive(pid).then(|| self.mapped_symbols(pid, ips));
+        let mut resolved = target::alive(pid).then(|| self.mapped_symbols(pid, ips));
+        // The vDSO where the process was seen mapping it (the walk's first
+        // ms, before its table is in place), alive or not.
+        if let Some((start, end)) = self.index.files.vdso_of(pid) {
+            let own = crate::process::vdso::own().map(|v| v.image.len() as u64);
+            let inside: Vec<usize> = (0..ips.len())
+                .filter(|&i| ips[i] >= start && ips[i] < end)
+                .filter(|&i| resolved.as_ref().is_none_or(|r| r[i].is_none()))
+                .collect();
+            if own == Some(end - start) && !inside.is_empty() {
+                let offs: Vec<u64> = inside.iter().map(|&i| ips[i] - start).collect();
+                let names = vdso::symbols(self.symbolizer, &offs);
+                let r = resolved.get_or_insert_with(|| vec![None; ips.len()]);
+                for (i, s) in inside.into_iter().zip(names) {
+                    r[i] = s.map(Found::Sym);
+                }
+            }
+        }
         for (i, &ip) in ips.iter().enumerate() {
             let found = resolved.as_ref().and_then(|r| r[i].as_ref());
             let frame = match (found, jit.get(&ip)) {

@@ -14,6 +14,7 @@ mod hostile_names;
 mod hostile_network;
 mod hostile_outputs;
 mod jit;
+mod mapped_files;
 mod mutants;
 mod names;
 mod noid;
