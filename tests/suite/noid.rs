@@ -43,7 +43,7 @@ fn profile_live_with_perf(bin: &Path, dir: &Path) -> (Vec<Folded>, String) {
     let data = dir.join("perf.data");
     // User samples only, no build-ID cache: see names.rs.
     let mut perf = Command::new("perf")
-        .args(["record", "-q", "--no-bpf-event", "-N", "-e", "cpu-clock:u"])
+        .args(["record", "-q", "--no-bpf-event", "-B", "-N", "-e", "cpu-clock:u"])
         .args(["-F", "999", "-g", "-p", &pid, "-o"])
         .arg(&data)
         .args(["--", "sleep", "2"])
