@@ -10,12 +10,19 @@
 #   - the share of its walks that reached the outermost frame (-v), and of
 #     the churn's own samples (comm churnkid) with a user stack whose
 #     outermost frame is _start;
+#   - its cost per new process: own CPU over the processes started, and
+#     (-v) the side band's drain (records read, their files found or
+#     opened) and the unwinder's taking of them (tables and mappings);
+#   - its RSS while recording, every 5 s: the first and the last sample
+#     and the largest (flat over a long run: BENCH_CHURN_MODES=dwarf
+#     scripts/bench-churn.sh 600);
 # and for perf record -a -g -F 99 plus perf script on the same churn, its
 # CPU time (record and script summed) and the same share of the churn's
 # samples. Each profiler gets a fresh churn of the same rate; the rate
 # achieved is printed.
 #
 # Usage: scripts/bench-churn.sh [SECONDS] [BPROF]
+# (BENCH_CHURN_MODES: which of "dwarf fp perf" to run, default all)
 # On a machine shared with others, wrap it in their lock (here:
 # flock /tmp/bprof-tests.lock scripts/bench-churn.sh).
 set -euo pipefail
@@ -108,10 +115,22 @@ churn_roots() {
 
 run_bprof() { # $1: --call-graph mode
     start_churn
-    local c0
+    local c0 timer pid
     c0=$(count)
     /usr/bin/time -f "%U %S %M" -o "$tmp/time" \
-        "$BPROF" -F 99 -v --call-graph "$1" -f -o "$tmp/bprof.folded" "$secs" 2>"$tmp/bprof.err" || {
+        "$BPROF" -F 99 -v --call-graph "$1" -f -o "$tmp/bprof.folded" "$secs" 2>"$tmp/bprof.err" &
+    timer=$!
+    # RSS while recording (KiB), every 5 s, until its outputs begin.
+    : >"$tmp/rss"
+    sleep 1
+    pid=$(pgrep -P "$timer" | head -1 || true)
+    local waited=1
+    while [ "$waited" -lt "$secs" ] && kill -0 "$timer" 2>/dev/null; do
+        [ -n "$pid" ] && awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" >>"$tmp/rss" 2>/dev/null || true
+        sleep 5
+        waited=$((waited + 5))
+    done
+    wait "$timer" || {
         cat "$tmp/bprof.err" >&2
         exit 1
     }
@@ -119,8 +138,18 @@ run_bprof() { # $1: --call-graph mode
     c1=$(count)
     stop_churn
     read -r u s m <"$tmp/time"
+    local started=$((c1 - c0))
     echo "bprof --call-graph $1 (churn: $(rate "$c0" "$c1" "$secs") processes/s):"
     awk -v u="$u" -v s="$s" -v m="$m" 'BEGIN { printf "  own CPU %.2f s (user %.2f, system %.2f), peak RSS %.1f MiB\n", u + s, u, s, m / 1024 }'
+    awk -v u="$u" -v s="$s" -v n="$started" 'BEGIN { if (n > 0) printf "  own CPU per new process: %.0f us (%d processes started)\n", 1e6 * (u + s) / n, n }'
+    # The side band's and the unwinder's time (-v), per new process.
+    awk -v n="$started" '
+        /side band: .* records read in [0-9]+ ms/ { for (i = 1; i <= NF; i++) if ($i == "in" && $(i + 2) ~ /^ms/) d = $(i + 1) }
+        /learned in [0-9]+ ms/ { for (i = 1; i <= NF; i++) if ($i == "learned" && $(i + 1) == "in") l = $(i + 2) }
+        /mappings taken in [0-9]+ ms/ { for (i = 1; i <= NF; i++) if ($i == "taken" && $(i + 1) == "in") t = $(i + 2) }
+        END { if (n > 0 && d != "") printf "  per new process: side band %.0f us (of it, its files found or opened %.0f us), unwinder %.0f us (tables and mappings)\n", 1000 * d / n, 1000 * l / n, 1000 * t / n }
+    ' "$tmp/bprof.err"
+    awk 'NR == 1 { f = $1 } { l = $1; if ($1 > m) m = $1 } END { if (NR) printf "  RSS while recording: %.1f MiB at the first look, %.1f MiB at the last, %.1f MiB at most (%d looks, 5 s apart)\n", f / 1024, l / 1024, m / 1024, NR }' "$tmp/rss"
     grep -o 'side band: [0-9]* mapping' "$tmp/bprof.err" | awk '{ print "  side-band records: " $3 }' || true
     grep -o '([0-9]* kept)' "$tmp/bprof.err" | tr -d '()' | awk '{ print "  learned mappings (kept by the BPF side): " $1 }' || true
     grep -o '[0-9]* mappings whose file could not be opened' "$tmp/bprof.err" |
@@ -175,6 +204,9 @@ run_perf() {
 }
 
 echo "process churn, $secs s per profiler, system-wide at 99 Hz ($(nproc) CPUs, $(uname -r))"
-run_bprof dwarf
-run_bprof fp
-run_perf
+for mode in ${BENCH_CHURN_MODES:-dwarf fp perf}; do
+    case $mode in
+    perf) run_perf ;;
+    *) run_bprof "$mode" ;;
+    esac
+done

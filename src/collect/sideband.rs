@@ -58,6 +58,8 @@ pub struct MmapIndex {
     pub(crate) changes: Vec<(u64, Change)>,
     /// Every file the processes mapped, opened as they see it and kept.
     pub files: MappedFiles,
+    /// Time spent reading the rings (the files' learning included).
+    pub drain_time: std::time::Duration,
     /// The start-up snapshot's mappings per process, for the unwinder to
     /// take (one read of each /proc/PID/maps serves both).
     pub(crate) snapshot: HashMap<u32, Vec<ProcMapping>>,
@@ -194,12 +196,14 @@ impl Sideband {
     /// process's: indexing, queueing and JIT-watching the others would cost
     /// bprof work at every foreign exec).
     pub fn drain(&mut self, wanted: &mut dyn FnMut(u32) -> bool) {
+        let t0 = std::time::Instant::now();
         for ring in &self.rings {
             drain_ring(ring, self.page, &mut self.index, wanted);
         }
         // Stable: records of one time stay in ring order.
         self.index.changes.sort_by_key(|c| c.0);
         self.index.jit.poll();
+        self.index.drain_time += t0.elapsed();
     }
 }
 

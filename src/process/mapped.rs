@@ -207,7 +207,7 @@ pub(crate) enum ProcMapping {
 }
 
 /// How many files and mappings were learned, and what it took.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct FileStats {
     /// Files opened (each distinct file once).
     pub opened: u64,
@@ -218,6 +218,8 @@ pub struct FileStats {
     pub unreachable: u64,
     /// Files opened but not kept open: past the descriptor budget.
     pub not_kept: u64,
+    /// Time spent learning mappings (finding or opening their files).
+    pub time: std::time::Duration,
 }
 
 /// The files the processes of a profile map.
@@ -280,6 +282,13 @@ impl MappedFiles {
     /// Learns one mapping: finds its file among those open, or opens it.
     /// `None` when it could not be reached at all.
     pub(crate) fn learn(&mut self, m: &Learned) -> Option<Arc<MappedFile>> {
+        let t0 = std::time::Instant::now();
+        let file = self.find_or_open(m);
+        self.stats.time += t0.elapsed();
+        file
+    }
+
+    fn find_or_open(&mut self, m: &Learned) -> Option<Arc<MappedFile>> {
         let hit = match m.known {
             // Its key, which frames recorded before its table was loaded
             // carry, from the mapping's link (a stat, not an open); root's

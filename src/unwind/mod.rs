@@ -91,6 +91,8 @@ pub struct Unwinder {
     /// Files not loaded because the tables' budget (--unwind-rows) was spent.
     full: usize,
     build_time: Duration,
+    /// Time spent taking the side band's changes (tables and mappings).
+    take_time: Duration,
     bytes_read: u64,
     /// This boot's kept tables (none if root's state directory is unusable).
     cache: Option<cache::TableCache>,
@@ -133,6 +135,7 @@ impl Unwinder {
             unsupported: 0,
             full: 0,
             build_time: Duration::ZERO,
+            take_time: Duration::ZERO,
             bytes_read: 0,
             cache: cache::TableCache::open(),
             parsed: 0,
@@ -275,6 +278,10 @@ impl Unwinder {
                 self.aliased.len()
             );
         }
+        s += &format!(
+            "; the side band's mappings taken in {:.0} ms (tables included)",
+            self.take_time.as_secs_f64() * 1000.0
+        );
         s += &format!("; {} address chunks of mappings", self.procmaps.len());
         if self.procmaps.evicted + self.procmaps.failed > 0 {
             s += &format!(
@@ -329,6 +336,12 @@ impl Unwinder {
     /// Loads the files the side band saw mapped since the last call (by
     /// the profile's targets only: the drain kept no other process's).
     pub fn take_new(&mut self, files: &dyn MapCore, maps: &dyn MapCore, index: &mut MmapIndex) {
+        let t0 = std::time::Instant::now();
+        self.take_changes(files, maps, index);
+        self.take_time += t0.elapsed();
+    }
+
+    fn take_changes(&mut self, files: &dyn MapCore, maps: &dyn MapCore, index: &mut MmapIndex) {
         use crate::collect::sideband::Change;
         // In the kernel's time order (the side band sorts each read). A
         // record can still be read after a later one of another CPU's

@@ -43,7 +43,15 @@ fn profile_live_with_perf(bin: &Path, dir: &Path) -> (Vec<Folded>, String) {
     let data = dir.join("perf.data");
     // User samples only, no build-ID cache: see names.rs.
     let mut perf = Command::new("perf")
-        .args(["record", "-q", "--no-bpf-event", "-B", "-N", "-e", "cpu-clock:u"])
+        .args([
+            "record",
+            "-q",
+            "--no-bpf-event",
+            "-B",
+            "-N",
+            "-e",
+            "cpu-clock:u",
+        ])
         .args(["-F", "999", "-g", "-p", &pid, "-o"])
         .arg(&data)
         .args(["--", "sleep", "2"])
@@ -158,24 +166,35 @@ fn a_program_without_a_build_id_is_named_under_p_while_it_lives() {
 fn files_without_a_build_id_are_named_after_their_processes_exit() {
     root_or_skip!();
     let _g = exclusive();
-    for (bin, comm, hot) in [
-        (go_plain(), "fx_gohot", "main.hotLoop"),
-        (go_stripped(), "fx_gohot_s", "main.hotLoop"),
+    let dir = scratch("noid_exit");
+    for (bin, comm, hot, perf_names) in [
+        (go_plain(), "fx_gohot", "main.hotLoop", true),
+        (go_stripped(), "fx_gohot_s", "main.hotLoop", false),
         (
             c_fixture("nobuildid", "nobuildid", &["-Wl,--build-id=none"]),
             "fx_nobuildid",
             "nbid_hot",
+            true,
         ),
     ] {
-        let (lines, _) = folded(&run(bprof()
-            .args(["-F", "999", "-f", "--"])
-            .arg(&bin)
-            .arg("1")));
-        let total = total_for(&lines, comm);
-        assert!(
-            pct(with_frame(&lines, comm, hot), total) >= 95.0,
-            "{lines:?}"
-        );
+        for mode in ["dwarf", "fp"] {
+            let (lines, _) = folded(&run(bprof()
+                .args(["-F", "999", "-f", "--call-graph", mode, "--"])
+                .arg(&bin)
+                .arg("1")));
+            let total = total_for(&lines, comm);
+            let named = pct(with_frame(&lines, comm, hot), total);
+            assert!(named >= 95.0, "{mode}: {lines:?}");
+            // perf on the same work (its own run), where it can name it.
+            if perf_names && mode == "dwarf" {
+                let perf = perf_shares(&bin, "1", &dir);
+                let theirs = perf.get(hot).copied().unwrap_or(0.0);
+                assert!(
+                    (named - theirs).abs() < 5.0,
+                    "bprof {named}%, perf {perf:?}"
+                );
+            }
+        }
     }
     let bin = dlnoid();
     let (lines, _) = folded(&run(bprof()
@@ -189,6 +208,103 @@ fn files_without_a_build_id_are_named_after_their_processes_exit() {
         pct(lib, total) > 40.0 && pct(tail, total) > 40.0,
         "{lines:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// perf's report (self samples by symbol) of `perf record -p PID` while
+/// `prof` runs: both profilers on the same process at once.
+fn with_perf_on(pid: u32, dir: &Path, prof: impl FnOnce() -> Output) -> (Output, String) {
+    let data = dir.join("perf.data");
+    let mut perf = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "--no-bpf-event",
+            "-B",
+            "-N",
+            "-e",
+            "cpu-clock:u",
+        ])
+        .args(["-F", "999", "-g", "-p", &pid.to_string(), "-o"])
+        .arg(&data)
+        .spawn_guarded();
+    let out = prof();
+    assert!(perf.wait().expect("perf").success(), "perf record failed");
+    let rep = run(Command::new("perf")
+        .args([
+            "report",
+            "--stdio",
+            "--no-children",
+            "-s",
+            "sym",
+            "-q",
+            "-i",
+        ])
+        .arg(&data));
+    (out, String::from_utf8_lossy(&rep.stdout).into_owned())
+}
+
+/// The fixtures profiled with `-p` past their exit (the process exits
+/// mid-profile), perf on the same process: their hot functions named in
+/// at least 95% of their samples after they are gone (the stripped Go
+/// program's by its own table: perf has no symbol for it), as perf names
+/// them where it can; and the library closed before the end.
+#[test]
+fn files_without_a_build_id_are_named_when_their_process_exits_during_p() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("noid_p_exit");
+    let c = c_fixture("nobuildid", "nobuildid", &["-Wl,--build-id=none"]);
+    for (bin, comm, hot, perf_names) in [
+        (go_plain(), "fx_gohot", "main.hotLoop", true),
+        (go_stripped(), "fx_gohot_s", "main.hotLoop", false),
+        (c, "fx_nobuildid", "nbid_hot", true),
+    ] {
+        for mode in ["dwarf", "fp"] {
+            let work = Workload::start(Command::new(&bin).arg("1.5"));
+            let pid = work.id();
+            let (out, report) = with_perf_on(pid, &dir, || {
+                run(bprof()
+                    .args(["-F", "999", "-f", "--call-graph", mode, "-p"])
+                    .arg(pid.to_string())
+                    .arg("4"))
+            });
+            drop(work);
+            let (lines, _) = folded(&out);
+            let total = total_for(&lines, comm);
+            let named = with_frame(&lines, comm, hot);
+            assert!(total > 100, "{comm} {mode}: {total}: {lines:?}");
+            assert!(pct(named, total) >= 95.0, "{comm} {mode}: {lines:?}");
+            if perf_names {
+                let perf = perf_share(&report, hot);
+                assert!(
+                    (pct(named, total) - perf).abs() < 5.0,
+                    "{comm} {mode}: bprof {named}/{total}, perf {perf}%\n{report}"
+                );
+            }
+        }
+    }
+    let bin = dlnoid();
+    let work = Workload::start(Command::new(&bin).arg("2"));
+    let pid = work.id();
+    let (out, report) = with_perf_on(pid, &dir, || {
+        run(bprof().args(["-F", "999", "-f", "-p", &pid.to_string(), "4"]))
+    });
+    drop(work);
+    let (lines, _) = folded(&out);
+    let total = total_for(&lines, "fx_dlnoid");
+    let lib = with_frame(&lines, "fx_dlnoid", "dlnoid_hot");
+    let tail = with_frame(&lines, "fx_dlnoid", "main_tail");
+    assert!(
+        pct(lib, total) > 35.0 && pct(lib + tail, total) >= 95.0,
+        "{lines:?}"
+    );
+    let perf = perf_share(&report, "dlnoid_hot");
+    assert!(
+        (pct(lib, total) - perf).abs() < 5.0,
+        "bprof {lib}/{total}, perf {perf}%\n{report}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The dlopen fixture and its library, built without a build ID, side by
