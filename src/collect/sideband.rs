@@ -61,7 +61,8 @@ pub struct MmapIndex {
     /// Time spent reading the rings (the files' learning included).
     pub drain_time: std::time::Duration,
     /// The start-up snapshot's mappings per process, for the unwinder to
-    /// take (one read of each /proc/PID/maps serves both).
+    /// take (one read of each /proc/PID/maps serves both); emptied once it
+    /// started.
     pub(crate) snapshot: HashMap<u32, Vec<ProcMapping>>,
 }
 
@@ -173,9 +174,7 @@ impl Sideband {
                     });
                 }
             }
-            if self.index.queue_mappings {
-                self.index.snapshot.insert(pid, maps);
-            }
+            self.index.snapshot.insert(pid, maps);
             // Its user, should it exit during the profile; -p targets are
             // also watched for a perf map from the start.
             self.index.jit.note_process(pid, watch);

@@ -601,13 +601,13 @@ impl MappedFiles {
             *refs.entry(Arc::as_ptr(f)).or_default() += 1;
         }
         let unused = |f: &Arc<MappedFile>| Arc::strong_count(f) <= refs[&Arc::as_ptr(f)];
-        let drop_keys: Vec<*const MappedFile> = self
-            .by_key
-            .values()
-            .flatten()
-            .filter(|f| unused(f))
-            .map(Arc::as_ptr)
-            .collect();
+        let mut drop_keys: std::collections::HashSet<*const MappedFile> = Default::default();
+        let mut closed = 0;
+        for f in self.by_key.values().flatten().filter(|f| unused(f)) {
+            if drop_keys.insert(Arc::as_ptr(f)) {
+                closed += usize::from(f.file.is_some());
+            }
+        }
         if drop_keys.is_empty() {
             return;
         }
@@ -617,7 +617,6 @@ impl MappedFiles {
             v.retain(|f| !drop_keys.contains(&Arc::as_ptr(f)));
         }
         self.by_key.retain(|_, v| !v.is_empty());
-        let closed = drop_keys.len();
         self.kept = self.kept.saturating_sub(closed);
     }
 
@@ -838,6 +837,37 @@ mod tests {
         let mut files = MappedFiles::default();
         let f = files.learn(&own).unwrap();
         assert!(f.file().is_some() && f.build_id() == Some(id));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A long session forgets exited processes' mappings and closes the
+    /// files no mapping holds any more.
+    #[test]
+    fn forgotten_processes_files_are_closed() {
+        let d = scratch("forget");
+        let p = d.join("lib");
+        std::fs::write(&p, b"x").unwrap();
+        let key = FileKey::of(&std::fs::metadata(&p).unwrap());
+        let mut files = MappedFiles::default();
+        for pid in [4_000_001, 4_000_002] {
+            let m = Learned {
+                pid,
+                start: 0x1000,
+                end: 0x2000,
+                off: 0,
+                path: &p,
+                in_root: false,
+                known: Known::Key(key),
+            };
+            files.learn(&m).unwrap();
+        }
+        assert_eq!((files.len(), files.kept(), files.stats.opened), (1, 1, 1));
+        files.forget(&[4_000_001].into_iter().collect());
+        assert_eq!((files.len(), files.kept()), (1, 1));
+        assert!(files.resolve(key, 4_000_002).is_some());
+        files.forget(&[4_000_002].into_iter().collect());
+        assert_eq!((files.len(), files.kept()), (0, 0));
+        assert!(files.resolve(key, 4_000_002).is_none());
         let _ = std::fs::remove_dir_all(&d);
     }
 

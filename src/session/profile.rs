@@ -408,6 +408,7 @@ pub(crate) fn arm(
         scope.as_deref(),
         runner.child_pid(),
     )?;
+    sideband.index.snapshot = Default::default();
     let event = attach(settings, cpus, prog, symbolizer, counting)?;
     Ok((event, unwinder))
 }

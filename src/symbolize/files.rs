@@ -291,20 +291,25 @@ impl ElfFile {
         d
     }
 
+    /// Read from its symbol tables with `object` (the file was checked:
+    /// whole entries): blazesym's walk of every symbol also sorts them all
+    /// by name first, which a large library's symbol table makes slow.
     fn read_data_symbols(&self) -> HashSet<u64> {
-        let inspector = blazesym::inspect::Inspector::new();
-        let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
-            debug_syms: false,
-            ..blazesym::inspect::source::Elf::new(self.source_path())
-        });
+        use object::{Object, ObjectSymbol, SymbolKind};
+        let cache = object::ReadCache::new(&*self.file);
+        let Ok(obj) = object::File::parse(&cache) else {
+            return HashSet::new();
+        };
         let (mut vars, mut funcs) = (HashSet::new(), HashSet::new());
-        let _ = inspector.for_each(&src, |sym| {
-            match sym.sym_type {
-                blazesym::SymType::Variable => vars.insert(sym.addr),
-                _ => funcs.insert(sym.addr),
+        for sym in obj.symbols().chain(obj.dynamic_symbols()) {
+            if sym.is_undefined() {
+                continue;
+            }
+            match sym.kind() {
+                SymbolKind::Data => vars.insert(sym.address()),
+                _ => funcs.insert(sym.address()),
             };
-            ControlFlow::Continue(())
-        });
+        }
         vars.retain(|a| !funcs.contains(a));
         vars
     }
@@ -595,6 +600,35 @@ mod tests {
         assert_eq!(ElfFile::open(&exe).unwrap().virt_offsets(&offsets), want);
         let not_elf = File::open(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
         assert_eq!(virt_offsets_in(&not_elf, &[0]), vec![None]);
+    }
+
+    /// The data objects read from the symbol tables are those blazesym's
+    /// walk of every symbol finds (this test binary's and libc's).
+    #[test]
+    fn data_symbols_are_blazesyms_variables_that_no_function_shares() {
+        let libc = crate::process::maps::executable_mappings(std::process::id())
+            .into_iter()
+            .map(|m| m.path)
+            .find(|p| p.to_string_lossy().contains("libc.so"))
+            .unwrap();
+        for p in [std::env::current_exe().unwrap(), libc] {
+            let f = ElfFile::open(&p).unwrap();
+            let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
+                debug_syms: false,
+                ..blazesym::inspect::source::Elf::new(&p)
+            });
+            let (mut vars, mut funcs) = (HashSet::new(), HashSet::new());
+            let _ = blazesym::inspect::Inspector::new().for_each(&src, |sym| {
+                match sym.sym_type {
+                    blazesym::SymType::Variable => vars.insert(sym.addr),
+                    _ => funcs.insert(sym.addr),
+                };
+                ControlFlow::Continue(())
+            });
+            vars.retain(|a| !funcs.contains(a));
+            assert!(!vars.is_empty());
+            assert_eq!(f.read_data_symbols(), vars, "{}", p.display());
+        }
     }
 
     /// What blazesym reads is the file that was checked: another file
