@@ -2,9 +2,9 @@
 /*
  * --call-graph dwarf: the user stack walked here, in the sample program,
  * with unwind tables user space built from each mapped file's .eh_frame
- * (src/unwind/). The result is the same (build ID, file offset) records
- * bpf_get_stack(BPF_F_USER_BUILD_ID) gives, so storage, counting and
- * symbolization do not change.
+ * (src/unwind/). The result is the (build ID, file offset) records
+ * bpf_get_stack(BPF_F_USER_BUILD_ID) gives, and (file key, file offset)
+ * records for files without a build ID or whose table is not loaded yet.
  *
  * Per frame: the PC's mapping (bpf_find_vma, cached while the PC stays in
  * it) names the file by (dev, inode); unwind_files gives its build ID and

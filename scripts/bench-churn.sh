@@ -16,13 +16,19 @@
 #   - its RSS while recording, every 5 s: the first and the last sample
 #     and the largest (flat over a long run: BENCH_CHURN_MODES=dwarf
 #     scripts/bench-churn.sh 600);
+# and, for "short", twenty new programs (each a fresh copy, -O2 without
+# frame pointers, working ~30 ms) run by a script under bprof -F 999 --
+# COMMAND: the share of their samples walked whole (from _start, no
+# [truncated]), named (their hot function) and with a frame that has no
+# module ([unknown]): what a new program's first milliseconds, before its
+# table is loaded, cost;
 # and for perf record -a -g -F 99 plus perf script on the same churn, its
 # CPU time (record and script summed) and the same share of the churn's
 # samples. Each profiler gets a fresh churn of the same rate; the rate
 # achieved is printed.
 #
 # Usage: scripts/bench-churn.sh [SECONDS] [BPROF]
-# (BENCH_CHURN_MODES: which of "dwarf fp perf" to run, default all)
+# (BENCH_CHURN_MODES: which of "dwarf fp short perf" to run, default all)
 # On a machine shared with others, wrap it in their lock (here:
 # flock /tmp/bprof-tests.lock scripts/bench-churn.sh).
 set -euo pipefail
@@ -98,6 +104,53 @@ count() { # processes started so far (the file may be caught mid-write: again)
         sleep 0.01
     done
     echo "${n:-0}"
+}
+
+cat >"$tmp/shortkid.c" <<'KID'
+#include <time.h>
+static volatile unsigned long sink;
+__attribute__((noinline)) static void short_work(void)
+{
+	struct timespec a, b;
+	unsigned long x = 1;
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	do {
+		for (int i = 0; i < 20000; i++)
+			x = x * 6364136223846793005UL + i;
+		sink = x;
+		clock_gettime(CLOCK_MONOTONIC, &b);
+	} while ((b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec < 30000000);
+}
+int main(void)
+{
+	short_work();
+	return 0;
+}
+KID
+
+run_short() {
+    mkdir -p "$tmp/short"
+    local script="" i
+    for i in $(seq -w 0 19); do
+        # A fresh file each: no table of it is loaded before it runs.
+        gcc -O2 -o "$tmp/short/kid$i" "$tmp/shortkid.c"
+        script="$script $tmp/short/kid$i;"
+    done
+    "$BPROF" -F 999 -f -o "$tmp/short.folded" -- sh -c "$script" 2>"$tmp/short.err" || {
+        cat "$tmp/short.err" >&2
+        exit 1
+    }
+    echo "twenty new programs of ~30 ms under bprof -F 999 -- sh -c:"
+    awk '
+        { n = $NF; split($0, f, ";"); if (f[1] !~ /^kid[0-9][0-9]$/) next;
+          sub(/ [0-9]+$/, "", f[length(f)]);
+          if (f[2] ~ /^(entry_|asm_|ret_from_fork)/) next;
+          total += n; t = 0; u = 0; h = 0;
+          for (i = 2; i <= length(f); i++) { if (f[i] == "[truncated]") t = 1; if (f[i] == "[unknown]") u = 1; if (f[i] == "short_work") h = 1 }
+          if (f[2] == "_start" && !t) whole += n; if (u) nomod += n; if (h) named += n }
+        END { if (total) printf "  %d user samples: %.1f%% walked whole, %.1f%% named (short_work), %.1f%% with a frame without a module\n", total, 100 * whole / total, 100 * named / total, 100 * nomod / total; else print "  no samples" }
+    ' "$tmp/short.folded"
 }
 
 # Share of the churn's samples (folded lines of comm churnkid) with a user
@@ -204,9 +257,10 @@ run_perf() {
 }
 
 echo "process churn, $secs s per profiler, system-wide at 99 Hz ($(nproc) CPUs, $(uname -r))"
-for mode in ${BENCH_CHURN_MODES:-dwarf fp perf}; do
+for mode in ${BENCH_CHURN_MODES:-dwarf fp short perf}; do
     case $mode in
     perf) run_perf ;;
+    short) run_short ;;
     *) run_bprof "$mode" ;;
     esac
 done

@@ -1,10 +1,17 @@
-//! Symbols: turning kernel addresses and (build ID, file offset) frames
-//! into function names with blazesym, each unique address once.
+//! Symbols: turning kernel addresses and (build ID or file key, file
+//! offset) frames into function names with blazesym, each unique address
+//! once.
 //!
 //! User frames are symbolized from the files themselves, found through their
 //! build IDs, so a process that exited during the profile keeps its names.
-//! Only frames the kernel could not tie to a file (JIT code, a busy mm lock)
-//! need the live process (`/proc/PID/maps`, perf-PID.map).
+//! A file without a build ID (Go's default, BOLTed libraries, code linked
+//! `--build-id=none`) is named by its key (device and inode) from the file
+//! bprof opened as the process mapped it and kept (crate::process::mapped),
+//! or, not kept, from the file at its path only while that is still the
+//! same file; raw addresses (`--call-graph fp`) are mapped back to their
+//! files through the mappings recorded per process. Only frames no file
+//! was ever known for (JIT code) need the live process (`/proc/PID/maps`,
+//! perf-PID.map).
 //!
 //! Names read as `c++filt -i`, perf and gdb print them: C++ symbols are
 //! demangled by cpp_demangle with the fixes in `vendor/cpp_demangle/
