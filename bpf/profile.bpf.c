@@ -96,6 +96,7 @@ struct {
 	enum sample_kind kind;
 	enum frame_status frame_status;
 	struct frame_record frame;
+	struct file_key file_key;
 	enum unwind_limits unwind_limits;
 	enum unwind_cfa unwind_cfa;
 	enum unwind_rbp unwind_rbp;
@@ -115,6 +116,7 @@ struct {
 } bprof_abi = {};
 
 /* frame_record is bpf_get_stack's build-ID record under another name. */
+_Static_assert(sizeof(struct file_key) == BPROF_BUILD_ID_SIZE, "file_key");
 _Static_assert(sizeof(struct frame_record) == sizeof(struct bpf_stack_build_id), "frame_record");
 _Static_assert(__builtin_offsetof(struct frame_record, offset) ==
 		       __builtin_offsetof(struct bpf_stack_build_id, offset),

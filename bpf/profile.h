@@ -33,6 +33,20 @@ enum frame_status {
 	FRAME_IP = 2,    /* no file known: offset holds the raw address */
 	FRAME_TRUNCATED = 3, /* the unwinder stopped early: offset holds enum unwind_end */
 	FRAME_IN_KEY = 4,    /* a stored unwound stack's record 0: its leaf is the count key's user_leaf */
+	FRAME_FILE_KEY = 5,  /* a file without a build ID: build_id holds a struct file_key, offset a file offset */
+};
+
+/* A mapped file as the kernel names it, for a file without a GNU build ID
+ * (a Go binary, a BOLTed library, code linked --build-id=none): in a
+ * FRAME_FILE_KEY record's build_id, so it is 20 bytes (frame_record keeps
+ * bpf_stack_build_id's layout) of 4-byte words. User space keeps the file
+ * open under this key from when it learned the mapping, so the frames are
+ * named after their process exits. */
+struct file_key {
+	__u32 dev;    /* s_dev, the kernel's encoding (major << 20 | minor) */
+	__u32 ino_lo; /* i_ino */
+	__u32 ino_hi;
+	__u32 zero[2];
 };
 
 /* One user frame: the layout of the kernel's struct bpf_stack_build_id

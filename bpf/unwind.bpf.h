@@ -2,9 +2,9 @@
 /*
  * --call-graph dwarf: the user stack walked here, in the sample program,
  * with unwind tables user space built from each mapped file's .eh_frame
- * (src/unwind/). The result is the same (build ID, file offset) records
- * bpf_get_stack(BPF_F_USER_BUILD_ID) gives, so storage, counting and
- * symbolization do not change.
+ * (src/unwind/). The result is the (build ID, file offset) records
+ * bpf_get_stack(BPF_F_USER_BUILD_ID) gives, and (file key, file offset)
+ * records for files without a build ID or whose table is not loaded yet.
  *
  * Per frame: the PC's mapping (bpf_find_vma, cached while the PC stays in
  * it) names the file by (dev, inode); unwind_files gives its build ID and
@@ -57,10 +57,16 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 	if (c->s->ip < c->s->vma.start || c->s->ip >= c->s->vma.end) {
 		err = map_frame(c->s, c->maps);
 		if (err) {
-			rec = &us->frames[n];
-			ip_record(rec, c->s->ip);
-			us->nr = n + 1;
-			hash_frame(c->s, n, rec);
+			/* An address in no executable mapping is no code (what a
+			 * frame pointer walk through code without them reads, or
+			 * a sample in exec between two images): not a frame. One
+			 * the kernel could not look up is kept by its address. */
+			if (err == -EBUSY) {
+				rec = &us->frames[n];
+				ip_record(rec, c->s->ip);
+				us->nr = n + 1;
+				hash_frame(c->s, n, rec);
+			}
 			return stop(c, err == -EBUSY ? UNWIND_END_VMA_BUSY : UNWIND_END_NO_MAPPING);
 		}
 	}
@@ -169,6 +175,10 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	__u32 n, end, zero = 0;
 	__u64 *gen;
 
+	/* Inside execve the registers are the old image's and the mm the new
+	 * one's, or going: no user stack to walk. */
+	if (BPF_CORE_READ_BITFIELD(task, in_execve))
+		return -EFAULT;
 	s = &cs->walk;
 	__builtin_memset(s, 0, sizeof(*s));
 	if (ur->valid) {

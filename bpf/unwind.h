@@ -20,6 +20,9 @@ enum unwind_limits {
 	UNWIND_PAGE_SHIFT = 12,
 	/* unwind_file.flags: build_id is valid, frames are (build ID, offset). */
 	UNWIND_FILE_BUILD_ID = 1,
+	/* unwind_file.flags: build_id holds the file's struct file_key (it has
+	 * no build ID), frames are FRAME_FILE_KEY records. */
+	UNWIND_FILE_KEY = 2,
 	/* Distinct rules unwind_rules holds (8 bytes each: 512 KiB). */
 	UNWIND_MAX_RULES = 65536,
 	/* Table segments unwind_segs holds. */
@@ -118,7 +121,7 @@ struct unwind_file {
 	__u32 first_page;
 	__u32 nr_pages;
 	__u32 page_base;
-	__u32 flags; /* UNWIND_FILE_BUILD_ID */
+	__u32 flags; /* UNWIND_FILE_BUILD_ID or UNWIND_FILE_KEY */
 	__u8 build_id[20];
 };
 

@@ -108,8 +108,8 @@ static __always_inline void hash_frame(struct walk_state *s, __u32 n, const stru
 		hash_record(&s->hash, &s->hash2, (const __u64 *)rec);
 }
 
-/* A frame known by its address alone (no mapping, or a file without a
- * build ID). Records are hashed and compared whole: no stale bytes. */
+/* A frame known by its address alone (no mapping, or anonymous memory).
+ * Records are hashed and compared whole: no stale bytes. */
 static __always_inline void ip_record(struct frame_record *rec, __u64 ip)
 {
 	rec->status = FRAME_IP;
@@ -135,9 +135,22 @@ __noinline int frame_rule(struct walk_state *s, struct frame_record *rec, struct
 		return 0;
 	off = s->ip - s->vma.start + s->vma.off;
 	file = s->have_file ? &s->file : 0;
-	if (file && (file->flags & UNWIND_FILE_BUILD_ID)) {
-		rec->status = FRAME_FILE;
+	if (file && (file->flags & (UNWIND_FILE_BUILD_ID | UNWIND_FILE_KEY))) {
+		rec->status = file->flags & UNWIND_FILE_BUILD_ID ? FRAME_FILE : FRAME_FILE_KEY;
 		__builtin_memcpy(rec->build_id, file->build_id, sizeof(rec->build_id));
+		rec->offset = off;
+	} else if (s->vma.key.ino) {
+		/* A file whose table (and build ID) user space has not loaded
+		 * yet: the kernel's name of it, which user space resolves to the
+		 * file it opened, so the frame keeps at least its module. */
+		struct file_key *k = (struct file_key *)rec->build_id;
+
+		rec->status = FRAME_FILE_KEY;
+		k->dev = s->vma.key.dev;
+		k->ino_lo = s->vma.key.ino;
+		k->ino_hi = s->vma.key.ino >> 32;
+		k->zero[0] = 0;
+		k->zero[1] = 0;
 		rec->offset = off;
 	} else {
 		ip_record(rec, s->ip);

@@ -5,7 +5,9 @@
 use super::skel::profile::types as profile;
 use super::skel::stat::types as stat;
 
-pub(crate) use profile::{filter_entry, frame_record, kern_stack, sample_key, user_stack};
+pub(crate) use profile::{
+    file_key, filter_entry, frame_record, kern_stack, sample_key, user_stack,
+};
 pub(crate) use profile::{py_code_event, py_frame, py_model, py_offsets, py_proc, py_stats};
 pub(crate) use profile::{
     unwind_cfa, unwind_chunk, unwind_file, unwind_file_key, unwind_map_key, unwind_map_slot,
@@ -43,6 +45,10 @@ pub(crate) const FRAME_TRUNCATED: i32 = profile::frame_status::FRAME_TRUNCATED.0
 /// is the count key's `user_leaf`.
 pub(crate) const FRAME_IN_KEY: i32 = profile::frame_status::FRAME_IN_KEY.0 as i32;
 
+/// `frame_record.status`: a file without a build ID, by its key
+/// (`struct file_key`), and a file offset.
+pub(crate) const FRAME_FILE_KEY: i32 = profile::frame_status::FRAME_FILE_KEY.0 as i32;
+
 /// `unwind_maps` keys: address >> this (2 MiB chunks).
 pub(crate) const UNWIND_CHUNK_SHIFT: u32 = profile::unwind_limits::UNWIND_CHUNK_SHIFT.0;
 /// Mappings one `unwind_maps` chunk holds.
@@ -55,6 +61,8 @@ pub(crate) const UNWIND_SEGMENTS: u32 = profile::unwind_limits::UNWIND_SEGMENTS.
 pub(crate) const UNWIND_MAX_RULES: u32 = profile::unwind_limits::UNWIND_MAX_RULES.0;
 /// `unwind_file.flags`: its build ID is valid.
 pub(crate) const UNWIND_FILE_BUILD_ID: u32 = profile::unwind_limits::UNWIND_FILE_BUILD_ID.0;
+/// `unwind_file.flags`: its `build_id` holds its `struct file_key`.
+pub(crate) const UNWIND_FILE_KEY: u32 = profile::unwind_limits::UNWIND_FILE_KEY.0;
 
 /// `py_frame.flags`: the frame began a C-level call of the eval loop.
 pub(crate) const PY_FRAME_ENTRY: u32 = profile::py_limits::PY_FRAME_ENTRY.0;

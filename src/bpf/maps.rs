@@ -231,6 +231,10 @@ pub fn leaf_frame(f: &abi::frame_record) -> Option<UserFrame> {
             build_id: f.build_id,
             offset: f.offset,
         }),
+        abi::FRAME_FILE_KEY => Some(UserFrame::FileKey {
+            key: crate::bpf::stacks::FileKey::from_record(&f.build_id),
+            offset: f.offset,
+        }),
         abi::FRAME_IP => Some(UserFrame::Ip(f.offset)),
         abi::FRAME_TRUNCATED => Some(UserFrame::Truncated(f.offset.min(u8::MAX as u64) as u8)),
         _ => None,
@@ -565,6 +569,32 @@ mod tests {
         assert_eq!(parse_user_stack(&bytes).len(), 3);
         assert!(parse_user_stack(&bytes[..3]).is_empty());
         assert_eq!(parse_user_stack(&bytes[..8 + 32 + 5]).len(), 1);
+    }
+
+    /// A file without a build ID is named by its key: the kernel's device
+    /// encoding and a 64-bit inode, as `struct file_key` lays them out.
+    #[test]
+    fn file_key_records_decode_to_the_device_and_inode_they_hold() {
+        let key = crate::bpf::stacks::FileKey {
+            dev: 0xfe << 20 | 1,
+            ino: 0x1_2345_6789,
+        };
+        let mut rec = record(abi::FRAME_FILE_KEY, 0, 0x4321);
+        rec.build_id = key.to_record();
+        let words: Vec<u32> = rec
+            .build_id
+            .chunks(4)
+            .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(words, [0xfe << 20 | 1, 0x2345_6789, 1, 0, 0]);
+        assert_eq!(
+            parse_user_stack(&user_stack_bytes(1, &[rec])),
+            vec![UserFrame::FileKey {
+                key,
+                offset: 0x4321
+            }]
+        );
+        assert_eq!(std::mem::size_of::<abi::file_key>(), abi::BUILD_ID_SIZE);
     }
 
     #[test]

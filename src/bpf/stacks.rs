@@ -3,6 +3,67 @@
 /// Size of a GNU build ID as the kernel reports it.
 pub const BUILD_ID_SIZE: usize = super::abi::BUILD_ID_SIZE;
 
+// A file key fills a build ID's bytes exactly (`struct file_key`).
+const _: () = assert!(std::mem::size_of::<super::abi::file_key>() == BUILD_ID_SIZE);
+
+/// A mapped file as the kernel names it (`struct file_key`): its device
+/// (the kernel's encoding, `major << 20 | minor`) and inode. Frames of files
+/// without a build ID carry it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileKey {
+    /// `s_dev`: `major << 20 | minor`.
+    pub dev: u32,
+    /// `i_ino`.
+    pub ino: u64,
+}
+
+impl FileKey {
+    /// The key of a file `stat` describes.
+    pub fn of(meta: &std::fs::Metadata) -> FileKey {
+        use std::os::unix::fs::MetadataExt;
+        FileKey {
+            dev: kernel_dev(meta.dev()),
+            ino: meta.ino(),
+        }
+    }
+
+    /// The key as a frame record's 20 bytes hold it.
+    pub fn to_record(self) -> [u8; BUILD_ID_SIZE] {
+        let mut b = [0u8; BUILD_ID_SIZE];
+        b[..4].copy_from_slice(&self.dev.to_ne_bytes());
+        b[4..8].copy_from_slice(&(self.ino as u32).to_ne_bytes());
+        b[8..12].copy_from_slice(&((self.ino >> 32) as u32).to_ne_bytes());
+        b
+    }
+
+    /// The key a frame record's 20 bytes hold.
+    pub fn from_record(b: &[u8; BUILD_ID_SIZE]) -> FileKey {
+        let word = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        FileKey {
+            dev: word(0),
+            ino: u64::from(word(4)) | u64::from(word(8)) << 32,
+        }
+    }
+}
+
+impl std::fmt::Display for FileKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:x}:{:x} inode {}",
+            self.dev >> 20,
+            self.dev & 0xf_ffff,
+            self.ino
+        )
+    }
+}
+
+/// The kernel's encoding of a device (`major << 20 | minor`, as BPF and
+/// perf records see `s_dev`) from `stat`'s `st_dev`.
+pub fn kernel_dev(st_dev: u64) -> u32 {
+    (libc::major(st_dev) << 20) | (libc::minor(st_dev) & 0xf_ffff)
+}
+
 /// One user-space frame as `BPF_F_STACK_BUILD_ID` stack maps store it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum UserFrame {
@@ -14,8 +75,16 @@ pub enum UserFrame {
         /// Offset into the file.
         offset: u64,
     },
+    /// A file offset within a file without a build ID, by its key.
+    FileKey {
+        /// The file's key.
+        key: FileKey,
+        /// Offset into the file.
+        offset: u64,
+    },
     /// The kernel could not name the file (anonymous memory such as JIT
-    /// code, or the mm lock was busy): a raw virtual address.
+    /// code, a file without a build ID under `--call-graph fp`, or the mm
+    /// lock was busy): a raw virtual address.
     Ip(u64),
     /// The unwinder stopped early here (`--call-graph dwarf`); the value is
     /// why (`enum unwind_end`, see `unwind::END_NAMES`).

@@ -11,8 +11,9 @@
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use perf_event_open_sys::bindings as pb;
@@ -23,7 +24,8 @@ use crate::bpf::stacks::BUILD_ID_SIZE;
 use crate::events::sampling;
 use crate::jit::{self, JitFiles};
 use crate::mmap::Mmap;
-use crate::process::maps::{executable_mappings, Mapping};
+use crate::process::mapped::{Known, Learned, MappedFile, MappedFiles, ProcMapping};
+use crate::process::maps::Mapping;
 
 /// Data pages per CPU (a power of two): 256 KiB holds thousands of records.
 const DATA_PAGES: usize = 64;
@@ -56,17 +58,27 @@ pub struct MmapIndex {
     /// (sorted after each read of the rings: one CPU's ring is read after
     /// another's, so a new image's mappings may be read before its exec).
     pub(crate) changes: Vec<(u64, Change)>,
+    /// Every file the processes mapped, opened as they see it and kept.
+    pub files: MappedFiles,
+    /// Time spent reading the rings (the files' learning included).
+    pub drain_time: std::time::Duration,
+    /// The start-up snapshot's mappings per process, for the unwinder to
+    /// take (one read of each /proc/PID/maps serves both); emptied once it
+    /// started.
+    pub(crate) snapshot: HashMap<u32, Vec<ProcMapping>>,
 }
 
 /// A change to a process's executable mappings, as the side band told it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Change {
-    /// A file mapped at `[start, end)` from file offset `off`.
+    /// A file mapped at `[start, end)` from file offset `off`: `file`, as
+    /// opened (`None`: it could not be reached).
     Mapped {
         mapping: Mapping,
         start: u64,
         end: u64,
         off: u64,
+        file: Option<Arc<MappedFile>>,
     },
     /// Anonymous executable memory (JIT code) at `[start, end)`.
     Anon { pid: u32, start: u64, end: u64 },
@@ -155,7 +167,16 @@ impl Sideband {
             }
         };
         for &pid in pids {
-            self.index.without_build_id.extend(executable_mappings(pid));
+            let maps = self.index.files.add_process(pid);
+            for m in &maps {
+                if let ProcMapping::File { path, .. } = m {
+                    self.index.without_build_id.insert(Mapping {
+                        pid,
+                        path: path.clone(),
+                    });
+                }
+            }
+            self.index.snapshot.insert(pid, maps);
             // Its user, should it exit during the profile; -p targets are
             // also watched for a perf map from the start.
             self.index.jit.note_process(pid, watch);
@@ -176,12 +197,14 @@ impl Sideband {
     /// process's: indexing, queueing and JIT-watching the others would cost
     /// bprof work at every foreign exec).
     pub fn drain(&mut self, wanted: &mut dyn FnMut(u32) -> bool) {
+        let t0 = std::time::Instant::now();
         for ring in &self.rings {
             drain_ring(ring, self.page, &mut self.index, wanted);
         }
         // Stable: records of one time stay in ring order.
         self.index.changes.sort_by_key(|c| c.0);
         self.index.jit.poll();
+        self.index.drain_time += t0.elapsed();
     }
 }
 
@@ -191,6 +214,7 @@ impl Sideband {
 pub(crate) fn forget_gone(index: &mut MmapIndex, gone: &mut HashSet<u32>) {
     let mut pids: HashSet<u32> = index.without_build_id.iter().map(|m| m.pid).collect();
     pids.extend(index.by_build_id.values().flatten().map(|m| m.pid));
+    pids.extend(index.files.pids());
     let now_gone: HashSet<u32> = pids
         .into_iter()
         .filter(|&p| !crate::target::alive(p))
@@ -203,6 +227,7 @@ pub(crate) fn forget_gone(index: &mut MmapIndex, gone: &mut HashSet<u32>) {
             ms.retain(|m| !forget.contains(&m.pid));
             !ms.is_empty()
         });
+        index.files.forget(&forget);
     }
     *gone = now_gone;
 }
@@ -324,15 +349,65 @@ fn on_mmap2(rec: &[u8], misc: u16, time: u64, index: &mut MmapIndex) {
             .map_or(0, |s| u64::from_ne_bytes(s.try_into().unwrap_or_default()))
     };
     let (addr, len, pgoff) = (word(16), word(24), word(32));
-    // Anonymous executable memory (or a memfd) is where JITs put code; it
-    // has no file to index.
-    if name.starts_with(b"//anon") || name.starts_with(b"[anon") || name.starts_with(b"/memfd:") {
+    let end = addr.saturating_add(len);
+    // {..., maj, min, ino, ino_generation} where no build ID was read.
+    let known = if misc & MISC_MMAP_BUILD_ID != 0 {
+        let n = (rec[40] as usize).min(BUILD_ID_SIZE);
+        let mut id = [0u8; BUILD_ID_SIZE];
+        id[..n].copy_from_slice(&rec[44..44 + n]);
+        Known::BuildId(id)
+    } else {
+        let (maj, min) = (u32_at(rec, 40), u32_at(rec, 44));
+        Known::Key(crate::process::mapped::FileKey {
+            dev: (maj << 20) | (min & 0xf_ffff),
+            ino: word(48),
+        })
+    };
+    // A memfd is where JITs put code, and where runc and others put a
+    // program they run (fexecve): a file all the same, opened while it is
+    // mapped (it has no other name).
+    let memfd = name.starts_with(b"/memfd:");
+    // Only what opened: nothing else reaches a memfd.
+    let memfd_file = if memfd {
+        let path = Path::new(std::ffi::OsStr::from_bytes(name));
+        index
+            .files
+            .learn(&Learned {
+                pid,
+                start: addr,
+                end,
+                off: pgoff,
+                path,
+                in_root: true,
+                known,
+            })
+            .filter(|f| f.file().is_some())
+    } else {
+        None
+    };
+    // Anonymous executable memory is where JITs put code; it has no file
+    // to index.
+    if name.starts_with(b"//anon") || name.starts_with(b"[anon") || memfd {
         index.jit.note_jit(pid);
+        if let (Some(file), true) = (memfd_file, index.queue_mappings) {
+            let mapping = Mapping {
+                pid,
+                path: PathBuf::from(std::ffi::OsStr::from_bytes(name)),
+            };
+            let change = Change::Mapped {
+                mapping,
+                start: addr,
+                end,
+                off: pgoff,
+                file: Some(file),
+            };
+            index.changes.push((time, change));
+            return;
+        }
         // The unwinder records it as "no file, frame pointers there", so
         // the BPF walker does not ask the kernel about it every sample (a
-        // memfd is a file: the walker learns it itself).
-        if index.queue_mappings && !name.starts_with(b"/memfd:") {
-            let end = addr.saturating_add(len);
+        // memfd whose file could not be opened: the walker learns it).
+        if index.queue_mappings && !memfd {
             index.changes.push((
                 time,
                 Change::Anon {
@@ -344,10 +419,11 @@ fn on_mmap2(rec: &[u8], misc: u16, time: u64, index: &mut MmapIndex) {
         }
         return;
     }
-    // The vDSO has no file: the unwinder gives it bprof's own vDSO's table.
+    // The vDSO has no file: the unwinder gives it bprof's own vDSO's table,
+    // and its frames are named from bprof's own image.
     if name == b"[vdso]" {
+        index.files.note_vdso(pid, addr, end);
         if index.queue_mappings {
-            let end = addr.saturating_add(len);
             index.changes.push((
                 time,
                 Change::Vdso {
@@ -368,28 +444,39 @@ fn on_mmap2(rec: &[u8], misc: u16, time: u64, index: &mut MmapIndex) {
         path: PathBuf::from(std::ffi::OsStr::from_bytes(name)),
     };
     crate::pyframes::note_mapping(&mut index.python, pid, &mapping.path, addr, len, pgoff);
-    if index.queue_mappings {
-        let change = Change::Mapped {
-            mapping: mapping.clone(),
-            start: addr,
-            end: addr.saturating_add(len),
-            off: pgoff,
-        };
-        index.changes.push((time, change));
-    }
     // A jitdump is mapped (executable) only so that profilers find it; it
     // is not an ELF file.
     if jit::is_jitdump_name(&mapping.path) {
         index.jit.note_jitdump(pid, mapping.path);
         return;
     }
-    if misc & MISC_MMAP_BUILD_ID != 0 {
-        let n = (rec[40] as usize).min(BUILD_ID_SIZE);
-        let mut id = [0u8; BUILD_ID_SIZE];
-        id[..n].copy_from_slice(&rec[44..44 + n]);
-        index.by_build_id.entry(id).or_default().insert(mapping);
-    } else {
-        index.without_build_id.insert(mapping);
+    // Opened now, while the process most likely still maps it.
+    let file = index.files.learn(&Learned {
+        pid,
+        start: addr,
+        end,
+        off: pgoff,
+        path: &mapping.path,
+        in_root: true,
+        known,
+    });
+    if index.queue_mappings {
+        let change = Change::Mapped {
+            mapping: mapping.clone(),
+            start: addr,
+            end,
+            off: pgoff,
+            file,
+        };
+        index.changes.push((time, change));
+    }
+    match known {
+        Known::BuildId(id) => {
+            index.by_build_id.entry(id).or_default().insert(mapping);
+        }
+        _ => {
+            index.without_build_id.insert(mapping);
+        }
     }
 }
 

@@ -95,6 +95,7 @@ impl Summary {
                 }
             }
         }
+        self.write_unnamed(e, verbose)?;
         self.write_losses(e)?;
         if verbose {
             writeln!(
@@ -104,6 +105,34 @@ impl Summary {
             )?;
         }
         Ok(())
+    }
+
+    /// The files whose frames stayed unknown, and why: the five most
+    /// sampled (every one, with its path, at -v).
+    fn write_unnamed(&self, e: &mut dyn Write, verbose: bool) -> io::Result<()> {
+        let unnamed = &self.symbols.unnamed;
+        if unnamed.is_empty() {
+            return Ok(());
+        }
+        let shown = if verbose { unnamed.len() } else { 5 };
+        let mut parts: Vec<String> = unnamed
+            .iter()
+            .take(shown)
+            .map(|u| {
+                let name = match (&u.path, verbose) {
+                    (Some(p), true) => crate::names::path(p),
+                    _ => crate::names::clean(&u.module).into_owned(),
+                };
+                format!("{} in {name} ({})", u.sampled, u.why)
+            })
+            .collect();
+        if unnamed.len() > shown {
+            parts.push(format!(
+                "{} more files (-v names them)",
+                unnamed.len() - shown
+            ));
+        }
+        writeln!(e, "bprof: unknown frames: {}", parts.join(", "))
     }
 
     fn write_losses(&self, e: &mut dyn Write) -> io::Result<()> {
@@ -183,6 +212,12 @@ impl Summary {
                 "sampled": self.symbols.sampled_frames,
                 "sampled_unknown": self.symbols.sampled_unknown,
                 "unknown_percent": self.unknown_pct(),
+                "unknown_by_file": self.symbols.unnamed.iter().map(|u| serde_json::json!({
+                    "module": crate::names::clean(&u.module),
+                    "path": u.path.as_deref().map(crate::names::path),
+                    "why": u.why.to_string(),
+                    "sampled": u.sampled,
+                })).collect::<Vec<_>>(),
             },
             "first_output_ms": self.first_output_ms,
             "bpf": self.bpf.map(|(ns, runs)| serde_json::json!({
@@ -215,6 +250,20 @@ mod tests {
                 sampled_frames: 400,
                 sampled_unknown: 10,
                 kallsyms_live: None,
+                unnamed: vec![
+                    crate::symbolize::UnnamedFile {
+                        module: "prog".into(),
+                        path: Some("/opt/prog".into()),
+                        why: crate::symbolize::Unnamed::Changed,
+                        sampled: 6,
+                    },
+                    crate::symbolize::UnnamedFile {
+                        module: "[unknown]".into(),
+                        path: None,
+                        why: crate::symbolize::Unnamed::NoFile,
+                        sampled: 4,
+                    },
+                ],
             },
             unique_stacks: 7,
             sideband_lost: 0,
@@ -240,6 +289,7 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "bprof: 100 samples of process 42 over 2.50 s (cpu-clock, 99 Hz), 2 lost, 7 unique stacks, 2.5% of sampled frames unknown\n\
+             bprof: unknown frames: 6 in prog (file changed since it was mapped), 4 in [unknown] (no file)\n\
              bprof: 3 samples dropped by filter\n\
              bprof: 2 samples lost: the count map was full or out of kernel memory (raise --stack-storage-size)\n"
         );
@@ -253,6 +303,11 @@ mod tests {
         assert_eq!(j["samples"]["lost"], 2);
         assert_eq!(j["unique_stacks"], 7);
         assert_eq!(j["frames"]["unknown_percent"], 2.5);
+        assert_eq!(j["frames"]["unknown_by_file"][0]["path"], "/opt/prog");
+        assert_eq!(
+            j["frames"]["unknown_by_file"][0]["why"],
+            "file changed since it was mapped"
+        );
         assert_eq!(j["bpf"]["run_time_ns"], 5_000_000);
         assert_eq!(j["bpf"]["runs"], 1000);
     }

@@ -25,3 +25,13 @@ pub(crate) fn build_id_only(data: &[u8]) -> Option<Vec<u8>> {
     let obj = object::File::parse(data).ok()?;
     obj.build_id().ok().flatten().map(<[u8]>::to_vec)
 }
+
+/// The build ID of the open ELF file `f` (its headers and notes read, not
+/// the whole file), padded; `None` without one, or one longer than a
+/// frame record holds.
+pub(crate) fn of_file(f: &std::fs::File) -> Option<BuildId> {
+    let cache = object::ReadCache::new(f);
+    let obj = object::File::parse(&cache).ok()?;
+    let id = obj.build_id().ok().flatten()?;
+    (!id.is_empty() && id.len() <= BUILD_ID_SIZE).then(|| padded(id))
+}

@@ -91,6 +91,9 @@ pub(crate) struct Mapped {
     pub(crate) end: u64,
     /// Its file offset.
     pub(crate) off: u64,
+    /// Its file's device as `stat` gives it (`st_dev`), and inode.
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
     /// Its file's path (whole, spaces and all), or `[vdso]`, `[heap]`, empty.
     pub(crate) path: String,
 }
@@ -108,11 +111,19 @@ pub(crate) fn mappings(pid: u32) -> Vec<Mapped> {
                 return None;
             }
             let off = u64::from_str_radix(w.next()?, 16).ok()?;
-            let path = w.nth(2).unwrap_or_default().trim_start().to_string();
+            let (ma, mi) = w.next()?.split_once(':')?;
+            let dev = libc::makedev(
+                u32::from_str_radix(ma, 16).ok()?,
+                u32::from_str_radix(mi, 16).ok()?,
+            );
+            let ino = w.next()?.parse().ok()?;
+            let path = w.next().unwrap_or_default().trim_start().to_string();
             Some(Mapped {
                 start,
                 end,
                 off,
+                dev,
+                ino,
                 path,
             })
         })
@@ -126,16 +137,6 @@ pub(crate) fn parse_range(s: &str) -> Option<(u64, u64)> {
         u64::from_str_radix(a, 16).ok()?,
         u64::from_str_radix(b, 16).ok()?,
     ))
-}
-
-/// "fe:01" → the kernel's dev_t.
-pub(crate) fn parse_dev(s: &str) -> Option<u64> {
-    let (ma, mi) = s.split_once(':')?;
-    let (ma, mi) = (
-        u64::from_str_radix(ma, 16).ok()?,
-        u64::from_str_radix(mi, 16).ok()?,
-    );
-    Some((ma << 20) | mi)
 }
 
 #[cfg(test)]
@@ -170,7 +171,6 @@ truncated r-xp
         // The path's first word, as every reader took it.
         assert_eq!(all[3].path, "/tmp/a");
         assert_eq!(parse_range(all[0].range), Some((0x7f00, 0x7f10)));
-        assert_eq!(parse_dev(all[0].dev), Some(0xfe << 20 | 1));
     }
 
     #[test]

@@ -118,14 +118,7 @@ impl Periodic {
         let total: u64 = lines.iter().map(|(_, c)| c).sum();
         self.total += total;
         self.stacks += stacks.len();
-        self.sym.unique_frames += sym.unique_frames;
-        self.sym.unknown_frames += sym.unknown_frames;
-        self.sym.sampled_frames += sym.sampled_frames;
-        self.sym.sampled_unknown += sym.sampled_unknown;
-        self.sym.kallsyms_live = match (self.sym.kallsyms_live, sym.kallsyms_live) {
-            (Some(a), Some(b)) => Some(a || b),
-            (a, b) => a.or(b),
-        };
+        self.sym.add(&sym);
         if lines.is_empty() {
             self.empty += 1;
             return Ok(());

@@ -147,7 +147,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
         None => crate::collect::check_totals(&stats, drained_total, &lines),
     };
     let (unique_stacks, sym_stats) = match &periodic {
-        Some(p) => (p.stacks, p.sym),
+        Some(p) => (p.stacks, p.sym.clone()),
         None => (stacks.len(), sym_stats),
     };
     let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;
@@ -184,9 +184,21 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
             ),
             None => {}
         }
+        let files = &sideband.index.files;
         eprintln!(
-            "bprof: side band: {} mapping, fork, exec and exit records read, {} of them other processes' (skipped)",
-            sideband.index.records, sideband.index.skipped
+            "bprof: side band: {} mapping, fork, exec and exit records read in {:.0} ms, {} of them other processes' (skipped); mapped files: {} opened as their processes see them, {} mappings of files already open, {} mappings whose file could not be reached, {} kept open{}, learned in {:.0} ms",
+            sideband.index.records,
+            sideband.index.drain_time.as_secs_f64() * 1e3,
+            sideband.index.skipped,
+            files.stats.opened,
+            files.stats.reused,
+            files.stats.unreachable,
+            files.kept(),
+            match files.stats.not_kept {
+                0 => String::new(),
+                n => format!(" ({n} not: past the descriptor limit)"),
+            },
+            files.stats.time.as_secs_f64() * 1e3,
         );
     }
     let summary = Summary {
@@ -411,6 +423,8 @@ pub(crate) fn arm(
         runner.child_pid(),
     )?;
     let python = crate::session::python::start(prog, settings, sideband, scope.as_deref())?;
+    // The unwinder and Python have read the start's mappings.
+    sideband.index.snapshot = Default::default();
     let event = attach(settings, cpus, prog, symbolizer, counting)?;
     Ok((event, unwinder, python))
 }

@@ -40,15 +40,16 @@ pub fn start(
         }
     };
     u.load_vdso(files);
+    let index = &mut sideband.index;
     for &pid in pids {
-        u.add_process(files, &maps.unwind_maps, pid, false);
+        u.add_process(files, &maps.unwind_maps, index, pid, false);
     }
     if let Some(pid) = child {
         // Forked from bprof and held before exec: its libraries (libc, the
         // loader) are bprof's, the ones the command will most likely map.
-        u.add_libraries(files, pid);
+        u.add_libraries(files, index, pid);
         if let Some(argv0) = settings.target.command.first() {
-            u.add_command(files, argv0);
+            u.add_command(files, index, argv0);
         }
     }
     u.publish(&maps.unwind_gen);

@@ -113,6 +113,18 @@ impl<'a> FileFinder<'a> {
     }
 
     fn search(&mut self, id: &BuildId, tgid: u32) -> Option<Rc<ElfFile>> {
+        // The file the process itself mapped, kept open since its mapping
+        // was learned (a container's, a deleted one), else root's copy.
+        for (f, own) in self.index.files.with_build_id(id, tgid) {
+            let Some(fd) = f.reopen() else { continue };
+            let Ok(e) = ElfFile::from_checked(f.path.clone(), fd) else {
+                continue;
+            };
+            let owner_ok = own || e.uid == 0 || Some(e.uid) == uid_of(tgid);
+            if owner_ok && e.build_id().as_ref() == Some(id) {
+                return Some(Rc::new(e));
+            }
+        }
         let mappings: Vec<Mapping> = self
             .index
             .by_build_id

@@ -87,38 +87,7 @@ pub fn check(file: &File) -> Result<Verdict, Reason> {
 /// Files whose verdict is remembered, at most.
 const MEMO_FILES: usize = 4096;
 
-/// A file's identity and version: the same inode, size, mtime and ctime
-/// (which any write changes) is the same content.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct FileId {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl FileId {
-    /// The identity of the file `m` describes.
-    pub(crate) fn of(m: &std::fs::Metadata) -> FileId {
-        use std::os::unix::fs::MetadataExt;
-        FileId {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.size(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-        }
-    }
-
-    /// The identity as a file name: every field, in hex.
-    pub(crate) fn key(&self) -> String {
-        format!(
-            "{:x}-{:x}-{:x}-{:x}.{:x}-{:x}.{:x}",
-            self.dev, self.ino, self.size, self.mtime.0, self.mtime.1, self.ctime.0, self.ctime.1
-        )
-    }
-}
+pub(crate) use crate::process::mapped::FileId;
 
 thread_local! {
     static CHECKED: std::cell::RefCell<std::collections::HashMap<FileId, Result<Verdict, Reason>>> =

@@ -105,6 +105,11 @@ impl ElfFile {
         })
     }
 
+    /// Another descriptor of the file read (for readers that own theirs).
+    pub(crate) fn reopen(&self) -> Option<File> {
+        self.file.try_clone().ok()
+    }
+
     /// The path blazesym opens: this very file.
     fn source_path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
@@ -117,6 +122,32 @@ impl ElfFile {
             .ok()?
             .ok()??;
         Some(crate::process::buildid::padded(&id))
+    }
+
+    /// A Go binary's own build ID (the `.note.go.buildid` note: text, at
+    /// most 256 bytes), which identifies a Go build without a GNU build ID.
+    pub(crate) fn go_build_id(&self) -> Option<String> {
+        use object::{Object, ObjectSection};
+        let cache = object::ReadCache::new(&*self.file);
+        let obj = object::File::parse(&cache).ok()?;
+        let sec = obj.section_by_name(".note.go.buildid")?;
+        if sec.size() > 4096 {
+            return None;
+        }
+        let data = sec.data().ok()?;
+        let word = |at: usize| -> Option<usize> {
+            Some(u32::from_ne_bytes(data.get(at..at + 4)?.try_into().ok()?) as usize)
+        };
+        let (namesz, descsz, kind) = (word(0)?, word(4)?, word(8)?);
+        // ELF_NOTE_GOBUILDID_TAG, owner "Go".
+        if kind != 4 || namesz != 3 || descsz > 256 || data.get(12..14)? != b"Go" {
+            return None;
+        }
+        let desc = data.get(16..16 + descsz)?;
+        let id = std::str::from_utf8(desc).ok()?;
+        id.bytes()
+            .all(|b| b.is_ascii_graphic())
+            .then(|| id.to_string())
     }
 
     /// Symbolizes addresses in it; a panic inside blazesym costs only its
@@ -134,8 +165,71 @@ impl ElfFile {
     }
 
     /// Every function its DWARF (or, without, its symbol table) describes:
-    /// (start, size, name).
+    /// (start, size, name), each named by its symbol where DWARF gives a
+    /// bare name (see [`ElfFile::symtab_names`]).
     pub(crate) fn functions(&self) -> Vec<(u64, u64, String)> {
+        let mut funcs = self.described_functions();
+        if funcs.iter().any(|(_, _, n)| is_bare_name(n)) {
+            let symbols: HashMap<u64, String> = self
+                .fenced(|| {
+                    let src =
+                        blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
+                            debug_syms: false,
+                            ..blazesym::inspect::source::Elf::new(self.source_path())
+                        });
+                    let mut syms = Vec::new();
+                    let _ = blazesym::inspect::Inspector::new().for_each(&src, |sym| {
+                        if sym.sym_type == blazesym::SymType::Function && sym.name.starts_with("_Z")
+                        {
+                            syms.push((sym.addr, sym.name.to_string()));
+                        }
+                        ControlFlow::Continue(())
+                    });
+                    syms
+                })
+                .into_iter()
+                .collect();
+            for (start, _, name) in &mut funcs {
+                if let Some(sym) = symbols.get(start).filter(|s| symtab_names_it(name, s)) {
+                    *name = sym.clone();
+                }
+            }
+        }
+        funcs
+    }
+
+    /// The symbol-table names of its functions that start at the virtual
+    /// addresses `addrs`, in order (`None`: no symbol starts there). DWARF
+    /// may name a function by its bare name (`__introsort_loop<...>` for
+    /// `std::__introsort_loop<...>(...)`, `hotref` without its parameters:
+    /// DWARF without linkage names, as `-gsce` writes it); its symbol names
+    /// it as perf does.
+    pub(crate) fn symtab_names(
+        &self,
+        symbolizer: &Symbolizer,
+        addrs: &[u64],
+    ) -> Vec<Option<String>> {
+        let found = self.fenced(|| {
+            let src = Source::Elf(Elf {
+                debug_syms: false,
+                ..Elf::new(self.source_path())
+            });
+            symbolizer
+                .symbolize(&src, Input::VirtOffset(addrs))
+                .unwrap_or_default()
+        });
+        addrs
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| match found.get(i) {
+                Some(Symbolized::Sym(sym)) if sym.addr == a => Some(sym.name.to_string()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The functions its DWARF (or symbol table) describes, as named there.
+    fn described_functions(&self) -> Vec<(u64, u64, String)> {
         self.fenced(|| {
             let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
                 debug_syms: self.debug_syms,
@@ -197,20 +291,25 @@ impl ElfFile {
         d
     }
 
+    /// Read from its symbol tables with `object` (the file was checked:
+    /// whole entries): blazesym's walk of every symbol also sorts them all
+    /// by name first, which a large library's symbol table makes slow.
     fn read_data_symbols(&self) -> HashSet<u64> {
-        let inspector = blazesym::inspect::Inspector::new();
-        let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
-            debug_syms: false,
-            ..blazesym::inspect::source::Elf::new(self.source_path())
-        });
+        use object::{Object, ObjectSymbol, SymbolKind};
+        let cache = object::ReadCache::new(&*self.file);
+        let Ok(obj) = object::File::parse(&cache) else {
+            return HashSet::new();
+        };
         let (mut vars, mut funcs) = (HashSet::new(), HashSet::new());
-        let _ = inspector.for_each(&src, |sym| {
-            match sym.sym_type {
-                blazesym::SymType::Variable => vars.insert(sym.addr),
-                _ => funcs.insert(sym.addr),
+        for sym in obj.symbols().chain(obj.dynamic_symbols()) {
+            if sym.is_undefined() {
+                continue;
+            }
+            match sym.kind() {
+                SymbolKind::Data => vars.insert(sym.address()),
+                _ => funcs.insert(sym.address()),
             };
-            ControlFlow::Continue(())
-        });
+        }
         vars.retain(|a| !funcs.contains(a));
         vars
     }
@@ -223,6 +322,22 @@ impl ElfFile {
     pub(crate) fn virt_offsets(&self, offsets: &[u64]) -> Vec<Option<u64>> {
         virt_offsets_in(&self.file, offsets)
     }
+}
+
+/// Whether `symtab`, a function's mangled symbol, names the function DWARF
+/// calls `dwarf` (a bare name: no parameters, perhaps no scope), so that
+/// the symbol's full name may stand for it.
+pub(super) fn symtab_names_it(dwarf: &str, symtab: &str) -> bool {
+    if !is_bare_name(dwarf) || !symtab.starts_with("_Z") {
+        return false;
+    }
+    let base = dwarf.split(['<', '(']).next().unwrap_or_default().trim();
+    !base.is_empty() && super::demangle(symtab).contains(base)
+}
+
+/// A name as DWARF gives it, not a symbol's: not mangled, no parameter list.
+pub(super) fn is_bare_name(name: &str) -> bool {
+    !name.starts_with("_Z") && !name.starts_with("_R") && !name.contains('(')
 }
 
 /// `/proc/PID/root/REST` split into the root and REST.
@@ -486,6 +601,35 @@ mod tests {
         assert_eq!(ElfFile::open(&exe).unwrap().virt_offsets(&offsets), want);
         let not_elf = File::open(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
         assert_eq!(virt_offsets_in(&not_elf, &[0]), vec![None]);
+    }
+
+    /// The data objects read from the symbol tables are those blazesym's
+    /// walk of every symbol finds (this test binary's and libc's).
+    #[test]
+    fn data_symbols_are_blazesyms_variables_that_no_function_shares() {
+        let libc = crate::process::maps::executable_mappings(std::process::id())
+            .into_iter()
+            .map(|m| m.path)
+            .find(|p| p.to_string_lossy().contains("libc.so"))
+            .unwrap();
+        for p in [std::env::current_exe().unwrap(), libc] {
+            let f = ElfFile::open(&p).unwrap();
+            let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf {
+                debug_syms: false,
+                ..blazesym::inspect::source::Elf::new(&p)
+            });
+            let (mut vars, mut funcs) = (HashSet::new(), HashSet::new());
+            let _ = blazesym::inspect::Inspector::new().for_each(&src, |sym| {
+                match sym.sym_type {
+                    blazesym::SymType::Variable => vars.insert(sym.addr),
+                    _ => funcs.insert(sym.addr),
+                };
+                ControlFlow::Continue(())
+            });
+            vars.retain(|a| !funcs.contains(a));
+            assert!(!vars.is_empty());
+            assert_eq!(f.read_data_symbols(), vars, "{}", p.display());
+        }
     }
 
     /// What blazesym reads is the file that was checked: another file

@@ -1,16 +1,35 @@
-//! Symbols: turning kernel addresses and (build ID, file offset) frames
-//! into function names with blazesym, each unique address once.
+//! Symbols: turning kernel addresses and (build ID or file key, file
+//! offset) frames into function names with blazesym, each unique address
+//! once.
 //!
 //! User frames are symbolized from the files themselves, found through their
 //! build IDs, so a process that exited during the profile keeps its names.
-//! Only frames the kernel could not tie to a file (JIT code, a busy mm lock)
-//! need the live process (`/proc/PID/maps`, perf-PID.map).
+//! A file without a build ID (Go's default, BOLTed libraries, code linked
+//! `--build-id=none`) is named by its key (device and inode) from the file
+//! bprof opened as the process mapped it and kept (crate::process::mapped),
+//! or, not kept, from the file at its path only while that is still the
+//! same file; raw addresses (`--call-graph fp`) are mapped back to their
+//! files through the mappings recorded per process. Only frames no file
+//! was ever known for (JIT code) need the live process (`/proc/PID/maps`,
+//! perf-PID.map).
+//!
+//! Names read as `c++filt -i`, perf and gdb print them: C++ symbols are
+//! demangled by cpp_demangle with the fixes in `vendor/cpp_demangle/
+//! PATCHES.md` (every libstdc++ symbol is compared with c++filt in the unit
+//! tests); a function's own frame takes its symbol's full name where DWARF
+//! gives a bare one (no scope, no parameters: DWARF without linkage names,
+//! as clang's `-gsce` writes it). A Go binary without `.symtab` (`go build
+//! -ldflags='-s -w'`) is named from its own function table, `.gopclntab`
+//! (see [`gopclntab`]), which perf cannot read.
 
 pub(crate) mod bpfsyms;
 pub mod buildid;
+#[cfg(test)]
+mod cxxfilt_corpus;
 pub(crate) mod debuginfod;
 pub(crate) mod elfcheck;
 mod files;
+pub(crate) mod gopclntab;
 pub(crate) mod kallsyms;
 mod kernel;
 mod namecache;
@@ -23,7 +42,7 @@ use std::sync::Arc;
 
 use blazesym::symbolize::{Symbolized, Symbolizer};
 
-use crate::bpf::stacks::{RawStack, UserFrame, BUILD_ID_SIZE};
+use crate::bpf::stacks::{FileKey, RawStack, UserFrame, BUILD_ID_SIZE};
 use crate::collect::sideband::MmapIndex;
 use crate::fasthash::{HashMap, HashSet};
 use crate::symbolize::buildid::FileFinder;
@@ -76,8 +95,14 @@ pub(crate) enum Module {
     Kernel,
     /// An ELF file: addresses are offsets into it.
     File {
-        /// The build ID the kernel recorded (zero-padded).
-        build_id: [u8; BUILD_ID_SIZE],
+        /// The build ID the kernel recorded (zero-padded), or the file's
+        /// own where known.
+        build_id: Option<[u8; BUILD_ID_SIZE]>,
+        /// For a file without a build ID: its key (device and inode as the
+        /// kernel names it).
+        key: Option<FileKey>,
+        /// A Go binary's own build ID (`.note.go.buildid`), where it has one.
+        go_build_id: Option<String>,
         /// The file bprof found for it, else the path it was mapped from,
         /// if known (an exited process's file may be gone; its build ID
         /// still names it).
@@ -142,8 +167,51 @@ impl Frames {
     }
 }
 
+/// Why a file's frames were not named.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Unnamed {
+    /// The file was read, but no symbol covers the addresses.
+    NoSymbols,
+    /// Another file is at its path now (replaced or rebuilt since it was
+    /// mapped), and the mapped one was not kept: it never names them.
+    Changed,
+    /// The file is gone (deleted, or its process's root with it) and was
+    /// not kept.
+    Gone,
+    /// No file is known for the address (anonymous memory, JIT code
+    /// without a perf map).
+    NoFile,
+    /// The file could not be read (why).
+    Unreadable(String),
+}
+
+impl std::fmt::Display for Unnamed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unnamed::NoSymbols => write!(f, "no symbols"),
+            Unnamed::Changed => write!(f, "file changed since it was mapped"),
+            Unnamed::Gone => write!(f, "file gone"),
+            Unnamed::NoFile => write!(f, "no file"),
+            Unnamed::Unreadable(why) => write!(f, "unreadable: {}", crate::names::clean(why)),
+        }
+    }
+}
+
+/// A file (or none) whose frames stayed unknown, and how often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnnamedFile {
+    /// The module as frames show it.
+    pub module: String,
+    /// Its path, where known.
+    pub path: Option<PathBuf>,
+    /// Why they stayed unknown.
+    pub why: Unnamed,
+    /// Sampled frames in it left unknown.
+    pub sampled: u64,
+}
+
 /// How many frames could be named.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SymbolStats {
     /// Unique addresses looked up.
     pub unique_frames: u64,
@@ -158,6 +226,34 @@ pub struct SymbolStats {
     /// module's or a trampoline's address, or no per-boot copy), not the
     /// copy and the BPF programs; `None`: no kernel frame.
     pub kallsyms_live: Option<bool>,
+    /// The user files whose frames stayed unknown, and why, most sampled
+    /// first.
+    pub unnamed: Vec<UnnamedFile>,
+}
+
+impl SymbolStats {
+    /// Adds another symbolization's counts (an interval of `--every`).
+    pub fn add(&mut self, o: &SymbolStats) {
+        self.unique_frames += o.unique_frames;
+        self.unknown_frames += o.unknown_frames;
+        self.sampled_frames += o.sampled_frames;
+        self.sampled_unknown += o.sampled_unknown;
+        self.kallsyms_live = match (self.kallsyms_live, o.kallsyms_live) {
+            (Some(a), Some(b)) => Some(a || b),
+            (a, b) => a.or(b),
+        };
+        for u in &o.unnamed {
+            match self
+                .unnamed
+                .iter_mut()
+                .find(|x| x.path == u.path && x.module == u.module && x.why == u.why)
+            {
+                Some(x) => x.sampled += u.sampled,
+                None => self.unnamed.push(u.clone()),
+            }
+        }
+        self.unnamed.sort_by_key(|u| std::cmp::Reverse(u.sampled));
+    }
 }
 
 /// How a frame inside a file that has no symbol for it is shown.
@@ -176,6 +272,8 @@ enum UserKey {
     /// Build ID, the process (which file names it depends on who mapped
     /// it), offset.
     File([u8; BUILD_ID_SIZE], u32, u64),
+    /// A file without a build ID by its key, the process, offset.
+    Key(FileKey, u32, u64),
     Ip(u32, u64),
     /// The unwinder stopped early: shown as `[truncated]`.
     Truncated,
@@ -200,6 +298,7 @@ fn user_keys(s: &RawStack) -> impl Iterator<Item = UserKey> + '_ {
             UserFrame::File { build_id, offset } => {
                 UserKey::File(build_id, s.tgid, caller(offset, leaf))
             }
+            UserFrame::FileKey { key, offset } => UserKey::Key(key, s.tgid, caller(offset, leaf)),
             UserFrame::Ip(ip) => UserKey::Ip(s.tgid, caller(ip, leaf)),
             UserFrame::Truncated(_) => UserKey::Truncated,
         }
@@ -405,6 +504,9 @@ pub(crate) fn symbolize_frames(
         user_locs: HashMap::default(),
         debuginfod: crate::symbolize::debuginfod::Client::from_env(),
         mapped: HashMap::default(),
+        go_tables: HashMap::default(),
+        kept: HashMap::default(),
+        unnamed: HashMap::default(),
     };
     let kaddrs = sorted_unique(raw.iter().flat_map(kernel_keys));
     let (kernel, kallsyms_live) = symbolize_kernel(symbolizer, &kaddrs);
@@ -412,11 +514,18 @@ pub(crate) fn symbolize_frames(
 
     let ukeys = sorted_unique(raw.iter().flat_map(user_keys));
     let mut by_file: HashMap<([u8; BUILD_ID_SIZE], u32), Vec<u64>> = HashMap::default();
+    let mut by_key: HashMap<(FileKey, u32), Vec<(UserKey, u64)>> = HashMap::default();
     let mut by_pid: HashMap<u32, Vec<u64>> = HashMap::default();
     for k in &ukeys {
         match *k {
             UserKey::File(id, tgid, off) => by_file.entry((id, tgid)).or_default().push(off),
-            UserKey::Ip(pid, ip) => by_pid.entry(pid).or_default().push(ip),
+            UserKey::Key(key, tgid, off) => by_key.entry((key, tgid)).or_default().push((*k, off)),
+            // A raw address inside a file the process was seen mapping (a
+            // file without a build ID under --call-graph fp): that file's.
+            UserKey::Ip(pid, ip) => match index.files.at(pid, ip) {
+                Some((f, off)) => by_key.entry((f.key, pid)).or_default().push((*k, off)),
+                None => by_pid.entry(pid).or_default().push(ip),
+            },
             // Where the unwinder stopped early: a visible frame, not a symbol.
             UserKey::Truncated => {
                 let loc = pass
@@ -430,6 +539,9 @@ pub(crate) fn symbolize_frames(
     for ((id, tgid), offsets) in by_file {
         let file = finder.find(&id, tgid);
         pass.file_frames(id, tgid, file, &offsets);
+    }
+    for ((key, tgid), frames) in by_key {
+        pass.key_frames(key, tgid, &frames);
     }
     for (pid, ips) in by_pid {
         pass.ip_frames(pid, &ips);
@@ -454,7 +566,7 @@ pub(crate) fn symbolize_frames(
     pass.count_sampled(raw, &unknown_kernel);
     pass.count_sampled_python(raw, &py_locs);
     let stacks = pass.stacks(raw, &kernel_locs, &py_locs);
-    (stacks, pass.names.stats, pass.frames)
+    (stacks, std::mem::take(&mut pass.names.stats), pass.frames)
 }
 
 /// A function by its symbol-table name `raw` (shown demangled), with its

@@ -1,28 +1,39 @@
 //! User frames: one pass names every distinct (file, offset) and address
 //! of a profile's stacks (blazesym, debug files kept by build ID, the
-//! per-boot name cache, JIT symbol files), then builds the named stacks.
+//! per-boot name cache, JIT symbol files, Go function tables), then builds
+//! the named stacks.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 
-use super::files::{build_id_debug_file, module_name, ElfFile};
+use super::files::{build_id_debug_file, is_bare_name, module_name, symtab_names_it, ElfFile};
+use super::gopclntab;
 use super::{
     elfcheck, kernel_keys, namecache, plain_line, symbol_line, user_keys, vdso, FrameLine, Frames,
-    Module, Stack, SymbolStats, UnknownStyle, UserKey, UNKNOWN,
+    Module, Stack, SymbolStats, UnknownStyle, Unnamed, UnnamedFile, UserKey, UNKNOWN,
 };
+use crate::bpf::stacks::FileKey;
 use crate::bpf::stacks::{RawStack, BUILD_ID_SIZE};
 use crate::collect::sideband::MmapIndex;
 use crate::fasthash::{HashMap, HashSet};
+use crate::process::mapped::{module_name as mapped_module_name, MappedFile};
 use crate::target;
 
-/// What named a user frame: blazesym, or the per-boot name cache.
+/// What named a user frame: blazesym, the per-boot name cache, or a Go
+/// binary's own function table.
 #[derive(Clone)]
 enum Found<'a> {
     Sym(Symbolized<'a>),
     Named(String),
+    Lines(Vec<FrameLine>),
 }
+
+/// A Go binary's function table, read from its open file.
+type GoTable = gopclntab::GoTable<std::fs::File>;
 
 /// One symbolization: names and locations found so far, and what stayed
 /// unknown.
@@ -39,7 +50,20 @@ pub(super) struct Pass<'a> {
     /// Files of live processes' mappings symbolized by address (frames the
     /// kernel could not tie to a file), opened once per pass.
     pub(super) mapped: HashMap<(u32, u64, u64), Option<Rc<ElfFile>>>,
+    /// Go function tables by the identity of the file they were read from
+    /// (one file mapped by many processes is read once); `None`: not a Go
+    /// binary.
+    pub(super) go_tables: HashMap<elfcheck::FileId, Option<Rc<GoTable>>>,
+    /// Files of frames without a build ID, checked once per pass (the key:
+    /// the record's address, kept alive here), or why they name nothing.
+    pub(super) kept: HashMap<usize, Kept>,
+    /// Why the unknown frames of each module (by id) stayed unknown.
+    pub(super) unnamed: HashMap<u32, Unnamed>,
 }
+
+/// A recorded file as one pass reads it: the record, and the checked ELF
+/// file or why there is none.
+pub(super) type Kept = (Arc<MappedFile>, Result<Rc<ElfFile>, Unnamed>);
 
 impl<'a> Pass<'a> {
     /// Frames at `offsets` of the file with build ID `id`, as mapped by
@@ -58,12 +82,17 @@ impl<'a> Pass<'a> {
                 *r = s.map(Found::Sym);
             }
             let module_id = self.frames.module(Module::File {
-                build_id: id,
+                build_id: Some(id),
+                key: None,
+                go_build_id: None,
                 path: Some(PathBuf::from("[vdso]")),
             });
+            let keys: Vec<UserKey> = offsets
+                .iter()
+                .map(|&o| UserKey::File(id, tgid, o))
+                .collect();
             return self.place_file_frames(
-                id,
-                tgid,
+                &keys,
                 offsets,
                 &resolved,
                 Some("[vdso]".into()),
@@ -92,6 +121,7 @@ impl<'a> Pass<'a> {
                 for (i, s) in rest.into_iter().zip(self.code_symbols(p, &offs)) {
                     resolved[i] = s.map(Found::Sym);
                 }
+                self.full_own_names(p, &mut resolved);
             }
         }
         // A stripped file's names may sit in a debug file kept by build ID
@@ -101,6 +131,10 @@ impl<'a> Pass<'a> {
                 self.fill_from_debug_file(&id, p, offsets, &mut resolved);
             }
         }
+        // A Go binary without symbols names its code from its own table.
+        if let Some(p) = &file {
+            self.go_file_frames(p, offsets, &mut resolved);
+        }
         // The file found, else the one the side band saw mapped (the
         // process may have exited and the file be gone).
         let seen = self
@@ -108,31 +142,113 @@ impl<'a> Pass<'a> {
             .by_build_id
             .get(&id)
             .and_then(|ms| ms.iter().map(|m| m.path.clone()).min());
-        let file = file.map(|f| f.path.clone()).or(seen);
+        let why = if file.is_some() {
+            Unnamed::NoSymbols
+        } else {
+            Unnamed::Gone
+        };
+        let path = file.as_ref().map(|f| f.path.clone()).or(seen);
         // Where the file came from, even if it could not be opened.
-        let module = file.as_deref().map(module_name);
+        let module = path.as_deref().map(module_name);
         let module_id = self.frames.module(Module::File {
-            build_id: id,
-            path: file,
+            build_id: Some(id),
+            key: None,
+            go_build_id: None,
+            path,
         });
-        self.place_file_frames(id, tgid, offsets, &resolved, module, module_id);
+        if resolved.iter().any(Option::is_none) {
+            self.unnamed.entry(module_id).or_insert(why);
+        }
+        let keys: Vec<UserKey> = offsets
+            .iter()
+            .map(|&o| UserKey::File(id, tgid, o))
+            .collect();
+        self.place_file_frames(&keys, offsets, &resolved, module, module_id);
     }
 
-    /// Names the frames of one file (`resolved`, else `module`+offset).
+    /// Frames at file offsets of the file with key `key` (a file without a
+    /// build ID, or one whose table was not loaded yet) in process `tgid`;
+    /// `frames`: each frame's key and offset. Named from the file kept open
+    /// since its mapping was learned, else from the file now at its path
+    /// while that is still the same file, never from another.
+    pub(super) fn key_frames(&mut self, key: FileKey, tgid: u32, frames: &[(UserKey, u64)]) {
+        let keys: Vec<UserKey> = frames.iter().map(|f| f.0).collect();
+        let offsets: Vec<u64> = frames.iter().map(|f| f.1).collect();
+        let mut resolved: Vec<Option<Found<'a>>> = vec![None; offsets.len()];
+        let mapped = self.index.files.resolve(key, tgid);
+        let elf = match &mapped {
+            Some(m) => self.kept_file(m, tgid),
+            None => Err(Unnamed::Gone),
+        };
+        let build_id = mapped.as_ref().and_then(|m| m.build_id());
+        let mut go_build_id = None;
+        if let Ok(f) = &elf {
+            for (r, s) in resolved.iter_mut().zip(self.code_symbols(f, &offsets)) {
+                *r = s.map(Found::Sym);
+            }
+            self.full_own_names(f, &mut resolved);
+            let id = build_id.or_else(|| f.build_id());
+            if let Some(id) = id.filter(|_| resolved.iter().any(Option::is_none)) {
+                self.fill_from_debug_file(&id, f, &offsets, &mut resolved);
+            }
+            self.go_file_frames(f, &offsets, &mut resolved);
+            go_build_id = f.go_build_id();
+        }
+        let path = mapped.as_ref().map(|m| m.path.clone());
+        let module = path.as_deref().map(mapped_module_name);
+        let module_id = self.frames.module(Module::File {
+            build_id,
+            key: Some(key),
+            go_build_id,
+            path,
+        });
+        if resolved.iter().any(Option::is_none) {
+            let why = elf.err().unwrap_or(Unnamed::NoSymbols);
+            self.unnamed.entry(module_id).or_insert(why);
+        }
+        self.place_file_frames(&keys, &offsets, &resolved, module, module_id);
+    }
+
+    /// The ELF file of record `m` (of process `tgid`'s mapping), checked:
+    /// from the descriptor kept, else from its path if the file there is
+    /// still the one mapped. Once per pass.
+    fn kept_file(&mut self, m: &Arc<MappedFile>, tgid: u32) -> Result<Rc<ElfFile>, Unnamed> {
+        let at = Arc::as_ptr(m) as usize;
+        if let Some((_, r)) = self.kept.get(&at) {
+            return r.clone();
+        }
+        let file = match m.reopen() {
+            Some(f) => Ok(f),
+            None => file_at_path(m, tgid),
+        };
+        let r = file.and_then(|f| {
+            ElfFile::from_checked(m.path.clone(), f)
+                .map(Rc::new)
+                .map_err(|why| {
+                    super::note_refused(&m.path, &why);
+                    Unnamed::Unreadable(why)
+                })
+        });
+        self.kept.insert(at, (m.clone(), r.clone()));
+        r
+    }
+
+    /// Names the frames of one file (`resolved`, else `module`+offset),
+    /// each under its key.
     fn place_file_frames(
         &mut self,
-        id: [u8; BUILD_ID_SIZE],
-        tgid: u32,
+        keys: &[UserKey],
         offsets: &[u64],
         resolved: &[Option<Found<'a>>],
         module: Option<String>,
         module_id: u32,
     ) {
         for (i, &off) in offsets.iter().enumerate() {
-            let key = UserKey::File(id, tgid, off);
+            let key = keys[i];
             let frame = match (&resolved[i], &module) {
                 (Some(Found::Sym(sym)), _) => self.names.of(Some(sym)),
                 (Some(Found::Named(raw)), _) => self.names.raw(raw),
+                (Some(Found::Lines(lines)), _) => self.names.lines(lines.clone()),
                 (None, Some(m)) => {
                     self.unknown_keys.insert(key);
                     self.names.unknown(match self.style {
@@ -147,6 +263,37 @@ impl<'a> Pass<'a> {
             };
             let loc = self.frames.add(off, Some(module_id), frame);
             self.user_locs.insert(key, loc);
+        }
+    }
+
+    /// The Go function table of `file`, read once per file.
+    fn go_table(&mut self, file: &ElfFile) -> Option<Rc<GoTable>> {
+        self.go_tables
+            .entry(file.id)
+            .or_insert_with(|| GoTable::open(file.reopen()?).map(Rc::new))
+            .clone()
+    }
+
+    /// Names what blazesym left unnamed at `offsets` of `file` from its Go
+    /// function table, if it is a Go binary.
+    fn go_file_frames(
+        &mut self,
+        file: &ElfFile,
+        offsets: &[u64],
+        resolved: &mut [Option<Found<'a>>],
+    ) {
+        if resolved.iter().all(Option::is_some) {
+            return;
+        }
+        let Some(table) = self.go_table(file) else {
+            return;
+        };
+        for (r, &off) in resolved.iter_mut().zip(offsets) {
+            if r.is_none() {
+                *r = table
+                    .frames_at_offset(off)
+                    .map(|f| Found::Lines(go_lines(f)));
+            }
         }
     }
 
@@ -190,6 +337,34 @@ impl<'a> Pass<'a> {
         for ((i, _), s) in wanted.into_iter().zip(found) {
             if matches!(s, Symbolized::Sym(_)) {
                 resolved[i] = Some(Found::Sym(s));
+            }
+        }
+        self.full_own_names(&debug, resolved);
+    }
+
+    /// Gives each function found by its DWARF under a bare name (no scope,
+    /// no parameters) the name of its symbol in `file`, the file that
+    /// named it: a function's own frame reads as perf shows it (inlined
+    /// frames have no symbol and keep DWARF's names).
+    fn full_own_names(&self, file: &ElfFile, resolved: &mut [Option<Found<'a>>]) {
+        let bare: Vec<(usize, u64)> = resolved
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| match f {
+                Some(Found::Sym(Symbolized::Sym(s))) if is_bare_name(&s.name) => Some((i, s.addr)),
+                _ => None,
+            })
+            .collect();
+        if bare.is_empty() {
+            return;
+        }
+        let addrs: Vec<u64> = bare.iter().map(|&(_, a)| a).collect();
+        let names = file.symtab_names(self.symbolizer, &addrs);
+        for ((i, _), name) in bare.into_iter().zip(names) {
+            if let (Some(name), Some(Found::Sym(Symbolized::Sym(s)))) = (name, &mut resolved[i]) {
+                if symtab_names_it(&s.name, &name) {
+                    s.name = name.into();
+                }
             }
         }
     }
@@ -240,8 +415,17 @@ impl<'a> Pass<'a> {
         if !wanted.is_empty() {
             let data = debug.data_symbols();
             let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
-            let found = debug.symbolize(self.symbolizer, Input::VirtOffset(&addrs));
+            let mut found: Vec<Option<Found<'a>>> = debug
+                .symbolize(self.symbolizer, Input::VirtOffset(&addrs))
+                .into_iter()
+                .map(|s| Some(Found::Sym(s)))
+                .collect();
             answered |= !found.is_empty();
+            self.full_own_names(debug, &mut found);
+            let found = found.into_iter().filter_map(|f| match f {
+                Some(Found::Sym(s)) => Some(s),
+                _ => None,
+            });
             for ((i, v), s) in wanted.into_iter().zip(found) {
                 if let Symbolized::Sym(sym) = &s {
                     if data.contains(&sym.addr) {
@@ -266,11 +450,30 @@ impl<'a> Pass<'a> {
     /// opened through its map_files link and checked like any other.
     pub(super) fn ip_frames(&mut self, pid: u32, ips: &[u64]) {
         let jit = self.index.jit.names(pid, ips);
-        let resolved = target::alive(pid).then(|| self.mapped_symbols(pid, ips));
+        let mut resolved = target::alive(pid).then(|| self.mapped_symbols(pid, ips));
+        // The vDSO where the process was seen mapping it (the walk's first
+        // ms, before its table is in place), alive or not.
+        if let Some((start, end)) = self.index.files.vdso_of(pid) {
+            let own = crate::process::vdso::own().map(|v| v.image.len() as u64);
+            let inside: Vec<usize> = (0..ips.len())
+                .filter(|&i| ips[i] >= start && ips[i] < end)
+                .filter(|&i| resolved.as_ref().is_none_or(|r| r[i].is_none()))
+                .collect();
+            if own == Some(end - start) && !inside.is_empty() {
+                let offs: Vec<u64> = inside.iter().map(|&i| ips[i] - start).collect();
+                let names = vdso::symbols(self.symbolizer, &offs);
+                let r = resolved.get_or_insert_with(|| vec![None; ips.len()]);
+                for (i, s) in inside.into_iter().zip(names) {
+                    r[i] = s.map(Found::Sym);
+                }
+            }
+        }
         for (i, &ip) in ips.iter().enumerate() {
-            let sym = resolved.as_ref().and_then(|r| r[i].as_ref());
-            let frame = match (sym, jit.get(&ip)) {
-                (Some(sym), _) => self.names.of(Some(sym)),
+            let found = resolved.as_ref().and_then(|r| r[i].as_ref());
+            let frame = match (found, jit.get(&ip)) {
+                (Some(Found::Sym(sym)), _) => self.names.of(Some(sym)),
+                (Some(Found::Named(raw)), _) => self.names.raw(raw),
+                (Some(Found::Lines(lines)), _) => self.names.lines(lines.clone()),
                 (None, None) => {
                     self.unknown_keys.insert(UserKey::Ip(pid, ip));
                     self.names.of(None)
@@ -282,9 +485,12 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// The symbols at addresses `ips` of live process `pid`, from the files
-    /// (and the vDSO) it maps there now.
-    fn mapped_symbols(&mut self, pid: u32, ips: &[u64]) -> Vec<Option<Symbolized<'a>>> {
+    /// The names at addresses `ips` of live process `pid`, from the files
+    /// (and the vDSO) it maps there now: each opened through its
+    /// `/proc/PID/map_files` link and used only if `fstat` shows the
+    /// mapping's device and inode (the range was not remapped meanwhile);
+    /// a Go binary's own function table names what its symbols do not.
+    fn mapped_symbols(&mut self, pid: u32, ips: &[u64]) -> Vec<Option<Found<'a>>> {
         let mut out = vec![None; ips.len()];
         let maps = crate::process::maps::mappings(pid);
         let mut by_map: HashMap<usize, Vec<usize>> = HashMap::default();
@@ -296,13 +502,16 @@ impl<'a> Pass<'a> {
         for (m, idx) in by_map {
             let m = &maps[m];
             let offs: Vec<u64> = idx.iter().map(|&i| ips[i] - m.start + m.off).collect();
-            let found: Vec<Option<Symbolized<'a>>> = if m.path == "[vdso]" {
+            let found: Vec<Option<Found<'a>>> = if m.path == "[vdso]" {
                 let own = crate::process::vdso::own().map(|v| v.image.len() as u64);
                 if own != Some(m.end - m.start) {
                     continue;
                 }
                 let offs: Vec<u64> = idx.iter().map(|&i| ips[i] - m.start).collect();
                 vdso::symbols(self.symbolizer, &offs)
+                    .into_iter()
+                    .map(|s| s.map(Found::Sym))
+                    .collect()
             } else if m.path.starts_with('/') {
                 let key = (pid, m.start, m.end);
                 let file = self
@@ -311,16 +520,25 @@ impl<'a> Pass<'a> {
                     .or_insert_with(|| {
                         let c = crate::fsafe::open_mapped(pid, m.start, m.end, elfcheck::MAX_FILE)
                             .ok()?;
+                        let meta = c.file.metadata().ok()?;
+                        if (meta.dev(), meta.ino()) != (m.dev, m.ino) {
+                            return None;
+                        }
                         ElfFile::from_checked(PathBuf::from(&m.path), c.file)
                             .map_err(|why| super::note_refused(std::path::Path::new(&m.path), &why))
                             .ok()
                             .map(Rc::new)
                     })
                     .clone();
-                match file {
-                    Some(f) => self.code_symbols(&f, &offs),
-                    None => continue,
-                }
+                let Some(f) = file else { continue };
+                let mut found: Vec<Option<Found<'a>>> = self
+                    .code_symbols(&f, &offs)
+                    .into_iter()
+                    .map(|s| s.map(Found::Sym))
+                    .collect();
+                self.full_own_names(&f, &mut found);
+                self.go_file_frames(&f, &offs, &mut found);
+                found
             } else {
                 continue;
             };
@@ -331,18 +549,54 @@ impl<'a> Pass<'a> {
         out
     }
 
-    /// Frames as the samples show them: each stack's frames once per sample.
+    /// Frames as the samples show them: each stack's frames once per
+    /// sample; and the unknown user frames by file, with why.
     pub(super) fn count_sampled(&mut self, raw: &[RawStack], unknown_kernel: &HashSet<u64>) {
+        // Unknown sampled frames by module (None: no file).
+        let mut by_module: HashMap<Option<u32>, u64> = HashMap::default();
         for s in raw {
-            let user = user_keys(s).map(|k| self.unknown_keys.contains(&k));
-            let kernel = kernel_keys(s).map(|a| unknown_kernel.contains(&a));
-            for unknown in user.chain(kernel) {
+            for k in user_keys(s) {
                 self.names.stats.sampled_frames += s.count;
-                if unknown {
+                if self.unknown_keys.contains(&k) {
+                    self.names.stats.sampled_unknown += s.count;
+                    let module = self
+                        .user_locs
+                        .get(&k)
+                        .and_then(|&l| self.frames.locations[l as usize].module);
+                    *by_module.entry(module).or_default() += s.count;
+                }
+            }
+            for a in kernel_keys(s) {
+                self.names.stats.sampled_frames += s.count;
+                if unknown_kernel.contains(&a) {
                     self.names.stats.sampled_unknown += s.count;
                 }
             }
         }
+        let mut unnamed: Vec<UnnamedFile> = by_module
+            .into_iter()
+            .map(|(m, sampled)| {
+                let path = m.and_then(|m| match &self.frames.modules[m as usize] {
+                    Module::File { path, .. } => path.clone(),
+                    Module::Kernel => None,
+                });
+                let why = match m {
+                    Some(m) => self.unnamed.get(&m).cloned().unwrap_or(Unnamed::NoSymbols),
+                    None => Unnamed::NoFile,
+                };
+                let module = path
+                    .as_deref()
+                    .map_or_else(|| UNKNOWN.to_string(), mapped_module_name);
+                UnnamedFile {
+                    module,
+                    path,
+                    why,
+                    sampled,
+                }
+            })
+            .collect();
+        unnamed.sort_by(|a, b| b.sampled.cmp(&a.sampled).then(a.module.cmp(&b.module)));
+        self.names.stats.unnamed = unnamed;
     }
 
     pub(super) fn stacks(
@@ -397,6 +651,12 @@ impl Names {
         vec![symbol_line(raw, None)]
     }
 
+    /// A function (and the calls inlined there) known by its lines.
+    pub(super) fn lines(&mut self, lines: Vec<FrameLine>) -> Vec<FrameLine> {
+        self.stats.unique_frames += 1;
+        lines
+    }
+
     pub(super) fn named(&mut self, name: &str) -> Vec<FrameLine> {
         self.stats.unique_frames += 1;
         vec![plain_line(name.to_string())]
@@ -421,5 +681,45 @@ impl Names {
                 vec![plain_line(UNKNOWN.to_string())]
             }
         }
+    }
+}
+
+/// A Go table's frames as frame lines (innermost first, as they come).
+fn go_lines(frames: Vec<gopclntab::GoFrame>) -> Vec<FrameLine> {
+    frames
+        .into_iter()
+        .map(|f| FrameLine {
+            name: f.name.as_str().into(),
+            system_name: f.name,
+            file: f.file,
+            line: f.line,
+        })
+        .collect()
+}
+
+/// The file now at record `m`'s path (inside the root of process `tgid`
+/// while it lives, for a path as the process named it), if it is still the
+/// file that was mapped (see MappedFile::same_as).
+fn file_at_path(m: &MappedFile, tgid: u32) -> Result<std::fs::File, Unnamed> {
+    use crate::fsafe::{open_untrusted, open_untrusted_in_root, Owner, Refused};
+    let rel = m.path.strip_prefix("/").unwrap_or(&m.path);
+    let opened = if m.in_root && target::alive(tgid) {
+        let root = PathBuf::from(format!("/proc/{tgid}/root"));
+        open_untrusted_in_root(&root, rel, Owner::Any, elfcheck::MAX_FILE)
+    } else {
+        open_untrusted(&m.path, Owner::Any, elfcheck::MAX_FILE)
+    };
+    let c = opened.map_err(|e| match e {
+        Refused::Io(e) if e.kind() == std::io::ErrorKind::NotFound => Unnamed::Gone,
+        e => Unnamed::Unreadable(e.to_string()),
+    })?;
+    let meta = c
+        .file
+        .metadata()
+        .map_err(|e| Unnamed::Unreadable(e.to_string()))?;
+    if m.same_as(&meta) {
+        Ok(c.file)
+    } else {
+        Err(Unnamed::Changed)
     }
 }

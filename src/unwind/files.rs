@@ -1,23 +1,22 @@
-//! Each mapped file's unwind table: opened as the process maps it (its
-//! map_files link, else its path in the process's root), built once per
-//! dev:inode with gimli (table.rs), and loaded into the BPF side's maps
-//! (see bpf/unwind.h).
+//! Each mapped file's unwind table: read from the descriptor opened as the
+//! process maps it (crate::process::mapped), built once per dev:inode with
+//! gimli (table.rs), and loaded into the BPF side's maps (see
+//! bpf/unwind.h).
 
 use std::os::fd::AsFd;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use libbpf_rs::MapCore;
 
 use super::procmaps::Slot;
-use super::{kernel_dev, table, Unwinder, VDSO_KEY};
+use super::{table, Unwinder, VDSO_KEY};
 use crate::bpf::abi;
 use crate::bpf::maps;
-use crate::fsafe::{self, Owner};
+use crate::bpf::stacks::{FileKey, BUILD_ID_SIZE};
 use crate::mmap::Mmap;
-use crate::process::buildid::build_id_only;
-use crate::symbolize::elfcheck::FileId;
+use crate::process::buildid::{build_id_only, padded};
+use crate::process::mapped::{FileId, MappedFile, MappedFiles};
 
 /// Largest file bprof reads to build a table.
 const MAX_FILE: u64 = 2 << 30;
@@ -46,62 +45,49 @@ fn fs_type(fd: std::os::fd::BorrowedFd) -> Option<i64> {
 }
 
 impl Unwinder {
-    /// Opens the file (exactly the mapped one through map_files while the
-    /// mapping lives, else by path in the process's root), builds and loads
-    /// its table unless its dev:inode is loaded already.
-    // Long on purpose: open, check, parse and load one file's table: each step's failure is counted under its own reason.
+    /// Builds and loads the table of `f` (opened as its process maps it,
+    /// see crate::process::mapped) from its kept descriptor, unless its
+    /// dev:inode is loaded already; returns its `unwind_files` key.
+    // Long on purpose: check, parse and load one file's table: each step's failure is counted under its own reason.
     pub(super) fn add_file(
         &mut self,
         files: &dyn MapCore,
-        pid: u32,
-        path: &Path,
-        via: Option<&Path>,
+        known: &mut MappedFiles,
+        f: &Arc<MappedFile>,
     ) -> Option<(u64, u64)> {
-        if self.failed.contains_key(path) {
-            return None;
-        }
-        let opened = via
-            .and_then(|v| fsafe::open_untrusted(v, Owner::Any, MAX_FILE).ok())
-            .map(Ok)
-            .unwrap_or_else(|| {
-                let root = PathBuf::from(format!("/proc/{pid}/root"));
-                let rel = path.strip_prefix("/").unwrap_or(path);
-                fsafe::open_untrusted_in_root(&root, rel, Owner::Any, MAX_FILE)
-            });
-        let checked = match opened {
-            Ok(c) => c,
-            // Not remembered by path: the process was most often gone (a
-            // short-lived one whose mmap record came after its exit), and
-            // the next process mapping the same path must still have its
-            // mapping recorded, or its every sample asks the kernel.
-            Err(fsafe::Refused::Io(_)) => {
-                self.unreachable += 1;
-                return None;
-            }
-            Err(e) => {
-                self.failed.insert(path.to_path_buf(), e.to_string());
-                return None;
-            }
-        };
-        let Ok(meta) = checked.file.metadata() else {
-            return None;
-        };
-        let key = (kernel_dev(meta.dev()), meta.ino());
+        let key = (u64::from(f.key.dev), f.key.ino);
         if self.files.contains_key(&key) {
             return Some(key);
         }
+        if self.failed.contains_key(&key) {
+            return None;
+        }
+        let Some(file) = f.file() else {
+            self.unreachable += 1;
+            return None;
+        };
+        let Ok(meta) = file.metadata() else {
+            return None;
+        };
+        let fail = |s: &mut Self, why: String| {
+            s.failed.insert(key, (f.path.clone(), why));
+        };
         // Once per file, as its table is built (see alias_kernel_names).
-        if on_overlayfs(checked.file.as_fd()) {
+        if on_overlayfs(file.as_fd()) {
             self.overlay.insert(key);
         }
         let t0 = Instant::now();
+        if meta.len() > MAX_FILE {
+            fail(self, format!("{} bytes, over the size limit", meta.len()));
+            return None;
+        }
         // SAFETY: a read-only private mapping of a regular file of at most
         // MAX_FILE bytes; a file truncated meanwhile could fault, as for any
         // mmap reader (perf, blazesym do the same).
-        let data = match unsafe { Mmap::read_only(checked.file.as_fd(), meta.len() as usize) } {
+        let data = match unsafe { Mmap::read_only(file.as_fd(), meta.len() as usize) } {
             Ok(d) => d,
             Err(e) => {
-                self.failed.insert(path.to_path_buf(), e.to_string());
+                fail(self, e.to_string());
                 return None;
             }
         };
@@ -109,10 +95,7 @@ impl Unwinder {
         let room = self.tables.room();
         let id = FileId::of(&meta);
         let limit = room.max(1);
-        let mut cache = self
-            .cache
-            .as_mut()
-            .filter(|_| !on_fuse(checked.file.as_fd()));
+        let mut cache = self.cache.as_mut().filter(|_| !on_fuse(file.as_fd()));
         let kept = cache
             .as_mut()
             .and_then(|c| c.get(&id, limit, || build_id_only(data.bytes())));
@@ -137,17 +120,20 @@ impl Unwinder {
                 (Vec::new(), build_id_only(data.bytes()))
             }
             Err(table::NoTable::NotElf(_)) => {
-                self.failed
-                    .insert(path.to_path_buf(), "not an x86-64 ELF file".into());
+                fail(self, "not an x86-64 ELF file".into());
                 return None;
             }
             Err(_) => (Vec::new(), build_id_only(data.bytes())),
         };
+        // The kernel's records pad a build ID to 20 bytes; a longer one
+        // is not one frames can carry.
+        let build_id = build_id.filter(|b| !b.is_empty() && b.len() <= BUILD_ID_SIZE);
+        known.note_build_id(f, build_id.as_deref().map(padded));
         if rows.is_empty() {
             self.no_table += 1;
         }
         if let Err(e) = self.load(files, key, &rows, build_id.as_deref()) {
-            self.failed.insert(path.to_path_buf(), e);
+            fail(self, e);
             return None;
         }
         self.files.insert(key, !rows.is_empty());
@@ -160,13 +146,14 @@ impl Unwinder {
     /// as user space keyed it, so that mappings learned from the kernel find
     /// its table: on overlayfs the kernel names the layer's inode, /proc and
     /// fstat the overlay's, and a new process's first ms would otherwise
-    /// walk without one.
+    /// walk without one. `known` learns the names too, so frames recorded
+    /// under them before the table was loaded find `file`.
     pub(super) fn alias_kernel_names(
         &mut self,
-        files: &dyn MapCore,
-        maps: &dyn MapCore,
+        (files, maps): (&dyn MapCore, &dyn MapCore),
         pid: u32,
         slot: &Slot,
+        (known, file): (&mut MappedFiles, &Arc<MappedFile>),
     ) {
         let user = slot.file;
         // Only an overlay's file (checked first: the chunk's lookup is a
@@ -186,6 +173,13 @@ impl Unwinder {
             {
                 continue;
             }
+            known.alias(
+                FileKey {
+                    dev: kernel.0 as u32,
+                    ino: kernel.1,
+                },
+                file,
+            );
             let Ok(Some(entry)) =
                 files.lookup(abi::plain_bytes(&k(user)), libbpf_rs::MapFlags::ANY)
             else {
@@ -206,7 +200,8 @@ impl Unwinder {
     }
 
     /// Writes a file's rows, page index and `unwind_files` entry (with its
-    /// build ID, when it has one, frames there are (build ID, offset)).
+    /// build ID, when it has one, frames there are (build ID, offset);
+    /// else with its key, frames there are (key, offset)).
     fn load(
         &mut self,
         files: &dyn MapCore,
@@ -248,10 +243,23 @@ impl Unwinder {
             self.rows += n;
         }
         self.loaded += 1;
-        if let Some(id) = build_id {
-            let n = id.len().min(value.build_id.len());
-            value.flags = abi::UNWIND_FILE_BUILD_ID;
-            value.build_id[..n].copy_from_slice(&id[..n]);
+        match build_id {
+            Some(id) => {
+                let n = id.len().min(value.build_id.len());
+                value.flags = abi::UNWIND_FILE_BUILD_ID;
+                value.build_id[..n].copy_from_slice(&id[..n]);
+            }
+            // Frames there carry the file's key: named from the file kept
+            // open, whether or not its process still lives.
+            None if key != VDSO_KEY => {
+                value.flags = abi::UNWIND_FILE_KEY;
+                value.build_id = FileKey {
+                    dev: key.0 as u32,
+                    ino: key.1,
+                }
+                .to_record();
+            }
+            None => {}
         }
         let k = abi::unwind_file_key {
             dev: key.0,

@@ -4,9 +4,11 @@
 //! once per file (keyed by the kernel's dev:inode, which the walker reads
 //! from the VMA) however many processes map it, and appended to a segment
 //! of `unwind_segs` through its mmap (far faster than map updates;
-//! [`segments`]); then `unwind_files` names its rows and build ID. Files come from
+//! [`segments`]); then `unwind_files` names its rows and its build ID (or,
+//! for a file without one, its key: frames there carry it). Files come from
 //! /proc/PID/maps for running processes and from the side band's mmap
-//! records for new mappings.
+//! records for new mappings, opened as their processes map them
+//! (crate::process::mapped).
 
 mod cache;
 mod files;
@@ -17,7 +19,8 @@ pub mod table;
 use std::collections::{HashMap, HashSet};
 use std::mem::size_of;
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -26,7 +29,8 @@ use libbpf_rs::MapCore;
 use crate::bpf::abi;
 use crate::bpf::maps;
 use crate::bpf::mmap_array::MmapArray as Store;
-use crate::process::maps::{self as proc_maps, parse_dev, parse_range, Mapping};
+use crate::collect::sideband::MmapIndex;
+use crate::process::mapped::{MappedFile, MappedFiles, ProcMapping};
 
 /// The `unwind_files` key of the vDSO's table: no file has inode
 /// u64::MAX on device 0.
@@ -74,13 +78,10 @@ pub struct Unwinder {
     /// Per process, the time of its last exec or exit: its mapping records
     /// from before are stale, whenever they are read.
     floor: HashMap<u32, u64>,
-    /// /proc/PID/maps's dev:inode → the file's key (the same on most file
-    /// systems; by the opened file's fstat where they differ).
-    key_of: HashMap<(u64, u64), (u64, u64)>,
     /// The mappings of the processes, as the BPF side sees them.
     pub procmaps: procmaps::ProcMaps,
-    /// Files that could not be opened or parsed (with why), by path.
-    failed: HashMap<PathBuf, String>,
+    /// Files that could not be read or parsed (path, why), by key.
+    failed: HashMap<(u64, u64), (PathBuf, String)>,
     /// Mappings whose file could not be opened (the process gone, most often).
     unreachable: usize,
     /// Files without a table (no CFI, too large): frame pointers there.
@@ -90,6 +91,8 @@ pub struct Unwinder {
     /// Files not loaded because the tables' budget (--unwind-rows) was spent.
     full: usize,
     build_time: Duration,
+    /// Time spent taking the side band's changes (tables and mappings).
+    take_time: Duration,
     bytes_read: u64,
     /// This boot's kept tables (none if root's state directory is unusable).
     cache: Option<cache::TableCache>,
@@ -103,12 +106,6 @@ pub struct Unwinder {
     overlay: HashSet<(u64, u64)>,
     /// The last generation written to `unwind_gen`.
     gen: u64,
-}
-
-/// The kernel's dev_t of a userspace st_dev (MKDEV: major << 20 | minor).
-fn kernel_dev(st_dev: u64) -> u64 {
-    let (major, minor) = (libc::major(st_dev) as u64, libc::minor(st_dev) as u64);
-    (major << 20) | minor
 }
 
 impl Unwinder {
@@ -130,7 +127,6 @@ impl Unwinder {
             rule_ids: HashMap::new(),
             files: HashMap::new(),
             vdso_len: None,
-            key_of: HashMap::new(),
             procmaps: procmaps::ProcMaps::default(),
             floor: HashMap::new(),
             failed: HashMap::new(),
@@ -139,6 +135,7 @@ impl Unwinder {
             unsupported: 0,
             full: 0,
             build_time: Duration::ZERO,
+            take_time: Duration::ZERO,
             bytes_read: 0,
             cache: cache::TableCache::open(),
             parsed: 0,
@@ -150,63 +147,50 @@ impl Unwinder {
     }
 
     /// Loads the tables of every executable file `pid` maps now, and
-    /// records its mappings (unless `tables_only`).
+    /// records its mappings (unless `tables_only`): those the start-up
+    /// snapshot read, else its /proc/PID/maps now.
     pub fn add_process(
         &mut self,
         files: &dyn MapCore,
         maps: &dyn MapCore,
+        index: &mut MmapIndex,
         pid: u32,
         tables_only: bool,
     ) {
-        let Some(text) = proc_maps::read(pid) else {
-            return;
-        };
-        for line in proc_maps::lines(&text) {
-            let (range, off, dev, ino, path) =
-                (line.range, line.off, line.dev, line.ino, line.path);
-            if !line.executable() {
-                continue;
-            }
-            // Anonymous executable memory (JIT code): frame pointers there,
-            // without asking the kernel at every sample. The vDSO has no
-            // file either, but bprof's own vDSO's table.
-            if (path.is_empty() || path.starts_with("[anon") || path == "[vdso]") && !tables_only {
-                if let Some((start, end)) = parse_range(range) {
-                    let slot = if path == "[vdso]" {
-                        self.vdso_slot(start, end)
-                    } else {
-                        anon_slot(start, end)
-                    };
-                    self.procmaps.insert(maps, pid, slot, 0);
-                }
-                continue;
-            }
-            if !path.starts_with('/') {
-                continue;
-            }
-            let Some(maps_key) = parse_dev(dev).zip(ino.parse().ok()) else {
-                continue;
-            };
-            let file = match self.key_of.get(&maps_key) {
-                Some(&k) => Some(k),
-                None => {
-                    let via = PathBuf::from(format!("/proc/{pid}/map_files/{range}"));
-                    let k = self.add_file(files, pid, Path::new(path), Some(&via));
-                    if let Some(k) = k {
-                        self.key_of.insert(maps_key, k);
-                    }
-                    k
-                }
-            };
-            let parsed = parse_range(range)
-                .and_then(|(a, b)| Some((a, b, u64::from_str_radix(off, 16).ok()?)));
-            if let (Some(file), Some((start, end, off)), false) = (file, parsed, tables_only) {
-                let slot = procmaps::Slot {
+        let mappings = index
+            .snapshot
+            .remove(&pid)
+            .unwrap_or_else(|| index.files.add_process(pid));
+        for m in mappings {
+            let slot = match m {
+                // Anonymous executable memory (JIT code): frame pointers
+                // there, without asking the kernel at every sample. The
+                // vDSO has no file either, but bprof's own vDSO's table.
+                ProcMapping::Anon { start, end } => anon_slot(start, end),
+                ProcMapping::Vdso { start, end } => self.vdso_slot(start, end),
+                ProcMapping::File {
                     start,
                     end,
                     off,
                     file,
-                };
+                    ..
+                } => {
+                    let Some(file) = file else {
+                        self.unreachable += 1;
+                        continue;
+                    };
+                    let Some(file) = self.add_file(files, &mut index.files, &file) else {
+                        continue;
+                    };
+                    procmaps::Slot {
+                        start,
+                        end,
+                        off,
+                        file,
+                    }
+                }
+            };
+            if !tables_only {
                 self.procmaps.insert(maps, pid, slot, 0);
             }
         }
@@ -217,13 +201,15 @@ impl Unwinder {
     fn mapped_slot(
         &mut self,
         files: &dyn MapCore,
-        m: &Mapping,
-        start: u64,
-        end: u64,
-        off: u64,
+        known: &mut MappedFiles,
+        file: Option<&Arc<MappedFile>>,
+        (start, end, off): (u64, u64, u64),
     ) -> Option<procmaps::Slot> {
-        let via = PathBuf::from(format!("/proc/{}/map_files/{start:x}-{end:x}", m.pid));
-        let file = self.add_file(files, m.pid, &m.path, Some(&via))?;
+        let Some(file) = file else {
+            self.unreachable += 1;
+            return None;
+        };
+        let file = self.add_file(files, known, file)?;
         Some(procmaps::Slot {
             start,
             end,
@@ -292,6 +278,10 @@ impl Unwinder {
                 self.aliased.len()
             );
         }
+        s += &format!(
+            "; the side band's mappings taken in {:.0} ms (tables included)",
+            self.take_time.as_secs_f64() * 1000.0
+        );
         s += &format!("; {} address chunks of mappings", self.procmaps.len());
         if self.procmaps.evicted + self.procmaps.failed > 0 {
             s += &format!(
@@ -307,7 +297,7 @@ impl Unwinder {
         }
         if !self.failed.is_empty() {
             s += &format!("; {} files unreadable:", self.failed.len());
-            for (p, why) in self.failed.iter().take(5) {
+            for (p, why) in self.failed.values().take(5) {
                 s += &format!(" {} ({why})", crate::names::path(p));
             }
         }
@@ -345,12 +335,13 @@ impl Unwinder {
 
     /// Loads the files the side band saw mapped since the last call (by
     /// the profile's targets only: the drain kept no other process's).
-    pub fn take_new(
-        &mut self,
-        files: &dyn MapCore,
-        maps: &dyn MapCore,
-        index: &mut crate::collect::sideband::MmapIndex,
-    ) {
+    pub fn take_new(&mut self, files: &dyn MapCore, maps: &dyn MapCore, index: &mut MmapIndex) {
+        let t0 = std::time::Instant::now();
+        self.take_changes(files, maps, index);
+        self.take_time += t0.elapsed();
+    }
+
+    fn take_changes(&mut self, files: &dyn MapCore, maps: &dyn MapCore, index: &mut MmapIndex) {
         use crate::collect::sideband::Change;
         // In the kernel's time order (the side band sorts each read). A
         // record can still be read after a later one of another CPU's
@@ -380,9 +371,15 @@ impl Unwinder {
                     start,
                     end,
                     off,
+                    file,
                 } => {
-                    if let Some(slot) = self.mapped_slot(files, &mapping, start, end, off) {
-                        self.alias_kernel_names(files, maps, mapping.pid, &slot);
+                    let range = (start, end, off);
+                    let known = &mut index.files;
+                    if let (Some(slot), Some(file)) = (
+                        self.mapped_slot(files, known, file.as_ref(), range),
+                        file.as_ref(),
+                    ) {
+                        self.alias_kernel_names((files, maps), mapping.pid, &slot, (known, file));
                         self.procmaps.insert(maps, mapping.pid, slot, time);
                     }
                 }
@@ -420,17 +417,24 @@ impl Unwinder {
     }
 
     /// The shared libraries `pid` maps (not its executable).
-    pub fn add_libraries(&mut self, files: &dyn MapCore, pid: u32) {
-        for m in crate::process::maps::executable_mappings(pid) {
-            let name = m.path.file_name().unwrap_or_default().to_string_lossy();
-            if name.contains(".so") {
-                let _ = self.add_file(files, pid, &m.path, None);
+    pub fn add_libraries(&mut self, files: &dyn MapCore, index: &mut MmapIndex, pid: u32) {
+        for m in index.files.add_process(pid) {
+            if let ProcMapping::File {
+                path,
+                file: Some(file),
+                ..
+            } = m
+            {
+                let name = path.file_name().unwrap_or_default().to_string_lossy();
+                if name.contains(".so") {
+                    let _ = self.add_file(files, &mut index.files, &file);
+                }
             }
         }
     }
 
     /// Before `-- COMMAND` runs: its executable, found as execvp(3) would.
-    pub fn add_command(&mut self, files: &dyn MapCore, argv0: &str) {
+    pub fn add_command(&mut self, files: &dyn MapCore, index: &mut MmapIndex, argv0: &str) {
         let found = if argv0.contains('/') {
             Some(PathBuf::from(argv0))
         } else {
@@ -442,7 +446,9 @@ impl Unwinder {
         };
         if let Some(path) = found {
             let path = std::fs::canonicalize(&path).unwrap_or(path);
-            let _ = self.add_file(files, std::process::id(), &path, None);
+            if let Some(file) = index.files.learn_path(&path) {
+                let _ = self.add_file(files, &mut index.files, &file);
+            }
         }
     }
 }

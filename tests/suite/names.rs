@@ -527,3 +527,84 @@ fn bprofs_own_bpf_frames_are_named_as_kallsyms_names_them_without_reading_it() {
         );
     }
 }
+
+/// `c++filt -i`'s name for the symbol of `bin` whose mangled name starts
+/// with `prefix`.
+fn cxxfilt_name(bin: &Path, prefix: &str) -> String {
+    let nm = run(Command::new("nm").arg(bin));
+    let sym = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .find(|s| s.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no symbol {prefix}* in {}", bin.display()))
+        .to_string();
+    let out = run(Command::new("c++filt").arg("-i").arg(sym));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A C++ function whose DWARF names it barely (`__introsort_loop<...>`
+/// without `std::`, `hotref` without its parameters) is named by its
+/// symbol, as c++filt names it; perf (which leaves parameters out) names
+/// the same functions on the same binary.
+#[test]
+fn cxx_functions_with_bare_dwarf_names_read_as_their_symbols_do() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("names_cxx");
+    let bin = fixture("cxxnames");
+    let sort = cxxfilt_name(&bin, "_ZSt16__introsort_loop");
+    let hot = cxxfilt_name(&bin, "_Z6hotref");
+    assert_eq!(hot, "hotref(ns::Outer const*, ns::Outer::Inner&, long)");
+    let out = run(bprof().args(["-F", "999", "-f", "--"]).arg(&bin).arg("1"));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    let total = assert_totals(&err, &lines);
+    let named = |f: &str| with_frame(&lines, "fx_cxxnames", f);
+    // Most samples sort; every frame of the sort and of hotref by its
+    // full name, none by DWARF's.
+    assert!(named(&sort) * 2 > total, "{sort}: {lines:?}");
+    assert!(named(&hot) > 0, "{lines:?}");
+    let frames = || lines.iter().flat_map(|l| l.frames.iter());
+    assert!(
+        !frames().any(|f| f.starts_with("__introsort_loop") || f == "hotref"),
+        "{lines:?}"
+    );
+
+    // perf names them by the same symbols (without parameters, or the
+    // return type).
+    let data = dir.join("perf.data");
+    // User samples only, no build-ID cache: the names compared are user
+    // code's, and perf 6.1 here can abort reading the kernel's build IDs.
+    perf_record_with(
+        &data,
+        &["-F", "999", "-g", "-N", "-e", "cpu-clock:u"],
+        &[bin.as_os_str(), "1".as_ref()],
+    );
+    let rep = run(Command::new("perf")
+        .args([
+            "report",
+            "--stdio",
+            "--no-children",
+            "-s",
+            "sym",
+            "-q",
+            "-i",
+        ])
+        .arg(&data));
+    let text = String::from_utf8_lossy(&rep.stdout);
+    let perf_names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_once("[.] "))
+        .map(|(_, n)| n.trim())
+        .collect();
+    let sort_perf = sort
+        .strip_prefix("void ")
+        .and_then(|s| s.split_once(">(").map(|(n, _)| format!("{n}>")))
+        .expect("a template function");
+    assert!(
+        perf_names.contains(&sort_perf.as_str()),
+        "{sort_perf}: {perf_names:?}"
+    );
+    assert!(perf_names.contains(&"hotref"), "{perf_names:?}");
+}

@@ -228,17 +228,30 @@ impl Builder {
             ),
             // Addresses are file offsets: the mapping is the file from
             // offset 0, so address - start + file_offset is the offset.
-            Module::File { build_id, path } => {
+            // Its identity: the GNU build ID, else a Go binary's own.
+            Module::File {
+                build_id,
+                go_build_id,
+                path,
+                ..
+            } => {
                 let size = path
                     .as_deref()
                     .and_then(|p| std::fs::metadata(p).ok())
                     .map_or(0, |m| m.len());
-                let len = build_id.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+                let id = match (build_id, go_build_id) {
+                    (Some(b), _) => {
+                        let len = b.iter().rposition(|&x| x != 0).map_or(0, |i| i + 1);
+                        hex(&b[..len])
+                    }
+                    (None, Some(go)) => crate::names::clean(go).into_owned(),
+                    (None, None) => String::new(),
+                };
                 (
                     0,
                     size.max(hi.saturating_add(1)),
                     path.as_deref().map(crate::names::path).unwrap_or_default(),
-                    hex(&build_id[..len]),
+                    id,
                 )
             }
         };

@@ -17,7 +17,9 @@ fn sample_frames() -> (Vec<Stack>, Frames) {
         modules: vec![
             Module::Kernel,
             Module::File {
-                build_id: id,
+                build_id: Some(id),
+                key: None,
+                go_build_id: None,
                 path: None,
             },
         ],
@@ -230,4 +232,40 @@ fn hardware_events_count_events_only_with_a_fixed_period() {
     let freq = build(&stacks, &frames, &FoldedOptions::default(), &meta(None));
     assert_eq!(freq.sample_type.len(), 1);
     assert_eq!(freq.sample[0].value, [3]);
+}
+
+/// A file without a GNU build ID keeps its path, and a Go binary's own
+/// build ID stands as its identity: what a backend can match it by.
+#[test]
+fn mappings_of_files_without_a_build_id_carry_their_path_and_go_build_id() {
+    let (stacks, mut frames) = sample_frames();
+    let key = crate::bpf::stacks::FileKey { dev: 1, ino: 2 };
+    frames.modules[1] = Module::File {
+        build_id: None,
+        key: Some(key),
+        go_build_id: Some("goid/abc".into()),
+        path: Some("/tmp/gohot (deleted)".into()),
+    };
+    let meta = Meta {
+        kind: Kind::Wall,
+        start: UNIX_EPOCH,
+        duration: Duration::from_secs(1),
+        comments: vec![],
+        kernel_build_id: None,
+        cgroups: HashMap::new(),
+    };
+    let p = build(&stacks, &frames, &opts(), &meta);
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    assert_eq!(s(p.mapping[0].filename), "/tmp/gohot (deleted)");
+    assert_eq!(s(p.mapping[0].build_id), "goid/abc");
+    frames.modules[1] = Module::File {
+        build_id: None,
+        key: Some(key),
+        go_build_id: None,
+        path: Some("/opt/noid".into()),
+    };
+    let p = build(&stacks, &frames, &opts(), &meta);
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    assert_eq!(s(p.mapping[0].filename), "/opt/noid");
+    assert_eq!(s(p.mapping[0].build_id), "");
 }
