@@ -32,6 +32,8 @@ pub(crate) struct Summary {
     /// bprof's programs' run time in the kernel (ns) and run count, when
     /// the kernel timed them (`kernel.bpf_stats_enabled`).
     pub(crate) bpf: Option<(u64, u64)>,
+    /// `--otlp`: the endpoint as shown, and where every profile went.
+    pub(crate) otlp: Option<(String, crate::output::otlp::Totals)>,
 }
 
 impl Summary {
@@ -96,6 +98,32 @@ impl Summary {
             }
         }
         self.write_losses(e)?;
+        if let Some((to, t)) = &self.otlp {
+            let unsent = |n: u64, samples: u64, what: &str| match n {
+                0 => String::new(),
+                n => format!(", {n} {what} ({samples} samples)"),
+            };
+            writeln!(
+                e,
+                "bprof: OTLP to {to}: {} of {} profiles sent ({} samples, {} KiB), {} attempts retried, {} dropped from a full queue{}{}{}",
+                t.sent,
+                t.queued,
+                t.sent_samples,
+                t.sent_bytes.div_ceil(1024),
+                t.retried,
+                t.dropped,
+                if t.dropped > 0 { format!(" ({} samples)", t.dropped_samples) } else { String::new() },
+                unsent(t.refused, t.refused_samples, "refused"),
+                unsent(t.unsent, t.unsent_samples, "unsent when the time to send ran out"),
+            )?;
+            if t.rejected_by_receiver > 0 {
+                writeln!(
+                    e,
+                    "bprof: the OTLP receiver took them but said it rejected {} profiles",
+                    t.rejected_by_receiver
+                )?;
+            }
+        }
         if verbose {
             writeln!(
                 e,
@@ -189,6 +217,22 @@ impl Summary {
                 "run_time_ns": ns,
                 "runs": runs,
             })),
+            "otlp": self.otlp.as_ref().map(|(to, t)| serde_json::json!({
+                "endpoint": to,
+                "profiles": t.queued,
+                "samples": t.queued_samples,
+                "sent": t.sent,
+                "sent_samples": t.sent_samples,
+                "sent_bytes": t.sent_bytes,
+                "retried": t.retried,
+                "dropped": t.dropped,
+                "dropped_samples": t.dropped_samples,
+                "refused": t.refused,
+                "refused_samples": t.refused_samples,
+                "unsent": t.unsent,
+                "unsent_samples": t.unsent_samples,
+                "rejected_by_receiver": t.rejected_by_receiver,
+            })),
         })
     }
 }
@@ -229,6 +273,7 @@ mod tests {
             interrupted: false,
             first_output_ms: 12.5,
             bpf: Some((5_000_000, 1000)),
+            otlp: None,
         }
     }
 
