@@ -17,6 +17,7 @@ mod jit;
 mod mutants;
 mod names;
 mod offcpu;
+mod otlp;
 mod pprof;
 mod profile;
 mod stat;
