@@ -9,10 +9,15 @@
 # the benchmarks reading bprof's --stats-json (scripts/longrun.sh, every-rss.sh).
 # xz-utils (Debian's xz and liblzma, stripped, without frame pointers) for
 # the --call-graph dwarf test of a packaged binary and its library.
+# python3-venv for the OTLP tests' receiver: a venv (/opt/bprof-test-venv)
+# with PyPI's opentelemetry-proto (the official generated classes of the
+# profiles signal; 1.45.2 is generated from opentelemetry-proto v1.10.0,
+# the release bprof speaks) and grpcio, pinned so the classes stay that
+# release's. ca-certificates: the system roots --otlp https trusts.
 # Idempotent and quiet.
 set -euo pipefail
 pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc binutils bpftool linux-perf util-linux debuginfod golang-go
-    qemu-system-x86 busybox-static tmux xz-utils python3 jq)
+    qemu-system-x86 busybox-static tmux xz-utils python3 python3-venv ca-certificates jq)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -25,3 +30,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 # bpffs, for tools that pin objects; harmless when already mounted.
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+venv=/opt/bprof-test-venv
+if ! "$venv/bin/python3" -c 'import grpc, opentelemetry.proto.profiles.v1development.profiles_pb2' 2>/dev/null; then
+    echo "installing the OTLP test receiver's packages into $venv" >&2
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check opentelemetry-proto==1.45.2 'grpcio>=1.60'
+fi

@@ -218,7 +218,8 @@ pub struct ProfileArgs {
     pub pprof: Option<PathBuf>,
 
     /// Write one profile every SECONDS (at least 1) for as long as bprof
-    /// runs, to files named by patterns in -o, --svg and --pprof: %t the
+    /// runs (and send it, with --otlp), to files named by patterns in -o,
+    /// --svg and --pprof: %t the
     /// interval's start (UTC, 20261125T114000Z), %s the same in epoch
     /// seconds, %n its number, %d its length in seconds, %% a '%'. E.g.
     /// --every 10 --pprof 'out/%t.pb.gz'.

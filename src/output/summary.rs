@@ -291,6 +291,38 @@ mod tests {
     }
 
     #[test]
+    fn otlp_delivery_is_in_both_summaries() {
+        let mut s = summary(Mode::OnCpu);
+        let t = crate::output::otlp::Totals {
+            queued: 6,
+            queued_samples: 100,
+            sent: 4,
+            sent_samples: 70,
+            sent_bytes: 5000,
+            retried: 3,
+            dropped: 1,
+            dropped_samples: 20,
+            unsent: 1,
+            unsent_samples: 10,
+            ..Default::default()
+        };
+        s.otlp = Some(("http://c:4317 (gRPC)".into(), t));
+        let mut out = Vec::new();
+        s.write(&mut out, false).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("bprof: OTLP to http://c:4317 (gRPC): 4 of 6 profiles sent (70 samples, 5 KiB), 3 attempts retried, 1 dropped from a full queue (20 samples), 1 unsent when the time to send ran out (10 samples)\n"),
+            "{text}"
+        );
+        let j = s.json();
+        assert_eq!(j["otlp"]["sent"], 4);
+        assert_eq!(j["otlp"]["retried"], 3);
+        assert_eq!(j["otlp"]["dropped"], 1);
+        assert_eq!(j["otlp"]["unsent_samples"], 10);
+        assert_eq!(summary(Mode::OnCpu).json()["otlp"], serde_json::Value::Null);
+    }
+
+    #[test]
     fn json_summary_carries_the_accounting() {
         let j = summary(Mode::Wall).json();
         assert_eq!(j["mode"], "wall");

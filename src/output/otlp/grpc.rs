@@ -181,14 +181,14 @@ impl GrpcTransport {
                     .handshake::<_, Bytes>(stream)
                     .await
                     .map_err(retry("HTTP/2 handshake"))?;
-                (send, tokio::spawn(async move { conn.await }))
+                (send, tokio::spawn(conn))
             }
             None => {
                 let (send, conn) = builder
                     .handshake::<_, Bytes>(tcp)
                     .await
                     .map_err(retry("HTTP/2 handshake"))?;
-                (send, tokio::spawn(async move { conn.await }))
+                (send, tokio::spawn(conn))
             }
         };
         let result = self.request(send, data, gzip, scheme).await;

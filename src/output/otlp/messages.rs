@@ -17,6 +17,8 @@ pub struct AnyValue {
 /// `AnyValue`'s oneof.
 pub mod any_value {
     /// common.v1 `AnyValue.value`.
+    // The variants are the .proto's field names, as generated code has them.
+    #[allow(clippy::enum_variant_names)]
     #[derive(Clone, PartialEq, prost::Oneof)]
     pub enum Value {
         /// A string.
