@@ -224,6 +224,7 @@ impl Summary {
                 "sent": t.sent,
                 "sent_samples": t.sent_samples,
                 "sent_bytes": t.sent_bytes,
+                "largest_bytes": t.largest_bytes,
                 "retried": t.retried,
                 "dropped": t.dropped,
                 "dropped_samples": t.dropped_samples,

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
 
 use super::endpoint::{Endpoint, Protocol};
-use super::transport::Transport;
+use super::transport::{Failure, Transport};
 
 /// First wait after a failed attempt.
 pub const BACKOFF_MIN: Duration = Duration::from_secs(1);
@@ -72,6 +72,8 @@ pub struct Totals {
     pub sent_samples: u64,
     /// Compressed bytes sent.
     pub sent_bytes: u64,
+    /// The largest request handed over, in bytes as sent.
+    pub largest_bytes: u64,
     /// Failed attempts tried again.
     pub retried: u64,
     /// Dropped from a full queue, oldest first.
@@ -189,6 +191,7 @@ impl Delivery {
             let mut t = self.shared.totals();
             t.queued += 1;
             t.queued_samples += p.samples;
+            t.largest_bytes = t.largest_bytes.max(p.body.len() as u64);
         }
         let mut p = p;
         loop {
@@ -305,7 +308,15 @@ impl Worker {
                 None => self.settings.timeout,
             };
             let endpoint = &self.settings.endpoint;
-            match self.transport.export(&p.body, self.settings.gzip, timeout) {
+            // The clients' panics on a server's answer are fenced: they cost
+            // this profile, not bprof.
+            let transport = &mut self.transport;
+            let gzip = self.settings.gzip;
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                transport.export(&p.body, gzip, timeout)
+            }))
+            .unwrap_or_else(|_| Err(Failure::refused("the client failed on the answer")));
+            match result {
                 Ok(answer) => {
                     {
                         let mut t = self.shared.totals();
@@ -389,7 +400,7 @@ impl Worker {
 
 #[cfg(test)]
 mod tests {
-    use super::super::transport::{Accepted, Failure};
+    use super::super::transport::Accepted;
     use super::*;
     use std::sync::atomic::{AtomicU64, Ordering};
 

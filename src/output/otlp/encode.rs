@@ -240,7 +240,7 @@ impl Dict {
                 ),
                 // Addresses are file offsets: the mapping is the file from
                 // offset 0, as in pprof.
-                Module::File { build_id, path } => {
+                Module::File { build_id, path, .. } => {
                     let len = build_id.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
                     (
                         0,

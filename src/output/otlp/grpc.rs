@@ -103,18 +103,11 @@ fn status_failure(code: u32, h: &http::HeaderMap) -> Failure {
     } else {
         format!("gRPC status {code}: {msg}")
     };
-    let mut f = if transport::grpc_retryable(code) {
+    if transport::grpc_retryable(code) {
         Failure::retry(why)
     } else {
         Failure::refused(why)
-    };
-    // RESOURCE_EXHAUSTED without a hint of when to retry is an answer
-    // that would stay the same; still retried, as the collector's
-    // memory limiter clears.
-    if code == 8 {
-        f.retryable = true;
     }
-    f
 }
 
 /// The response message from a (bounded) body: the first gRPC frame,

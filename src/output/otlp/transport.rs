@@ -102,10 +102,12 @@ pub fn http_retryable(status: u16) -> bool {
 }
 
 /// Whether a gRPC status code is retryable (OTLP/gRPC's list):
-/// CANCELLED, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, OUT_OF_RANGE,
-/// UNAVAILABLE, DATA_LOSS.
+/// CANCELLED, DEADLINE_EXCEEDED, ABORTED, OUT_OF_RANGE, UNAVAILABLE,
+/// DATA_LOSS. RESOURCE_EXHAUSTED is retryable only with the server's
+/// RetryInfo, which bprof does not read: a request too large for the
+/// receiver would meet the same answer again.
 pub fn grpc_retryable(code: u32) -> bool {
-    matches!(code, 1 | 4 | 8 | 10 | 11 | 14 | 15)
+    matches!(code, 1 | 4 | 10 | 11 | 14 | 15)
 }
 
 #[cfg(test)]
