@@ -41,11 +41,20 @@ impl Receiver {
     /// Starts a receiver (`grpc` or `http`) on `port` (0: any), and
     /// returns once it listens.
     fn start(kind: &str, port: u16) -> Receiver {
+        Receiver::start_with(kind, port, None)
+    }
+
+    /// ... with TLS, given a certificate and its key.
+    fn start_with(kind: &str, port: u16, tls: Option<(&Path, &Path)>) -> Receiver {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/suite/otlp_receiver.py");
-        let mut child = Command::new(python())
-            .arg(script)
-            .arg(kind)
-            .arg(port.to_string())
+        let mut cmd = Command::new(python());
+        // grpcio's own log (refused handshakes) stays out of the test output.
+        cmd.env("GRPC_VERBOSITY", "NONE");
+        cmd.arg(script).arg(kind).arg(port.to_string());
+        if let Some((cert, key)) = tls {
+            cmd.arg(cert).arg(key);
+        }
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn_guarded();
@@ -635,6 +644,75 @@ fn hostile_otlp_answers_are_bounded_and_never_crash_bprof() {
             assert_eq!(out.status.code(), Some(1), "{stderr}");
             assert_eq!(o["sent"], 0, "{stderr}");
             assert!(o["retried"].as_u64().unwrap() >= 1, "{stderr}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn otlp_https_trusts_the_system_roots_and_nothing_else() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("otlp-tls");
+    let (ca, cert, key) = (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    );
+    // An authority of the test's own, and its certificate for 127.0.0.1.
+    let sh = format!(
+        "set -e; cd {d}; \
+         openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=bprof-test-ca \
+           -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
+           -keyout ca.key -out ca.pem; \
+         openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout key.pem -out req.csr; \
+         printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' > ext; \
+         openssl x509 -req -in req.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
+           -extfile ext -out cert.pem",
+        d = dir.display()
+    );
+    let made = Command::new("sh")
+        .args(["-c", &sh])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run openssl");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    for kind in ["grpc", "http"] {
+        let rx = Receiver::start_with(kind, 0, Some((&cert, &key)));
+        let url = match kind {
+            "grpc" => format!("https://127.0.0.1:{}", rx.port),
+            _ => format!("https://127.0.0.1:{}/v1development/profiles", rx.port),
+        };
+        // Trusted as a system root (SSL_CERT_FILE names the system's
+        // bundle to rustls-native-certs), then not (the real bundle).
+        for trusted in [true, false] {
+            let json = dir.join("stats.json");
+            let mut cmd = bprof();
+            if trusted {
+                cmd.env("SSL_CERT_FILE", &ca);
+            }
+            let out = run(cmd
+                .args(["-F", "99", "--no-counts", "--otlp", &url, "--stats-json"])
+                .arg(&json)
+                .arg("--")
+                .arg(fixture("work631"))
+                .arg("1"));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let o = otlp_accounting(&stats(&json));
+            if trusted {
+                assert!(out.status.success(), "{kind}: {stderr}");
+                assert_eq!(o["sent"], 1, "{kind}: {stderr}");
+                let requests = rx.wait_for(1);
+                assert_eq!(total(&requests), o["sent_samples"].as_u64().unwrap());
+            } else {
+                assert_eq!(out.status.code(), Some(1), "{kind}: {stderr}");
+                assert_eq!(o["sent"], 0, "{kind}: {stderr}");
+                assert_eq!(rx.requests().len(), 1, "{kind}: nothing more reached it");
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

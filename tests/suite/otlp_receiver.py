@@ -2,9 +2,10 @@
 generated code (PyPI's opentelemetry-proto and grpcio, installed by
 scripts/install-deps.sh into /opt/bprof-test-venv).
 
-    otlp_receiver.py grpc|http [PORT]
+    otlp_receiver.py grpc|http [PORT [CERT KEY]]
 
-listens on 127.0.0.1 (PORT, or one the kernel picks), prints "port N",
+listens on 127.0.0.1 (PORT, or one the kernel picks; with TLS when given
+a PEM certificate and key), prints "port N",
 then one JSON line per request it took: every profile decoded with the
 official classes and resolved through the dictionary (function names,
 mapping files and build IDs, attributes), plus the fields it did not know
@@ -16,6 +17,7 @@ answers the same message as application/x-protobuf.
 import gzip
 import http.server
 import json
+import ssl
 import sys
 import threading
 import time
@@ -156,15 +158,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
 def main():
     kind = sys.argv[1]
     port = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    tls = sys.argv[3:5] if len(sys.argv) > 4 else None
     if kind == "grpc":
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         service_grpc.add_ProfilesServiceServicer_to_server(Service(), server)
-        port = server.add_insecure_port(f"127.0.0.1:{port}")
+        if tls:
+            cert, key = (open(f, "rb").read() for f in tls)
+            creds = grpc.ssl_server_credentials([(key, cert)])
+            port = server.add_secure_port(f"127.0.0.1:{port}", creds)
+        else:
+            port = server.add_insecure_port(f"127.0.0.1:{port}")
         server.start()
         emit_port(port)
         server.wait_for_termination()
     else:
         server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls[0], tls[1])
+            server.socket = ctx.wrap_socket(server.socket, server_side=True)
         emit_port(server.server_address[1])
         server.serve_forever()
 
