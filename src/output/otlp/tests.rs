@@ -255,3 +255,35 @@ fn bodies_are_gzipped_when_asked() {
         .unwrap();
     assert_eq!(back, raw);
 }
+
+#[test]
+fn off_cpu_and_wall_profiles_count_microseconds() {
+    let (stacks, frames, mut meta) = sample();
+    for (kind, want) in [
+        (Kind::OffCpu, ("off-cpu", "microseconds")),
+        (Kind::Wall, ("wall", "microseconds")),
+        (
+            Kind::Events {
+                event: "instructions".into(),
+                period: Some(1000),
+            },
+            ("samples", "count"),
+        ),
+    ] {
+        meta.kind = kind.clone();
+        let req = build(&stacks, &frames, &opts(), &meta);
+        let d = req.dictionary.as_ref().unwrap();
+        let p = &req.resource_profiles[0].scope_profiles[0].profiles[0];
+        let t = p.sample_type.as_ref().unwrap();
+        let got = (
+            d.string_table[t.type_strindex as usize].as_str(),
+            d.string_table[t.unit_strindex as usize].as_str(),
+        );
+        assert_eq!(got, want, "{kind:?}");
+        if let Kind::Events { .. } = kind {
+            let pt = p.period_type.as_ref().unwrap();
+            assert_eq!(d.string_table[pt.type_strindex as usize], "instructions");
+            assert_eq!(p.period, 1000);
+        }
+    }
+}
