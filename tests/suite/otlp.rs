@@ -717,3 +717,44 @@ fn otlp_https_trusts_the_system_roots_and_nothing_else() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn otlp_the_systemd_units_command_runs_and_sends() {
+    root_or_skip!();
+    let _g = exclusive();
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/systemd/bprof.service"),
+    )
+    .unwrap();
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("an ExecStart line");
+    let rx = Receiver::start("grpc", 0);
+    let url = format!("http://127.0.0.1:{}", rx.port);
+    let args: Vec<String> = exec
+        .split_whitespace()
+        .skip(1)
+        .map(|a| a.replace("${BPROF_OTLP}", &url))
+        .collect();
+    assert!(args.iter().any(|a| a == &url), "{exec}");
+    let dir = scratch("otlp-unit");
+    let json = dir.join("stats.json");
+    // The unit's command for 12 s: one 10-s interval and a short last one.
+    let out = run(bprof().args(&args).arg("--stats-json").arg(&json).arg("12"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{exec}: {stderr}");
+    let st = stats(&json);
+    let o = otlp_accounting(&st);
+    assert_eq!(o["sent"], o["profiles"], "{stderr}");
+    assert_eq!(o["sent"], 2, "{stderr}");
+    let requests = rx.wait_for(2);
+    assert_eq!(total(&requests), st["samples"]["counted"].as_u64().unwrap());
+    // The whole machine: more than one process.
+    let pids: std::collections::BTreeSet<u64> = samples(&requests)
+        .iter()
+        .filter_map(|s| s.0["process.pid"].as_u64())
+        .collect();
+    assert!(pids.len() > 1, "{pids:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
