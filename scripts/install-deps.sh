@@ -13,6 +13,11 @@
 # time (GNU time) for a child's own peak RSS in the JIT tests; py-spy 0.4
 # (PyPI) for the Python tests, which compare bprof with it on the same
 # runs (scripts/bench-python.sh too).
+# python3-venv for the OTLP tests' receiver: a venv (/opt/bprof-test-venv)
+# with PyPI's opentelemetry-proto (the official generated classes of the
+# profiles signal; 1.45.2 is generated from opentelemetry-proto v1.10.0,
+# the release bprof speaks) and grpcio, pinned so the classes stay that
+# release's. ca-certificates: the system roots --otlp https trusts.
 # Idempotent and quiet; no recommended extras (clang's LLVM development
 # files, qemu's GUI), which none of this needs.
 #
@@ -24,7 +29,7 @@
 set -euo pipefail
 build=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc binutils)
 test=(bpftool linux-perf util-linux debuginfod golang-go qemu-system-x86 busybox-static tmux xz-utils
-    python3 jq nodejs time)
+    python3 python3-venv ca-certificates jq nodejs time)
 case "${1:-all}" in
 build) pkgs=("${build[@]}") ;;
 test) pkgs=("${test[@]}") ;;
@@ -57,3 +62,9 @@ if [ "${1:-all}" != build ] && ! command -v py-spy >/dev/null && ! ls "${PYENV_R
 fi
 # bpffs, for tools that pin objects; harmless when already mounted.
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+venv=/opt/bprof-test-venv
+if [ "${1:-all}" != build ] && ! "$venv/bin/python3" -c 'import grpc, opentelemetry.proto.profiles.v1development.profiles_pb2' 2>/dev/null; then
+    echo "installing the OTLP test receiver's packages into $venv" >&2
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check opentelemetry-proto==1.45.2 'grpcio>=1.60'
+fi

@@ -57,6 +57,12 @@ pub enum Sub {
     mut_arg("stats_json", |a| a.hide(true)),
     mut_arg("pprof", |a| a.hide(true)),
     mut_arg("every", |a| a.hide(true)),
+    mut_arg("otlp", |a| a.hide(true)),
+    mut_arg("otlp_header", |a| a.hide(true)),
+    mut_arg("service_name", |a| a.hide(true)),
+    mut_arg("otlp_queue", |a| a.hide(true)),
+    mut_arg("otlp_timeout", |a| a.hide(true)),
+    mut_arg("otlp_compression", |a| a.hide(true)),
     mut_arg("no_counts", |a| a.hide(true)),
     after_help = "Keys: q quit, space pause, s sort (self/total/name), f functions/stacks,\n  p pick a process (arrows, Enter; Esc for all), Up/Down scroll.\nEach refresh shows the counts of the last interval.\n\nExamples:\n  bprof top                   every CPU, refreshed every second\n  bprof top -p 1234 -F 199    one process, 199 samples per second per CPU\n  bprof top --off-cpu -d 2    where threads block, refreshed every 2 s"
 )]
@@ -212,12 +218,52 @@ pub struct ProfileArgs {
     pub pprof: Option<PathBuf>,
 
     /// Write one profile every SECONDS (at least 1) for as long as bprof
-    /// runs, to files named by patterns in -o, --svg and --pprof: %t the
+    /// runs (and send it, with --otlp), to files named by patterns in -o,
+    /// --svg and --pprof: %t the
     /// interval's start (UTC, 20261125T114000Z), %s the same in epoch
     /// seconds, %n its number, %d its length in seconds, %% a '%'. E.g.
     /// --every 10 --pprof 'out/%t.pb.gz'.
     #[arg(long = "every", value_name = "SECONDS")]
     pub every: Option<String>,
+
+    /// Send each profile (each --every interval's, or the one at the end)
+    /// as OTLP profiles to a Collector, Pyroscope or Parca:
+    /// http(s)://HOST[:PORT] speaks OTLP/gRPC (port 4317 by default),
+    /// a URL with a path OTLP/HTTP (e.g.
+    /// http://HOST:4318/v1development/profiles). https uses the system's
+    /// CA certificates.
+    #[arg(long = "otlp", value_name = "URL")]
+    pub otlp: Option<String>,
+
+    /// A header sent with every OTLP request (repeatable), e.g.
+    /// 'Authorization=Bearer TOKEN'; also read from
+    /// OTEL_EXPORTER_OTLP_HEADERS (a=b,c=d), which keeps secrets off the
+    /// command line.
+    #[arg(long = "otlp-header", value_name = "NAME=VALUE")]
+    pub otlp_header: Vec<String>,
+
+    /// OTLP service.name of every profiled process [default: the
+    /// command's name with -- COMMAND, else each process's executable].
+    #[arg(long = "service-name", value_name = "NAME")]
+    pub service_name: Option<String>,
+
+    /// Profiles that may wait for an OTLP receiver that is slow or down;
+    /// when the queue is full the oldest is dropped (and counted).
+    #[arg(long = "otlp-queue", value_name = "N", default_value = "64")]
+    pub otlp_queue: String,
+
+    /// The most one OTLP request may take, in seconds; a failed one is
+    /// retried, waiting 1 s and doubling up to 30 s.
+    #[arg(long = "otlp-timeout", value_name = "SECONDS", default_value = "10")]
+    pub otlp_timeout: String,
+
+    /// Compression of OTLP requests: gzip or none.
+    #[arg(
+        long = "otlp-compression",
+        value_name = "gzip|none",
+        default_value = "gzip"
+    )]
+    pub otlp_compression: String,
 
     /// Also write the summary (samples counted, lost and why, unique
     /// stacks, unknown frames) as JSON to FILE, for scripts.

@@ -32,6 +32,8 @@ pub(crate) struct Summary {
     /// bprof's programs' run time in the kernel (ns) and run count, when
     /// the kernel timed them (`kernel.bpf_stats_enabled`).
     pub(crate) bpf: Option<(u64, u64)>,
+    /// `--otlp`: the endpoint as shown, and where every profile went.
+    pub(crate) otlp: Option<(String, crate::output::otlp::Totals)>,
 }
 
 impl Summary {
@@ -97,6 +99,32 @@ impl Summary {
         }
         self.write_unnamed(e, verbose)?;
         self.write_losses(e)?;
+        if let Some((to, t)) = &self.otlp {
+            let unsent = |n: u64, samples: u64, what: &str| match n {
+                0 => String::new(),
+                n => format!(", {n} {what} ({samples} samples)"),
+            };
+            writeln!(
+                e,
+                "bprof: OTLP to {to}: {} of {} profiles sent ({} samples, {} KiB), {} attempts retried, {} dropped from a full queue{}{}{}",
+                t.sent,
+                t.queued,
+                t.sent_samples,
+                t.sent_bytes.div_ceil(1024),
+                t.retried,
+                t.dropped,
+                if t.dropped > 0 { format!(" ({} samples)", t.dropped_samples) } else { String::new() },
+                unsent(t.refused, t.refused_samples, "refused"),
+                unsent(t.unsent, t.unsent_samples, "unsent when the time to send ran out"),
+            )?;
+            if t.rejected_by_receiver > 0 {
+                writeln!(
+                    e,
+                    "bprof: the OTLP receiver took them but said it rejected {} profiles",
+                    t.rejected_by_receiver
+                )?;
+            }
+        }
         if verbose {
             writeln!(
                 e,
@@ -224,6 +252,23 @@ impl Summary {
                 "run_time_ns": ns,
                 "runs": runs,
             })),
+            "otlp": self.otlp.as_ref().map(|(to, t)| serde_json::json!({
+                "endpoint": to,
+                "profiles": t.queued,
+                "samples": t.queued_samples,
+                "sent": t.sent,
+                "sent_samples": t.sent_samples,
+                "sent_bytes": t.sent_bytes,
+                "largest_bytes": t.largest_bytes,
+                "retried": t.retried,
+                "dropped": t.dropped,
+                "dropped_samples": t.dropped_samples,
+                "refused": t.refused,
+                "refused_samples": t.refused_samples,
+                "unsent": t.unsent,
+                "unsent_samples": t.unsent_samples,
+                "rejected_by_receiver": t.rejected_by_receiver,
+            })),
         })
     }
 }
@@ -278,6 +323,7 @@ mod tests {
             interrupted: false,
             first_output_ms: 12.5,
             bpf: Some((5_000_000, 1000)),
+            otlp: None,
         }
     }
 
@@ -293,6 +339,38 @@ mod tests {
              bprof: 3 samples dropped by filter\n\
              bprof: 2 samples lost: the count map was full or out of kernel memory (raise --stack-storage-size)\n"
         );
+    }
+
+    #[test]
+    fn otlp_delivery_is_in_both_summaries() {
+        let mut s = summary(Mode::OnCpu);
+        let t = crate::output::otlp::Totals {
+            queued: 6,
+            queued_samples: 100,
+            sent: 4,
+            sent_samples: 70,
+            sent_bytes: 5000,
+            retried: 3,
+            dropped: 1,
+            dropped_samples: 20,
+            unsent: 1,
+            unsent_samples: 10,
+            ..Default::default()
+        };
+        s.otlp = Some(("http://c:4317 (gRPC)".into(), t));
+        let mut out = Vec::new();
+        s.write(&mut out, false).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("bprof: OTLP to http://c:4317 (gRPC): 4 of 6 profiles sent (70 samples, 5 KiB), 3 attempts retried, 1 dropped from a full queue (20 samples), 1 unsent when the time to send ran out (10 samples)\n"),
+            "{text}"
+        );
+        let j = s.json();
+        assert_eq!(j["otlp"]["sent"], 4);
+        assert_eq!(j["otlp"]["retried"], 3);
+        assert_eq!(j["otlp"]["dropped"], 1);
+        assert_eq!(j["otlp"]["unsent_samples"], 10);
+        assert_eq!(summary(Mode::OnCpu).json()["otlp"], serde_json::Value::Null);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use crate::events::sampling::Event;
 use crate::output::file::OutputFile;
 use crate::output::summary::Summary;
-use crate::output::{folded, pprof, report, svg};
+use crate::output::{folded, otlp, pprof, report, svg};
 use crate::session::runner::End;
 use crate::session::settings::ProfileSettings;
 use crate::symbolize;
@@ -190,7 +190,11 @@ pub(super) fn write_outputs(
     }
     let written = if settings.folded_stdout {
         folded::write(&mut io::stdout().lock(), lines).context("writing folded stacks to stdout")
-    } else if settings.folded_file.is_none() && settings.svg.is_none() && settings.pprof.is_none() {
+    } else if settings.folded_file.is_none()
+        && settings.svg.is_none()
+        && settings.pprof.is_none()
+        && settings.otlp.is_none()
+    {
         report::write(&mut io::stdout().lock(), stacks, None).context("writing the report")
     } else {
         Ok(())
@@ -259,4 +263,93 @@ pub(crate) fn pprof_meta(
                 .collect(),
         ),
     }
+}
+
+/// The machine as OTLP resources name it: host name, kernel release and
+/// architecture, from uname(2), read once.
+fn host() -> otlp::Host {
+    static HOST: std::sync::OnceLock<otlp::Host> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        // SAFETY: utsname is plain data, filled by the kernel.
+        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid out-pointer.
+        if unsafe { libc::uname(&mut u) } != 0 {
+            return otlp::Host::default();
+        }
+        let field = |f: &[libc::c_char]| {
+            let bytes: Vec<u8> = f
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
+            crate::names::clean(&String::from_utf8_lossy(&bytes)).into_owned()
+        };
+        let machine = field(&u.machine);
+        otlp::Host {
+            name: field(&u.nodename),
+            kernel_release: field(&u.release),
+            // The semantic conventions' names of the common machines.
+            arch: match machine.as_str() {
+                "x86_64" => "amd64".into(),
+                "aarch64" => "arm64".into(),
+                "i386" | "i686" => "x86".into(),
+                "ppc64le" => "ppc64".into(),
+                "s390x" => "s390x".into(),
+                _ => machine,
+            },
+        }
+    })
+    .clone()
+}
+
+/// What an OTLP request says about the profile besides its stacks: the
+/// pprof file's facts, the machine, and each process's executable (read
+/// now: a process that has exited is named by its comm instead).
+pub(crate) fn otlp_meta(
+    settings: &ProfileSettings,
+    event: Event,
+    start: SystemTime,
+    elapsed: Duration,
+    stacks: &[symbolize::Stack],
+) -> otlp::Meta {
+    let p = pprof_meta(settings, event, start, elapsed, stacks);
+    let pids: std::collections::BTreeSet<u32> = stacks.iter().map(|s| s.tgid).collect();
+    otlp::Meta {
+        kind: p.kind,
+        start,
+        duration: elapsed,
+        kernel_build_id: p.kernel_build_id,
+        cgroups: p.cgroups,
+        host: host(),
+        service_name: settings.service_name.clone(),
+        executables: pids
+            .into_iter()
+            .filter(|&pid| pid != 0)
+            .filter_map(|pid| Some((pid, crate::process::exe_name(pid)?)))
+            .collect(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+/// Encodes the profile of `stacks` and queues it for sending; nothing is
+/// sent for a profile without samples.
+pub(crate) fn push_otlp(
+    delivery: &mut otlp::Delivery,
+    settings: &ProfileSettings,
+    meta: &otlp::Meta,
+    stacks: &[symbolize::Stack],
+    frames: &symbolize::Frames,
+    number: u64,
+) {
+    let samples: u64 = stacks.iter().map(|s| s.count).sum();
+    if samples == 0 {
+        return;
+    }
+    let Some(o) = &settings.otlp else { return };
+    let request = otlp::build(stacks, frames, &settings.folded, meta);
+    delivery.push(otlp::Payload {
+        body: otlp::payload_body(&request, o.gzip),
+        samples,
+        number,
+    });
 }

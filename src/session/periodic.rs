@@ -5,7 +5,8 @@
 //! falls between two files.
 //!
 //! File names are patterns (see [`crate::output::pattern`]); pprof files
-//! also carry their start and duration inside.
+//! also carry their start and duration inside. With `--otlp`, each
+//! interval's profile is also queued for sending (never waited for).
 //!
 //! What user space remembers across intervals is bounded too: the
 //! symbolizer (which caches every file it parsed) is renewed every
@@ -24,7 +25,7 @@ use crate::collect::sideband::{forget_gone, MmapIndex};
 use crate::events::sampling::Event;
 use crate::output::file::{Options, OutputFile};
 use crate::output::pattern::expand;
-use crate::output::{folded, pprof, svg};
+use crate::output::{folded, otlp, pprof, svg};
 use crate::session::settings::ProfileSettings;
 use crate::symbolize::{self, SymbolStats};
 
@@ -88,7 +89,7 @@ impl Periodic {
     }
 
     /// Ends the current interval at `now` with the stacks drained for it:
-    /// symbolizes them and writes its files.
+    /// symbolizes them, writes its files and queues its OTLP profile.
     pub fn write(
         &mut self,
         settings: &ProfileSettings,
@@ -96,6 +97,7 @@ impl Periodic {
         index: &mut MmapIndex,
         raw: Vec<RawStack>,
         now: Instant,
+        delivery: Option<&mut otlp::Delivery>,
     ) -> Result<()> {
         let length = now.duration_since(self.from);
         let start = self.from_at;
@@ -160,6 +162,10 @@ impl Periodic {
             let meta = super::outputs::pprof_meta(settings, event, start, length, &stacks);
             let profile = pprof::build(&stacks, &frames, &settings.folded, &meta);
             put(p, &|w| pprof::write(w, &profile));
+        }
+        if let Some(d) = delivery {
+            let meta = super::outputs::otlp_meta(settings, event, start, length, &stacks);
+            super::outputs::push_otlp(d, settings, &meta, &stacks, &frames, number);
         }
         if settings.verbose {
             eprintln!(

@@ -30,6 +30,9 @@ use crate::symbolize;
 use crate::unwind::Unwinder;
 
 const TICK: Duration = Duration::from_millis(100);
+/// How long what is queued for an OTLP receiver may take to send at the
+/// end, however the profile ended (Ctrl-C and SIGTERM included).
+const OTLP_FLUSH: Duration = Duration::from_secs(5);
 /// The longest wait between two checks of the kernel maps (see drain_tick).
 const MAX_TICK: Duration = Duration::from_secs(2);
 /// ... while a progress bar on a terminal moves with the checks.
@@ -73,6 +76,14 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     crate::bpf::preflight::check()?;
     crate::symbolize::debuginfod::configure(settings.debuginfod_cache_size)?;
     let files = Files::create(&settings)?;
+    // The sending thread, before anything records: it never holds up
+    // recording, whatever the receiver does.
+    let mut delivery = settings
+        .otlp
+        .clone()
+        .map(crate::output::otlp::Delivery::start)
+        .transpose()
+        .context("starting the OTLP sender")?;
     let cpus = if settings.target.cpus.is_empty() {
         sampling::online_cpus()?
     } else {
@@ -87,7 +98,8 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     // Folded stacks and flame graphs show no thread ids (pprof does).
     collector.merge_threads(
         (settings.folded_stdout || settings.folded_file.is_some() || settings.svg.is_some())
-            && settings.pprof.is_none(),
+            && settings.pprof.is_none()
+            && settings.otlp.is_none(),
     );
     // The command is forked first but held before exec, so its PID is a
     // target before it runs a single instruction; it counts from its exec
@@ -103,7 +115,8 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     let mut sideband = Sideband::open(&cpus)?;
     sideband.index.jit.max_size = settings.max_perf_map_size;
     // Source lines and inlined functions only where an output shows them.
-    let symbolizer = symbolize::symbolizer_with(settings.pprof.is_some());
+    let code_info = settings.pprof.is_some() || settings.otlp.is_some();
+    let symbolizer = symbolize::symbolizer_with(code_info);
     let (recorded, mut periodic) = record(
         &settings,
         &cpus,
@@ -112,6 +125,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
         &mut collector,
         &mut sideband,
         &symbolizer,
+        &mut delivery,
     )?;
 
     // Maps → stacks.
@@ -120,7 +134,14 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     if let Some(p) = periodic.as_mut() {
         // The last interval, however short.
         let raw = std::mem::take(&mut raw);
-        p.write(&settings, recorded.event, &mut sideband.index, raw, t_end)?;
+        p.write(
+            &settings,
+            recorded.event,
+            &mut sideband.index,
+            raw,
+            t_end,
+            delivery.as_mut(),
+        )?;
     }
     let drains = collector.stats;
     let drained_total = collector.total();
@@ -134,12 +155,27 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     sideband.index.jit.prepare(&raw);
     let (stacks, sym_stats, frames) = symbolize::symbolize_frames(
         &symbolizer,
-        settings.pprof.is_some(),
+        code_info,
         &raw,
         &sideband.index,
         settings.unknown_style,
     );
     let t_sym = Instant::now();
+    // The one profile of a run without intervals; then what is queued is
+    // sent, within OTLP_FLUSH.
+    let otlp = delivery.map(|mut d| {
+        if periodic.is_none() {
+            let meta = crate::session::outputs::otlp_meta(
+                &settings,
+                recorded.event,
+                recorded.started_at,
+                recorded.elapsed,
+                &stacks,
+            );
+            crate::session::outputs::push_otlp(&mut d, &settings, &meta, &stacks, &frames, 1);
+        }
+        d.finish(OTLP_FLUSH)
+    });
     let lines = folded::lines(&stacks, &settings.folded);
     let mismatch = match &periodic {
         // Every interval's files together.
@@ -218,6 +254,16 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
         first_output_ms: ms(t_end, Instant::now()),
         // Reported only when every run was timed (see the -v line).
         bpf: bpf_time.filter(|&(_, runs)| runs >= stats.samples),
+        otlp: otlp.map(|t| {
+            (
+                settings
+                    .otlp
+                    .as_ref()
+                    .map(|o| o.endpoint.to_string())
+                    .unwrap_or_default(),
+                t,
+            )
+        }),
     };
     let unwritten = write_outputs(
         &settings, files, &summary, &stacks, &frames, &lines, &recorded,
@@ -232,6 +278,13 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     unwritten.report()?;
     if let Some(n) = periodic.as_ref().map(|p| p.unwritten).filter(|&n| n > 0) {
         bail!("{n} interval files could not be written (said above as they happened)");
+    }
+    if let Some(t) = otlp.filter(|t| t.lost() > 0) {
+        bail!(
+            "{} of {} OTLP profiles were not delivered (see the OTLP line above)",
+            t.lost(),
+            t.queued
+        );
     }
     Ok(Outcome { exit_code })
 }
@@ -300,6 +353,8 @@ fn report_end(
 /// the programs detached and the command stopped. Returns what was
 /// recorded and, with `--every`, the intervals written so far.
 // Long on purpose: attach, run and detach must stay in this order around the tick loop; splitting would pass most of its locals around.
+// Each argument is a stage's state the loop drives; a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 fn record(
     settings: &ProfileSettings,
     cpus: &[u32],
@@ -308,6 +363,7 @@ fn record(
     collector: &mut Collector,
     sideband: &mut Sideband,
     symbolizer: &Symbolizer,
+    delivery: &mut Option<crate::output::otlp::Delivery>,
 ) -> Result<(Recorded, Option<Periodic>)> {
     // Cycles and instructions of the same target, through the counters
     // shared with every other bprof session.
@@ -328,9 +384,10 @@ fn record(
     )?;
     runner.start()?;
     let started_at = SystemTime::now();
-    let mut periodic = settings
-        .every
-        .map(|every| Periodic::new(every, Instant::now(), started_at, settings.pprof.is_some()));
+    let mut periodic = settings.every.map(|every| {
+        let code_info = settings.pprof.is_some() || settings.otlp.is_some();
+        Periodic::new(every, Instant::now(), started_at, code_info)
+    });
 
     // Record until the duration, a signal, or the target's end. The side
     // band is read as soon as records come in (at most every 10 ms), so a
@@ -352,7 +409,14 @@ fn record(
         }
         if let Some(p) = periodic.as_mut().filter(|p| !last && p.due(Instant::now())) {
             let raw = collector.interval(prog)?;
-            p.write(settings, event, &mut sideband.index, raw, Instant::now())?;
+            p.write(
+                settings,
+                event,
+                &mut sideband.index,
+                raw,
+                Instant::now(),
+                delivery.as_mut(),
+            )?;
         }
         if !last && full {
             // Drains the kernel maps before they fill; also the progress count.

@@ -45,6 +45,11 @@ pub struct ProfileSettings {
     pub pprof: Option<PathBuf>,
     /// `--every`: one set of output files per interval.
     pub every: Option<Duration>,
+    /// `--otlp`: where and how profiles are sent.
+    pub otlp: Option<crate::output::otlp::Settings>,
+    /// `service.name` of every process sent (`--service-name`, or the
+    /// command's name); `None`: each process's executable.
+    pub service_name: Option<String>,
     /// Created once recording begins (`--ready-file`).
     pub ready_file: Option<PathBuf>,
     /// Write the summary as JSON here (`--stats-json`).
@@ -81,6 +86,15 @@ impl ProfileSettings {
         let blocks = BlockOptions::of(&cli, mode)?;
         let stack_storage_size = stack_storage_size(&cli.stack_storage_size)?;
         let every = outputs(&cli)?;
+        let otlp = otlp_settings(&cli)?;
+        let service_name = cli
+            .service_name
+            .as_deref()
+            .or_else(|| {
+                let argv0 = target.command.first()?;
+                std::path::Path::new(argv0).file_name()?.to_str()
+            })
+            .map(|n| crate::names::clean(n).into_owned());
         let filter = filter_entries(&cli.filter, mode)?;
         let max_perf_map_size = parse_u64(&cli.max_perf_map_size, "--max-perf-map-size")?;
         let debuginfod_cache_size =
@@ -114,7 +128,8 @@ impl ProfileSettings {
                 unwind_rows: unwind_rows as u32,
                 min_block_ns: blocks.min_ns,
                 max_block_ns: blocks.max_ns,
-                cgroups: cli.pprof.is_some(),
+                // pprof labels and OTLP's container.id name the cgroup.
+                cgroups: cli.pprof.is_some() || otlp.is_some(),
                 map_totals: false,
                 intervals: every.is_some(),
                 python: !cli.no_python,
@@ -136,6 +151,8 @@ impl ProfileSettings {
             svg: cli.svg,
             pprof: cli.pprof,
             every,
+            service_name,
+            otlp,
             stats_json: cli.stats_json,
             ready_file: cli.target.ready_file.clone(),
             verbose: cli.verbose > 0,
@@ -183,7 +200,7 @@ fn outputs(cli: &ProfileArgs) -> Result<Option<Duration>> {
     if cli.folded && cli.output.is_none() {
         bail!("--every writes files: give -o FILE (with %t) instead of -f");
     }
-    let mut any = false;
+    let mut any = cli.otlp.is_some();
     for (name, p) in named {
         if let Some(p) = p {
             crate::output::pattern::check_pattern(name, p)?;
@@ -192,10 +209,62 @@ fn outputs(cli: &ProfileArgs) -> Result<Option<Duration>> {
     }
     if !any {
         bail!(
-            "--every writes files: give -o, --svg or --pprof with a pattern such as 'out/%t.pb.gz'"
+            "--every writes files or sends profiles: give -o, --svg or --pprof with a pattern such as 'out/%t.pb.gz', or --otlp URL"
         );
     }
     Ok(Some(every))
+}
+
+/// `--otlp` and its options, checked before anything is loaded; the
+/// options need `--otlp`.
+fn otlp_settings(cli: &ProfileArgs) -> Result<Option<crate::output::otlp::Settings>> {
+    use crate::output::otlp::{endpoint, Settings};
+    let Some(url) = &cli.otlp else {
+        if !cli.otlp_header.is_empty() || cli.service_name.is_some() {
+            bail!("--otlp-header and --service-name need --otlp URL");
+        }
+        return Ok(None);
+    };
+    let endpoint = endpoint::parse(url)?;
+    let env = [
+        "OTEL_EXPORTER_OTLP_PROFILES_HEADERS",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+    ]
+    .into_iter()
+    .find_map(|var| Some((var, std::env::var(var).ok()?)));
+    let headers = endpoint::headers(
+        env.as_ref().map(|(var, text)| (*var, text.as_str())),
+        &cli.otlp_header,
+    )?;
+    let queue = parse_u64(&cli.otlp_queue, "--otlp-queue")?;
+    if queue == 0 || queue > 4096 {
+        bail!(
+            "invalid --otlp-queue '{}': expected 1 to 4096 profiles",
+            cli.otlp_queue
+        );
+    }
+    let timeout = seconds(&cli.otlp_timeout, "--otlp-timeout", 1.0)?;
+    let gzip = match cli.otlp_compression.as_str() {
+        "gzip" => true,
+        "none" => false,
+        other => bail!(
+            "invalid --otlp-compression '{}': expected gzip or none",
+            crate::names::clean(other)
+        ),
+    };
+    if let Some(n) = &cli.service_name {
+        if n.trim().is_empty() {
+            bail!("invalid --service-name: empty");
+        }
+    }
+    Ok(Some(Settings {
+        endpoint,
+        headers,
+        gzip,
+        queue: queue as usize,
+        timeout,
+        verbose: cli.verbose > 0,
+    }))
 }
 
 /// `-F` or `-c`, bounded as the kernel bounds them.

@@ -62,8 +62,8 @@ impl TopSettings {
     pub fn from_args(args: TopArgs) -> Result<TopSettings> {
         let p = &args.profile;
         let files = p.output.is_some() || p.svg.is_some() || p.pprof.is_some();
-        if p.folded || files || p.stats_json.is_some() || p.every.is_some() {
-            bail!("bprof top shows a live view only; -f, -o, --svg, --pprof, --every and --stats-json are for profiles");
+        if p.folded || files || p.stats_json.is_some() || p.every.is_some() || p.otlp.is_some() {
+            bail!("bprof top shows a live view only; -f, -o, --svg, --pprof, --otlp, --every and --stats-json are for profiles");
         }
         let delay = match &args.delay {
             Some(t) => seconds(t, "--delay", 1.0)?,

@@ -19,6 +19,7 @@ mod mutants;
 mod names;
 mod noid;
 mod offcpu;
+mod otlp;
 mod pprof;
 mod profile;
 mod python;
