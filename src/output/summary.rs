@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::bpf::stacks::Stats;
 use crate::events::sampling::{Event, Rate};
 use crate::events::Mode;
-use crate::symbolize::SymbolStats;
+use crate::symbolize::{Frames, Module, Stack, SymbolStats};
 
 /// Everything the summary reports about one profile.
 #[derive(Debug, Clone)]
@@ -32,6 +32,241 @@ pub(crate) struct Summary {
     /// bprof's programs' run time in the kernel (ns) and run count, when
     /// the kernel timed them (`kernel.bpf_stats_enabled`).
     pub(crate) bpf: Option<(u64, u64)>,
+    /// Where the unknown frames lie.
+    pub(crate) unnamed: Unnamed,
+}
+
+/// Where the frames no symbol named lie, hottest first: the files without
+/// symbols for them (and why), JIT code without a perf map, memory no file
+/// was known for. The summary names the top ones and how to get names.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Unnamed {
+    pub(crate) places: Vec<UnnamedPlace>,
+}
+
+/// Unknown frames of one file or kind of memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UnnamedPlace {
+    /// The file as shown, or `[jit]`, `[kernel]`, `[unknown]`.
+    pub(crate) name: String,
+    /// Why its frames stayed unknown, where known ("no symbols", "file
+    /// gone", ...): see [`why_unnamed`].
+    pub(crate) why: Option<String>,
+    /// JIT code: the runtime and the flag that has it write a perf map.
+    pub(crate) jit: Option<Runtime>,
+    /// Sampled frames there (each stack's once per sample).
+    pub(crate) sampled: u64,
+}
+
+/// A runtime whose JIT code was seen without a perf map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Runtime {
+    Node,
+    Python,
+    Java,
+    /// Not recognised.
+    Other,
+}
+
+impl Runtime {
+    /// What has the runtime write a perf map (bprof reads it).
+    fn flag(self) -> &'static str {
+        match self {
+            Runtime::Node => "run node with --perf-basic-prof",
+            Runtime::Python => "run Python 3.12 or later with -X perf",
+            Runtime::Java => "run java with -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit, or attach perf-map-agent",
+            Runtime::Other => "have the runtime write /tmp/perf-PID.map (a perf map) or a jitdump",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Runtime::Node => "node",
+            Runtime::Python => "python",
+            Runtime::Java => "java",
+            Runtime::Other => "a JIT",
+        }
+    }
+
+    /// The runtime of a stack with JIT frames, by the files on it and its
+    /// thread's name.
+    fn of(s: &Stack, frames: &Frames) -> Runtime {
+        let files = s.user_locs.iter().filter_map(|&l| {
+            let m = frames.locations.get(l as usize)?.module?;
+            match frames.modules.get(m as usize)? {
+                Module::File { path: Some(p), .. } => {
+                    Some(p.file_name()?.to_string_lossy().into_owned())
+                }
+                _ => None,
+            }
+        });
+        for f in files.chain(std::iter::once(s.comm.clone())) {
+            if f.starts_with("node") || f.starts_with("libnode") {
+                return Runtime::Node;
+            }
+            if f.starts_with("libjvm") || f == "java" {
+                return Runtime::Java;
+            }
+            if f.starts_with("python3") || f.starts_with("libpython3") {
+                return Runtime::Python;
+            }
+        }
+        Runtime::Other
+    }
+}
+
+/// Why the frames of a module stayed unknown, as far as the module says.
+fn why_unnamed(module: Option<&Module>) -> Option<String> {
+    match module {
+        Some(Module::File { path: Some(_), .. }) => Some("no symbols".into()),
+        Some(Module::File { path: None, .. }) => Some("file not found".into()),
+        _ => None,
+    }
+}
+
+impl Unnamed {
+    /// The unknown frames of `stacks`, by place.
+    pub(crate) fn of(stacks: &[Stack], frames: &Frames) -> Unnamed {
+        use std::collections::HashMap;
+        #[derive(PartialEq, Eq, Hash)]
+        enum Key {
+            Module(u32),
+            Jit(Runtime),
+            Anonymous,
+        }
+        let mut by: HashMap<Key, u64> = HashMap::new();
+        for s in stacks {
+            let mut runtime = None;
+            for &l in s.kernel_locs.iter().chain(&s.user_locs) {
+                if !frames.unknown.contains(&l) {
+                    continue;
+                }
+                let key = if frames.jit.contains(&l) {
+                    Key::Jit(*runtime.get_or_insert_with(|| Runtime::of(s, frames)))
+                } else {
+                    match frames.locations.get(l as usize).and_then(|x| x.module) {
+                        Some(m) => Key::Module(m),
+                        None => Key::Anonymous,
+                    }
+                };
+                *by.entry(key).or_default() += s.count;
+            }
+        }
+        let mut places: Vec<UnnamedPlace> = by
+            .into_iter()
+            .map(|(key, sampled)| match key {
+                Key::Module(m) => {
+                    let module = frames.modules.get(m as usize);
+                    let name = match module {
+                        Some(Module::Kernel) => "[kernel]".to_string(),
+                        Some(Module::File { path: Some(p), .. }) => crate::names::path(p),
+                        Some(Module::File { build_id, .. }) => format!(
+                            "build ID {}",
+                            build_id
+                                .iter()
+                                .map(|b| format!("{b:02x}"))
+                                .collect::<String>()
+                        ),
+                        None => "[unknown]".to_string(),
+                    };
+                    UnnamedPlace {
+                        name,
+                        why: why_unnamed(module),
+                        jit: None,
+                        sampled,
+                    }
+                }
+                Key::Jit(r) => UnnamedPlace {
+                    name: "[jit]".into(),
+                    why: None,
+                    jit: Some(r),
+                    sampled,
+                },
+                Key::Anonymous => UnnamedPlace {
+                    name: "[unknown]".into(),
+                    why: Some("no file known for the address".into()),
+                    jit: None,
+                    sampled,
+                },
+            })
+            .collect();
+        places.sort_by(|a, b| b.sampled.cmp(&a.sampled).then_with(|| a.name.cmp(&b.name)));
+        Unnamed { places }
+    }
+
+    /// Names the top places of a noticeable unknown share (of `sampled`
+    /// frames) and how to get their names: one line for the places, one
+    /// per JIT runtime seen, one for debug symbols.
+    fn write(&self, e: &mut dyn Write, sampled: u64, unknown_pct: f64) -> io::Result<()> {
+        /// Below this share of unknown frames the summary says no more.
+        const WORTH_SAYING: f64 = 1.0;
+        /// Places named.
+        const TOP: usize = 3;
+        if unknown_pct < WORTH_SAYING || self.places.is_empty() {
+            return Ok(());
+        }
+        let pct = |n: u64| 100.0 * n as f64 / sampled.max(1) as f64;
+        let top: Vec<String> = self
+            .places
+            .iter()
+            .take(TOP)
+            .map(|p| {
+                let what = match (p.jit, &p.why) {
+                    (Some(r), _) => format!(" of {}", r.name()),
+                    (None, Some(why)) => format!(" ({why})"),
+                    (None, None) => String::new(),
+                };
+                format!("{} {:.1}%{what}", p.name, pct(p.sampled))
+            })
+            .collect();
+        let more = match self.places.len().saturating_sub(TOP) {
+            0 => String::new(),
+            n => format!(", {n} more"),
+        };
+        writeln!(e, "bprof: unknown frames: {}{more}", top.join(", "))?;
+        let mut runtimes: Vec<Runtime> = self.places.iter().filter_map(|p| p.jit).collect();
+        runtimes.dedup();
+        for r in runtimes {
+            writeln!(
+                e,
+                "bprof: [jit] is JIT code without a perf map to name it: {}",
+                r.flag()
+            )?;
+        }
+        let files = self
+            .places
+            .iter()
+            .take(TOP)
+            .any(|p| p.why.as_deref() == Some("no symbols"));
+        if files {
+            let debuginfod = if std::env::var_os("DEBUGINFOD_URLS").is_some_and(|v| !v.is_empty()) {
+                "(DEBUGINFOD_URLS is set: its servers had none)"
+            } else {
+                "or set DEBUGINFOD_URLS (e.g. https://debuginfod.debian.net) for bprof to fetch them"
+            };
+            writeln!(
+                e,
+                "bprof: for files without symbols, install their debug symbols (Debian, Ubuntu: the package's -dbgsym; Fedora: dnf debuginfo-install PACKAGE) {debuginfod}"
+            )?;
+        }
+        Ok(())
+    }
+
+    fn json(&self, sampled: u64) -> serde_json::Value {
+        let pct = |n: u64| 100.0 * n as f64 / sampled.max(1) as f64;
+        self.places
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "place": p.name,
+                    "why": p.why,
+                    "jit_runtime": p.jit.map(Runtime::name),
+                    "sampled_frames": p.sampled,
+                    "percent": pct(p.sampled),
+                })
+            })
+            .collect()
+    }
 }
 
 impl Summary {
@@ -96,6 +331,8 @@ impl Summary {
             }
         }
         self.write_losses(e)?;
+        self.unnamed
+            .write(e, self.symbols.sampled_frames, self.unknown_pct())?;
         if verbose {
             writeln!(
                 e,
@@ -183,6 +420,7 @@ impl Summary {
                 "sampled": self.symbols.sampled_frames,
                 "sampled_unknown": self.symbols.sampled_unknown,
                 "unknown_percent": self.unknown_pct(),
+                "unknown_by_place": self.unnamed.json(self.symbols.sampled_frames),
             },
             "first_output_ms": self.first_output_ms,
             "bpf": self.bpf.map(|(ns, runs)| serde_json::json!({
@@ -220,7 +458,7 @@ mod tests {
             sideband_lost: 0,
             sideband_records: 0,
             sideband_skipped: 0,
-            event: Event::CpuClock,
+            event: Event::CPU_CLOCK,
             rate: Rate::Frequency(99),
             mode,
             what: "process 42".into(),
@@ -229,6 +467,7 @@ mod tests {
             interrupted: false,
             first_output_ms: 12.5,
             bpf: Some((5_000_000, 1000)),
+            unnamed: Unnamed::default(),
         }
     }
 

@@ -118,6 +118,12 @@ pub(crate) struct Frames {
     pub locations: Vec<Location>,
     /// Every module a location lies in.
     pub modules: Vec<Module>,
+    /// The locations no symbol named (`[unknown]`, `module+0xOFFSET`,
+    /// `[jit]`).
+    pub unknown: HashSet<u32>,
+    /// The locations in JIT code: named from a perf map or jitdump, or
+    /// anonymous executable memory without one (`[jit]`).
+    pub jit: HashSet<u32>,
 }
 
 impl Frames {
@@ -230,15 +236,17 @@ pub(crate) fn keep_bpf_names(raw: &[RawStack]) {
 /// calibration, then the stacks): it parses /proc/kallsyms once and caches
 /// every file it opens.
 pub fn symbolizer() -> Symbolizer {
-    symbolizer_with(false)
+    symbolizer_with(false, false)
 }
 
-/// The symbolizer, with source files, lines and inlined functions from
-/// debug information when `code_info` (for pprof output); without, function
+/// The symbolizer, with source files and lines from debug information when
+/// `code_info` (pprof output, and inlined functions need them), and the
+/// inlined functions at each address when `inlined` too; without, function
 /// names only. Names are demangled by bprof, which keeps the mangled ones.
-pub(crate) fn symbolizer_with(code_info: bool) -> Symbolizer {
+pub(crate) fn symbolizer_with(code_info: bool, inlined: bool) -> Symbolizer {
     Symbolizer::builder()
         .enable_code_info(code_info)
+        .enable_inlined_fns(inlined)
         .enable_demangling(false)
         .build()
 }
@@ -346,14 +354,17 @@ pub(crate) const SYMBOLIZER_LIFE: std::time::Duration = std::time::Duration::fro
 pub(crate) struct Renewing {
     current: Option<(Symbolizer, std::time::Instant)>,
     code_info: bool,
+    inlined: bool,
 }
 
 impl Renewing {
-    /// `code_info`: source lines and inlined functions (pprof).
-    pub(crate) fn new(code_info: bool) -> Self {
+    /// `code_info`: source lines; `inlined`: inlined functions too (see
+    /// [`symbolizer_with`]).
+    pub(crate) fn new(code_info: bool, inlined: bool) -> Self {
         Renewing {
             current: None,
             code_info,
+            inlined,
         }
     }
 
@@ -373,10 +384,15 @@ impl Renewing {
             // The old one goes first: never two in memory.
             self.current = None;
         }
-        let code_info = self.code_info;
+        let (code_info, inlined) = (self.code_info, self.inlined);
         &self
             .current
-            .get_or_insert_with(|| (symbolizer_with(code_info), std::time::Instant::now()))
+            .get_or_insert_with(|| {
+                (
+                    symbolizer_with(code_info, inlined),
+                    std::time::Instant::now(),
+                )
+            })
             .0
     }
 }
@@ -450,6 +466,18 @@ pub(crate) fn symbolize_frames(
         })
         .collect();
     pass.count_sampled(raw, &unknown_kernel);
+    // Which locations stayed unknown, for the outputs and the summary.
+    let unknown_user: Vec<u32> = pass
+        .unknown_keys
+        .iter()
+        .filter_map(|k| pass.user_locs.get(k).copied())
+        .collect();
+    pass.frames.unknown.extend(unknown_user);
+    pass.frames.unknown.extend(
+        unknown_kernel
+            .iter()
+            .filter_map(|a| kernel_locs.get(a).copied()),
+    );
     let stacks = pass.stacks(raw, &kernel_locs);
     (stacks, pass.names.stats, pass.frames)
 }

@@ -267,11 +267,20 @@ impl<'a> Pass<'a> {
     /// opened through its map_files link and checked like any other.
     pub(super) fn ip_frames(&mut self, pid: u32, ips: &[u64]) {
         let jit = self.index.jit.names(pid, ips);
-        let resolved = target::alive(pid).then(|| self.mapped_symbols(pid, ips));
+        let live = target::alive(pid);
+        let resolved = live.then(|| self.mapped_symbols(pid, ips));
+        let anon = AnonExec::of(pid, live, self.index);
         for (i, &ip) in ips.iter().enumerate() {
             let sym = resolved.as_ref().and_then(|r| r[i].as_ref());
+            let in_jit = sym.is_none() && (jit.contains_key(&ip) || anon.holds(ip));
             let frame = match (sym, jit.get(&ip)) {
                 (Some(sym), _) => self.names.of(Some(sym)),
+                // JIT code no perf map names: said as such, and the
+                // summary says which runtime flag writes the map.
+                (None, None) if in_jit => {
+                    self.unknown_keys.insert(UserKey::Ip(pid, ip));
+                    self.names.unknown(JIT.to_string())
+                }
                 (None, None) => {
                     self.unknown_keys.insert(UserKey::Ip(pid, ip));
                     self.names.of(None)
@@ -279,6 +288,9 @@ impl<'a> Pass<'a> {
                 (None, Some(name)) => self.names.named(name),
             };
             let loc = self.frames.add(ip, None, frame);
+            if in_jit {
+                self.frames.jit.insert(loc);
+            }
             self.user_locs.insert(UserKey::Ip(pid, ip), loc);
         }
     }
@@ -373,6 +385,40 @@ impl<'a> Pass<'a> {
                 }
             })
             .collect()
+    }
+}
+
+/// Shown for a frame in anonymous executable memory that no perf map or
+/// jitdump names: JIT code.
+pub(crate) const JIT: &str = "[jit]";
+
+/// Where a process keeps anonymous executable memory (JIT code): its live
+/// mappings, or, once it exited, whether it mapped any during the profile.
+enum AnonExec {
+    Ranges(Vec<(u64, u64)>),
+    Seen(bool),
+}
+
+impl AnonExec {
+    fn of(pid: u32, live: bool, index: &MmapIndex) -> AnonExec {
+        if !live {
+            return AnonExec::Seen(index.jit.mapped_anon_exec(pid));
+        }
+        let ranges = crate::process::maps::mappings(pid)
+            .into_iter()
+            .filter(|m| {
+                m.path.is_empty() || m.path.starts_with("[anon") || m.path.starts_with("/memfd:")
+            })
+            .map(|m| (m.start, m.end))
+            .collect();
+        AnonExec::Ranges(ranges)
+    }
+
+    fn holds(&self, ip: u64) -> bool {
+        match self {
+            AnonExec::Ranges(r) => r.iter().any(|&(a, b)| (a..b).contains(&ip)),
+            AnonExec::Seen(seen) => *seen,
+        }
     }
 }
 
