@@ -20,7 +20,7 @@ use crate::events::counting::EventSpec;
 use crate::events::sampling::{self, Event};
 use crate::output::folded;
 use crate::output::stat::cycles_text;
-use crate::output::summary::Summary;
+use crate::output::summary::{Summary, Unnamed};
 use crate::session::outputs::{write_outputs, Files, Recorded};
 use crate::session::periodic::Periodic;
 use crate::session::runner::{self, End, Runner};
@@ -69,6 +69,7 @@ pub struct Outcome {
 /// Runs one profile from start to written outputs.
 // Long on purpose: the profile's stages in order (load, record, drain, symbolize, write, report); each is a call, the rest hands values between them.
 pub fn run(settings: ProfileSettings) -> Result<Outcome> {
+    settings.say_notes();
     crate::bpf::preflight::check()?;
     crate::symbolize::debuginfod::configure(settings.debuginfod_cache_size)?;
     let files = Files::create(&settings)?;
@@ -96,13 +97,13 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
         settings.duration,
         settings.ready_file.as_deref(),
     )?;
-    if let Some(pid) = runner.child_pid() {
+    if let Some(pid) = runner.traced_pid() {
         prog.add_tgid(pid, TargetFrom::Exec)?;
     }
     let mut sideband = Sideband::open(&cpus)?;
     sideband.index.jit.max_size = settings.max_perf_map_size;
-    // Source lines and inlined functions only where an output shows them.
-    let symbolizer = symbolize::symbolizer_with(settings.pprof.is_some());
+    // Source lines for pprof; inlined functions unless --no-inline.
+    let symbolizer = symbolize::symbolizer_with(settings.code_info(), settings.inlined);
     let (recorded, mut periodic) = record(
         &settings,
         &cpus,
@@ -133,7 +134,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     sideband.index.jit.prepare(&raw);
     let (stacks, sym_stats, frames) = symbolize::symbolize_frames(
         &symbolizer,
-        settings.pprof.is_some(),
+        settings.code_info(),
         &raw,
         &sideband.index,
         settings.unknown_style,
@@ -205,6 +206,8 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
         first_output_ms: ms(t_end, Instant::now()),
         // Reported only when every run was timed (see the -v line).
         bpf: bpf_time.filter(|&(_, runs)| runs >= stats.samples),
+        // With --every, each interval's stacks went with its files.
+        unnamed: Unnamed::of(&stacks, &frames),
     };
     let unwritten = write_outputs(
         &settings, files, &summary, &stacks, &frames, &lines, &recorded,
@@ -212,11 +215,12 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
 
     sideband.index.jit.report(settings.verbose);
     report_end(&settings, &summary, &recorded, periodic.as_ref(), &drains)?;
-    let exit_code = runner::exit_code(recorded.status, false);
+    let outputs = unwritten.report();
+    let exit_code = runner::exit_code(recorded.end, recorded.status, false);
     if let Some(m) = mismatch {
         bail!("{m}");
     }
-    unwritten.report()?;
+    outputs?;
     if let Some(n) = periodic.as_ref().map(|p| p.unwritten).filter(|&n| n > 0) {
         bail!("{n} interval files could not be written (said above as they happened)");
     }
@@ -297,11 +301,11 @@ fn record(
     // shared with every other bprof session.
     let mut stat_obj = MaybeUninit::uninit();
     let counter = if settings.counts {
-        start_counts(&mut stat_obj, settings, runner.child_pid())
+        start_counts(&mut stat_obj, settings, runner.traced_pid())
     } else {
         None
     };
-    let (event, mut unwinder) = arm(
+    let (event, mut unwinder, sampling) = arm(
         settings,
         cpus,
         runner,
@@ -311,17 +315,26 @@ fn record(
         counter.is_some(),
     )?;
     runner.start()?;
+    let deadline = settings
+        .duration
+        .map(|d| sampling::Deadline::new(sampling, Instant::now() + d));
     let started_at = SystemTime::now();
-    let mut periodic = settings
-        .every
-        .map(|every| Periodic::new(every, Instant::now(), started_at, settings.pprof.is_some()));
+    let mut periodic = settings.every.map(|every| {
+        Periodic::new(
+            every,
+            Instant::now(),
+            started_at,
+            settings.code_info(),
+            settings.inlined,
+        )
+    });
 
     // Record until the duration, a signal, or the target's end. The side
     // band is read as soon as records come in (at most every 10 ms), so a
     // new process's unwind tables and mappings are in place soon after it
     // maps them, and an idle profile sleeps; the maps are checked for
     // filling per drain_tick.
-    let progress = progress_bar(settings.duration);
+    let progress = progress_bar(settings.duration, !settings.target.command.is_empty());
     let wake = sideband.wake_fds();
     let tick = drain_tick(settings, cpus.len(), !progress.is_hidden());
     let matches_tgids = settings.program.matches_tgids();
@@ -344,7 +357,12 @@ fn record(
         }
         Ok(())
     })?;
-    let elapsed = runner.elapsed();
+    // The samples ended at the deadline, however late this thread got here.
+    drop(deadline);
+    let elapsed = match (end, settings.duration) {
+        (End::Duration, Some(d)) => d.min(runner.elapsed()),
+        _ => runner.elapsed(),
+    };
     let counts = counter.and_then(|c| match c.sync().and_then(|_| c.read()) {
         Ok(blocks) => blocks.into_iter().next(),
         Err(e) => {
@@ -372,7 +390,9 @@ fn record(
 /// loading its programs and starting the command: reads the targets'
 /// mappings, loads their unwind tables, then attaches. Sampling starts once
 /// the tables are loaded: a sample taken before would be walked without
-/// them. Returns the event sampled and the unwinder (with `dwarf`).
+/// them. Returns the event sampled, the unwinder (with `dwarf`) and
+/// duplicates of the sampling events' descriptors (see
+/// [`sampling::Deadline`]).
 pub(crate) fn arm(
     settings: &ProfileSettings,
     cpus: &[u32],
@@ -381,11 +401,11 @@ pub(crate) fn arm(
     sideband: &mut Sideband,
     symbolizer: &Symbolizer,
     counting: bool,
-) -> Result<(Event, Option<Unwinder>)> {
+) -> Result<(Event, Option<Unwinder>, Vec<std::os::fd::OwnedFd>)> {
     // After the side band is open, so no process falls between the two.
-    let scope = snapshot_scope(settings, runner.child_pid());
+    let scope = snapshot_scope(settings, runner.traced_pid());
     sideband.snapshot(scope.as_deref());
-    if let Some(pid) = runner.child_pid() {
+    if let Some(pid) = runner.traced_pid() {
         // Its user and perf map, should it be short-lived.
         sideband.index.jit.note_process(pid, true);
     }
@@ -394,21 +414,22 @@ pub(crate) fn arm(
         settings,
         sideband,
         scope.as_deref(),
-        runner.child_pid(),
+        runner.traced_pid(),
     )?;
-    let event = attach(settings, cpus, prog, symbolizer, counting)?;
-    Ok((event, unwinder))
+    let (event, sampling) = attach(settings, cpus, prog, symbolizer, counting)?;
+    Ok((event, unwinder, sampling))
 }
 
 /// Opens the sampling events and attaches every program; returns the
-/// event actually sampled (cpu-clock where there is no PMU).
+/// event actually sampled (cpu-clock where there is no PMU) and
+/// duplicates of the events' descriptors.
 fn attach(
     settings: &ProfileSettings,
     cpus: &[u32],
     prog: &mut ProfileProgram,
     symbolizer: &Symbolizer,
     counting: bool,
-) -> Result<Event> {
+) -> Result<(Event, Vec<std::os::fd::OwnedFd>)> {
     let mode = settings.program.mode;
     let (event, fds) = if mode.on_cpu() {
         sampling::open_sampling(
@@ -420,7 +441,9 @@ fn attach(
     } else {
         (settings.event, Vec::new())
     };
-    // One line for everything the missing PMU changes.
+    // One line for everything the missing PMU changes, and only where a
+    // hardware event was asked for or defaulted to: the cycle counts that
+    // accompany a profile are not worth a line of their own.
     let mut no_pmu = Vec::new();
     if event != settings.event {
         no_pmu.push(format!("sampling {event} instead of {}", settings.event));
@@ -428,9 +451,14 @@ fn attach(
     if settings.counts && !counting {
         no_pmu.push("cycles and instructions not counted".to_string());
     }
-    if !no_pmu.is_empty() {
+    if mode.on_cpu() && settings.event.is_hardware() && !no_pmu.is_empty() {
         eprintln!("bprof: no hardware PMU here: {}", no_pmu.join("; "));
     }
+    let dups = fds
+        .iter()
+        .map(|fd| fd.try_clone())
+        .collect::<io::Result<Vec<_>>>()
+        .context("duplicating the sampling events' descriptors")?;
     prog.attach(fds, settings.program.follow_children)?;
     if prog.layout_gens_missing() {
         eprintln!(
@@ -458,7 +486,7 @@ fn attach(
             eprintln!("bprof: off-CPU kernel stacks skip {skip} BPF/tracepoint frames ({how})");
         }
     }
-    Ok(event)
+    Ok((event, dups))
 }
 
 /// How many BPF and tracepoint frames start the off-CPU program's kernel
@@ -595,8 +623,11 @@ fn try_start_counts<'obj>(
     Ok(Some(c))
 }
 
-fn progress_bar(duration: Option<Duration>) -> ProgressBar {
-    if !io::stderr().is_terminal() {
+/// The progress line on stderr, when it is a terminal and no command runs:
+/// a command writes to the terminal bprof's stderr is (it inherits it),
+/// and its lines must not share one with the progress line.
+fn progress_bar(duration: Option<Duration>, command: bool) -> ProgressBar {
+    if !io::stderr().is_terminal() || command {
         return ProgressBar::hidden();
     }
     match duration {
