@@ -558,6 +558,16 @@ fn report_refused(verbose: bool) {
             refused.len()
         );
     }
+    let without = symbolize::without_code_info();
+    if !without.is_empty() {
+        let names: Vec<String> = without.iter().map(|p| crate::names::path(p)).collect();
+        eprintln!(
+            "bprof: {} files named without inlined functions: their debug information is past the {} MiB read for them per profile ({})",
+            without.len(),
+            symbolize::MAX_CODE_INFO_DWARF >> 20,
+            names.join(", ")
+        );
+    }
     let sections = symbolize::skipped_sections();
     if verbose {
         for (path, why) in &sections {

@@ -28,9 +28,30 @@ use crate::fasthash::{HashMap, HashSet};
 use crate::symbolize::buildid::FileFinder;
 
 pub use files::symbolize_file;
+
+/// Files named without source lines and inlined functions because the
+/// DWARF budget of their symbolization ran out (see
+/// `user::MAX_CODE_INFO_DWARF`), each once.
+static WITHOUT_CODE_INFO: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn note_without_code_info(path: &std::path::Path) {
+    let mut v = WITHOUT_CODE_INFO.lock().unwrap_or_else(|e| e.into_inner());
+    if v.len() < 64 && !v.iter().any(|p| p == path) {
+        v.push(path.to_path_buf());
+    }
+}
+
+/// The files named without inlined functions for want of DWARF budget.
+pub(crate) fn without_code_info() -> Vec<PathBuf> {
+    WITHOUT_CODE_INFO
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
 pub(crate) use files::{note_refused, refused_files, skipped_sections};
 use kernel::symbolize_kernel;
 pub(crate) use kernel::{is_bpf_frame, kernel_names, kernel_text_range};
+pub(crate) use user::MAX_CODE_INFO_DWARF;
 
 /// Shown for a frame no source could name, as perf and bcc do.
 pub const UNKNOWN: &str = "[unknown]";
@@ -409,9 +430,21 @@ pub(crate) fn symbolize_frames(
     index: &MmapIndex,
     style: UnknownStyle,
 ) -> (Vec<Stack>, SymbolStats, Frames) {
+    // Files past the DWARF budget are named through a symbolizer without
+    // code information.
+    let own_basic;
+    let basic = if code_info {
+        own_basic = symbolizer_with(false, false);
+        &own_basic
+    } else {
+        symbolizer
+    };
     let mut pass = user::Pass {
         symbolizer,
         code_info,
+        basic,
+        dwarf_left: user::MAX_CODE_INFO_DWARF,
+        here: symbolizer,
         index,
         style,
         names: user::Names::default(),
@@ -442,6 +475,20 @@ pub(crate) fn symbolize_frames(
         }
     }
     let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());
+    // The files with the most samples first: they get the DWARF budget.
+    let mut weight: HashMap<[u8; BUILD_ID_SIZE], u64> = HashMap::default();
+    for s in raw {
+        for f in &s.user {
+            if let UserFrame::File { build_id, .. } = f {
+                *weight.entry(*build_id).or_default() += s.count;
+            }
+        }
+    }
+    let mut by_file: Vec<(([u8; BUILD_ID_SIZE], u32), Vec<u64>)> = by_file.into_iter().collect();
+    by_file.sort_by(|a, b| {
+        let w = |k: &[u8; BUILD_ID_SIZE]| weight.get(k).copied().unwrap_or(0);
+        w(&b.0 .0).cmp(&w(&a.0 .0)).then_with(|| a.0.cmp(&b.0))
+    });
     for ((id, tgid), offsets) in by_file {
         let file = finder.find(&id, tgid);
         pass.file_frames(id, tgid, file, &offsets);

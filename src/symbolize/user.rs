@@ -30,6 +30,15 @@ enum Found<'a> {
 pub(super) struct Pass<'a> {
     pub(super) symbolizer: &'a Symbolizer,
     pub(super) code_info: bool,
+    /// Names only: `symbolizer` without code information, for the files
+    /// past the budget of DWARF read for source lines and inlined
+    /// functions.
+    pub(super) basic: &'a Symbolizer,
+    /// Bytes of DWARF still to be read for code information (see
+    /// [`MAX_CODE_INFO_DWARF`]).
+    pub(super) dwarf_left: u64,
+    /// The symbolizer for the file at hand: `symbolizer` or `basic`.
+    pub(super) here: &'a Symbolizer,
     pub(super) index: &'a MmapIndex,
     pub(super) style: UnknownStyle,
     pub(super) names: Names,
@@ -71,12 +80,16 @@ impl<'a> Pass<'a> {
                 module_id,
             );
         }
+        let code_info = self.code_info && self.within_budget(&id, file.as_deref());
+        self.here = if code_info {
+            self.symbolizer
+        } else {
+            self.basic
+        };
         // Names only: a debug file kept by build ID first, through the
         // per-boot cache of the functions it named before (its DWARF is what
         // the file itself would lead blazesym to, by .gnu_debuglink).
-        let debug = (!self.code_info)
-            .then(|| build_id_debug_file(&id))
-            .flatten();
+        let debug = (!code_info).then(|| build_id_debug_file(&id)).flatten();
         let mut answered = false;
         if let (Some(p), Some(d)) = (&file, &debug) {
             answered = self.names_from_debug_file(&id, p, d, offsets, &mut resolved);
@@ -151,11 +164,30 @@ impl<'a> Pass<'a> {
         }
     }
 
+    /// Whether the code information of the file with build ID `id`
+    /// (`file`, or its debug file kept by build ID) fits what is left of the
+    /// budget; takes it from the budget if so, else notes the file.
+    fn within_budget(&mut self, id: &[u8; BUILD_ID_SIZE], file: Option<&ElfFile>) -> bool {
+        let Some(f) = file else {
+            return true;
+        };
+        let mut bytes = f.dwarf_bytes;
+        if bytes == 0 {
+            bytes = build_id_debug_file(id).map_or(0, |d| d.dwarf_bytes);
+        }
+        if bytes > self.dwarf_left {
+            super::note_without_code_info(&f.path);
+            return false;
+        }
+        self.dwarf_left -= bytes;
+        true
+    }
+
     /// The code symbols at `offsets` of `file`: data objects never name an
     /// address.
     fn code_symbols(&mut self, file: &ElfFile, offsets: &[u64]) -> Vec<Option<Symbolized<'a>>> {
         let data = file.data_symbols();
-        file.symbolize(self.symbolizer, Input::FileOffset(offsets))
+        file.symbolize(self.here, Input::FileOffset(offsets))
             .into_iter()
             .map(|s| match s {
                 Symbolized::Sym(sym) if data.contains(&sym.addr) => None,
@@ -187,7 +219,7 @@ impl<'a> Pass<'a> {
             .filter_map(|(i, v)| Some((i, (*v)?)))
             .collect();
         let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
-        let found = debug.symbolize(self.symbolizer, Input::VirtOffset(&addrs));
+        let found = debug.symbolize(self.here, Input::VirtOffset(&addrs));
         for ((i, _), s) in wanted.into_iter().zip(found) {
             if matches!(s, Symbolized::Sym(_)) {
                 resolved[i] = Some(Found::Sym(s));
@@ -241,7 +273,7 @@ impl<'a> Pass<'a> {
         if !wanted.is_empty() {
             let data = debug.data_symbols();
             let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
-            let found = debug.symbolize(self.symbolizer, Input::VirtOffset(&addrs));
+            let found = debug.symbolize(self.here, Input::VirtOffset(&addrs));
             answered |= !found.is_empty();
             for ((i, v), s) in wanted.into_iter().zip(found) {
                 if let Symbolized::Sym(sym) = &s {
@@ -266,6 +298,7 @@ impl<'a> Pass<'a> {
     /// crate::jit), else the file the live process maps there,
     /// opened through its map_files link and checked like any other.
     pub(super) fn ip_frames(&mut self, pid: u32, ips: &[u64]) {
+        self.here = self.symbolizer;
         let jit = self.index.jit.names(pid, ips);
         let live = target::alive(pid);
         let resolved = live.then(|| self.mapped_symbols(pid, ips));
@@ -387,6 +420,12 @@ impl<'a> Pass<'a> {
             .collect()
     }
 }
+
+/// The most DWARF one symbolization reads for source lines and inlined
+/// functions (decompressed), files with the most samples first: reading it
+/// costs time and memory in proportion (BENCHMARKS.md); files past it are
+/// named without them, said once.
+pub(crate) const MAX_CODE_INFO_DWARF: u64 = 128 << 20;
 
 /// Shown for a frame in anonymous executable memory that no perf map or
 /// jitdump names: JIT code.
