@@ -195,7 +195,7 @@ pub fn write_table(
         let s = if rest.len() == 1 { "" } else { "s" };
         writeln!(
             out,
-            "({} more function{s}, {:.1}% self)",
+            "({} more function{s}: {self_rest} {unit} self, {:.1}%)",
             rest.len(),
             pct(self_rest)
         )?;

@@ -200,31 +200,42 @@ impl Unnamed {
     fn write(&self, e: &mut dyn Write, sampled: u64, unknown_pct: f64) -> io::Result<()> {
         /// Below this share of unknown frames the summary says no more.
         const WORTH_SAYING: f64 = 1.0;
-        /// Places named.
+        /// Places named, at most; and the least share of sampled frames
+        /// (percent) a place needs to be named.
         const TOP: usize = 3;
-        if unknown_pct < WORTH_SAYING || self.places.is_empty() {
-            return Ok(());
-        }
+        const LEAST: f64 = 0.1;
         let pct = |n: u64| 100.0 * n as f64 / sampled.max(1) as f64;
-        let top: Vec<String> = self
+        let named: Vec<&UnnamedPlace> = self
             .places
             .iter()
+            .filter(|p| pct(p.sampled) >= LEAST)
             .take(TOP)
+            .collect();
+        if unknown_pct < WORTH_SAYING || named.is_empty() {
+            return Ok(());
+        }
+        let top: Vec<String> = named
+            .iter()
             .map(|p| {
                 let what = match (p.jit, &p.why) {
-                    (Some(r), _) => format!(" of {}", r.name()),
+                    (Some(r), _) => format!(" ({} JIT code)", r.name()),
                     (None, Some(why)) => format!(" ({why})"),
                     (None, None) => String::new(),
                 };
                 format!("{} {:.1}%{what}", p.name, pct(p.sampled))
             })
             .collect();
-        let more = match self.places.len().saturating_sub(TOP) {
+        let more = match self.places.len() - named.len() {
             0 => String::new(),
-            n => format!(", {n} more"),
+            n => format!(", {n} more places"),
         };
-        writeln!(e, "bprof: unknown frames: {}{more}", top.join(", "))?;
-        let mut runtimes: Vec<Runtime> = self.places.iter().filter_map(|p| p.jit).collect();
+        writeln!(
+            e,
+            "bprof: unknown frames by place (share of sampled frames): {}{more}",
+            top.join(", ")
+        )?;
+        let mut runtimes: Vec<Runtime> = named.iter().filter_map(|p| p.jit).collect();
+        runtimes.sort_by_key(|r| r.name());
         runtimes.dedup();
         for r in runtimes {
             writeln!(
@@ -233,11 +244,7 @@ impl Unnamed {
                 r.flag()
             )?;
         }
-        let files = self
-            .places
-            .iter()
-            .take(TOP)
-            .any(|p| p.why.as_deref() == Some("no symbols"));
+        let files = named.iter().any(|p| p.why.as_deref() == Some("no symbols"));
         if files {
             let debuginfod = if std::env::var_os("DEBUGINFOD_URLS").is_some_and(|v| !v.is_empty()) {
                 "(DEBUGINFOD_URLS is set: its servers had none)"
