@@ -9,12 +9,12 @@ use crate::common::*;
 
 /// A tmux server of its own (its own socket) with one 120x40 pane running
 /// a plain shell; killed when the test ends.
-struct Tmux {
+pub(super) struct Tmux {
     socket: String,
 }
 
 impl Tmux {
-    fn new(tag: &str) -> Tmux {
+    pub(super) fn new(tag: &str) -> Tmux {
         let t = Tmux {
             socket: format!("bprof-test-{}-{tag}", std::process::id()),
         };
@@ -29,20 +29,20 @@ impl Tmux {
         t
     }
 
-    fn cmd(&self) -> Command {
+    pub(super) fn cmd(&self) -> Command {
         let mut c = Command::new("tmux");
         c.args(["-L", &self.socket]).stdin(Stdio::null());
         c
     }
 
     /// Types `text` literally, then Enter.
-    fn line(&self, text: &str) {
+    pub(super) fn line(&self, text: &str) {
         self.keys(&["-l", text]);
         self.keys(&["Enter"]);
     }
 
     /// send-keys with tmux key names (`q`, `Space`, `C-c`, `Enter`, `Escape`).
-    fn keys(&self, keys: &[&str]) {
+    pub(super) fn keys(&self, keys: &[&str]) {
         let st = self
             .cmd()
             .args(["send-keys", "-t", "0"])
@@ -52,7 +52,7 @@ impl Tmux {
         assert!(st.success());
     }
 
-    fn capture(&self) -> String {
+    pub(super) fn capture(&self) -> String {
         let out = self
             .cmd()
             .args(["capture-pane", "-p", "-t", "0"])
@@ -62,7 +62,7 @@ impl Tmux {
     }
 
     /// Whether the pane shows its alternate screen (a TUI left it on).
-    fn alternate_on(&self) -> bool {
+    pub(super) fn alternate_on(&self) -> bool {
         let out = self
             .cmd()
             .args(["display-message", "-p", "-t", "0", "#{alternate_on}"])
@@ -72,7 +72,12 @@ impl Tmux {
     }
 
     /// Polls the screen until `ok` holds; fails with the screen if it never does.
-    fn wait_for(&self, what: &str, timeout: Duration, ok: impl Fn(&str) -> bool) -> String {
+    pub(super) fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        ok: impl Fn(&str) -> bool,
+    ) -> String {
         let deadline = Instant::now() + timeout;
         loop {
             let s = self.capture();
@@ -92,13 +97,13 @@ impl Drop for Tmux {
 }
 
 /// The header's "last X s: N samples" count.
-fn interval_total(screen: &str) -> Option<u64> {
+pub(super) fn interval_total(screen: &str) -> Option<u64> {
     let rest = screen.split_once(" s: ")?.1;
     rest.split_whitespace().next()?.parse().ok()
 }
 
 /// The header's "since start: C counted, S shown" numbers.
-fn since_start(screen: &str) -> Option<(u64, u64)> {
+pub(super) fn since_start(screen: &str) -> Option<(u64, u64)> {
     let rest = screen.split_once("since start: ")?.1;
     let mut w = rest.split_whitespace();
     let counted = w.next()?.parse().ok()?;
@@ -107,14 +112,24 @@ fn since_start(screen: &str) -> Option<(u64, u64)> {
     Some((counted, shown))
 }
 
-/// Function rows: (self %, total %, self count, total count, name).
-fn function_rows(screen: &str) -> Vec<(f64, f64, u64, u64, String)> {
+/// Function rows: (self %, total %, self count, total count, name); the
+/// module is the fifth column (see [`function_modules`]).
+pub(super) fn function_rows(screen: &str) -> Vec<(f64, f64, u64, u64, String)> {
+    function_modules(screen)
+        .into_iter()
+        .map(|(a, b, c, d, _, name)| (a, b, c, d, name))
+        .collect()
+}
+
+/// Function rows with their module: (self %, total %, self count, total
+/// count, module, name).
+pub(super) fn function_modules(screen: &str) -> Vec<(f64, f64, u64, u64, String, String)> {
     screen
         .lines()
         .filter_map(|l| {
             let l = l.trim_matches(|c: char| c == '│' || c.is_whitespace());
             let w: Vec<&str> = l.split_whitespace().collect();
-            if w.len() != 5 {
+            if w.len() != 6 {
                 return None;
             }
             Some((
@@ -123,6 +138,7 @@ fn function_rows(screen: &str) -> Vec<(f64, f64, u64, u64, String)> {
                 w[2].parse().ok()?,
                 w[3].parse().ok()?,
                 w[4].to_string(),
+                w[5].to_string(),
             ))
         })
         .collect()
@@ -130,7 +146,7 @@ fn function_rows(screen: &str) -> Vec<(f64, f64, u64, u64, String)> {
 
 /// The terminal settings as `stty -g` prints them inside the pane, through
 /// a file so the screen's wrapping does not matter.
-fn stty(t: &Tmux, file: &Path) -> String {
+pub(super) fn stty(t: &Tmux, file: &Path) -> String {
     let _ = std::fs::remove_file(file);
     t.line(&format!("stty -g > {}", file.display()));
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -164,7 +180,7 @@ fn start_top(t: &Tmux, args: &str, env: &str, err: &Path) -> String {
     })
 }
 
-fn exit_status(t: &Tmux) -> i32 {
+pub(super) fn exit_status(t: &Tmux) -> i32 {
     // The echo's own line, not the typed command's `EXIT=$?`. The echo
     // may land on a line the shell had drawn before the view took the
     // screen (`EXIT=0/main/target/...`): its digits end the status.
@@ -182,7 +198,7 @@ fn exit_status(t: &Tmux) -> i32 {
 }
 
 /// The final stderr line: counted = shown + after the last refresh.
-fn check_final_totals(err: &Path) {
+pub(super) fn check_final_totals(err: &Path) {
     let text = std::fs::read_to_string(err).unwrap();
     let line = text
         .lines()
