@@ -197,7 +197,13 @@ impl Unnamed {
     /// Names the top places of a noticeable unknown share (of `sampled`
     /// frames) and how to get their names: one line for the places, one
     /// per JIT runtime seen, one for debug symbols.
-    fn write(&self, e: &mut dyn Write, sampled: u64, unknown_pct: f64) -> io::Result<()> {
+    fn write(
+        &self,
+        e: &mut dyn Write,
+        sampled: u64,
+        unknown_pct: f64,
+        debuginfod: bool,
+    ) -> io::Result<()> {
         /// Below this share of unknown frames the summary says no more.
         const WORTH_SAYING: f64 = 1.0;
         /// Places named, at most; and the least share of sampled frames
@@ -218,6 +224,7 @@ impl Unnamed {
             .iter()
             .map(|p| {
                 let what = match (p.jit, &p.why) {
+                    (Some(Runtime::Other), _) => " (JIT code)".to_string(),
                     (Some(r), _) => format!(" ({} JIT code)", r.name()),
                     (None, Some(why)) => format!(" ({why})"),
                     (None, None) => String::new(),
@@ -227,6 +234,7 @@ impl Unnamed {
             .collect();
         let more = match self.places.len() - named.len() {
             0 => String::new(),
+            1 => ", 1 more place".to_string(),
             n => format!(", {n} more places"),
         };
         writeln!(
@@ -246,7 +254,7 @@ impl Unnamed {
         }
         let files = named.iter().any(|p| p.why.as_deref() == Some("no symbols"));
         if files {
-            let debuginfod = if std::env::var_os("DEBUGINFOD_URLS").is_some_and(|v| !v.is_empty()) {
+            let debuginfod = if debuginfod {
                 "(DEBUGINFOD_URLS is set: its servers had none)"
             } else {
                 "or set DEBUGINFOD_URLS (e.g. https://debuginfod.debian.net) for bprof to fetch them"
@@ -338,8 +346,13 @@ impl Summary {
             }
         }
         self.write_losses(e)?;
-        self.unnamed
-            .write(e, self.symbols.sampled_frames, self.unknown_pct())?;
+        let debuginfod = std::env::var_os("DEBUGINFOD_URLS").is_some_and(|v| !v.is_empty());
+        self.unnamed.write(
+            e,
+            self.symbols.sampled_frames,
+            self.unknown_pct(),
+            debuginfod,
+        )?;
         if verbose {
             writeln!(
                 e,
@@ -489,6 +502,37 @@ mod tests {
              bprof: 3 samples dropped by filter\n\
              bprof: 2 samples lost: the count map was full or out of kernel memory (raise --stack-storage-size)\n"
         );
+    }
+
+    /// Golden text: where unknown frames lie and how to name them.
+    #[test]
+    fn unknown_places_say_how_to_name_them() {
+        let place = |name: &str, why: Option<&str>, jit, sampled| UnnamedPlace {
+            name: name.into(),
+            why: why.map(String::from),
+            jit,
+            sampled,
+        };
+        let unnamed = Unnamed {
+            places: vec![
+                place("[jit]", None, Some(Runtime::Node), 300),
+                place("/usr/lib/libfoo.so.1", Some("no symbols"), None, 199),
+                place("[unknown]", Some("no file known for the address"), None, 1),
+                place("/usr/lib/libbar.so", Some("no symbols"), None, 1),
+            ],
+        };
+        let mut out = Vec::new();
+        unnamed.write(&mut out, 1000, 50.1, false).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "bprof: unknown frames by place (share of sampled frames): [jit] 30.0% (node JIT code), /usr/lib/libfoo.so.1 19.9% (no symbols), [unknown] 0.1% (no file known for the address), 1 more place\n\
+             bprof: [jit] is JIT code without a perf map to name it: run node with --perf-basic-prof\n\
+             bprof: for files without symbols, install their debug symbols (Debian, Ubuntu: the package's -dbgsym; Fedora: dnf debuginfo-install PACKAGE) or set DEBUGINFOD_URLS (e.g. https://debuginfod.debian.net) for bprof to fetch them\n"
+        );
+        // Below 1% unknown, nothing more is said.
+        let mut out = Vec::new();
+        unnamed.write(&mut out, 1000, 0.5, false).unwrap();
+        assert!(out.is_empty());
     }
 
     #[test]
