@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What fleet profiling costs one machine: `bprof -a --every 10 --otlp URL`
+# What fleet profiling costs one machine: `bprof -a -F 49 --every 10 --otlp URL`
 # (the systemd unit's command) for SECONDS (default 120) against the test
 # receiver (tests/suite/otlp_receiver.py, the official classes) on
 # 127.0.0.1, then the same run writing pprof files instead, for comparison.
@@ -26,7 +26,7 @@ measure() { # name, bprof arguments...
     local name=$1
     shift
     /usr/bin/time -f '%U %S %M' -o "$work/time" \
-        "$bprof" -a --every 10 --no-counts --stats-json "$work/stats.json" "$@" "$secs" \
+        "$bprof" -a -F 49 --every 10 --no-counts --stats-json "$work/stats.json" "$@" "$secs" \
         2> "$work/stderr" || { cat "$work/stderr" >&2; exit 1; }
     read -r user sys rss < "$work/time"
     local cpu

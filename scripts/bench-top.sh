@@ -1,6 +1,6 @@
 #!/bin/sh
 # bprof top's own cost (as root): the CPU time bprof itself uses while
-# `bprof top` runs system-wide at the default rate, against a plain profile
+# `bprof top` runs system-wide at 49 Hz, against a plain profile
 # (`bprof -f`) of the same duration on the same workload. The sampling
 # itself (timer interrupts, the BPF program) is charged to the sampled
 # tasks, not to bprof, so bprof's own user+sys time is what top adds on top
@@ -64,8 +64,8 @@ measure() {
 : >"$out/results.tsv"
 i=1
 while [ "$i" -le "$runs" ]; do
-	top=$(measure top "$bin" top "$secs")
-	prof=$(measure profile "$bin" -f --no-counts "$secs" '>/dev/null')
+	top=$(measure top "$bin" top -F 49 "$secs")
+	prof=$(measure profile "$bin" -F 49 -f --no-counts "$secs" '>/dev/null')
 	printf 'run %s: top %s, profile %s\n' "$i" "$top" "$prof"
 	printf '%s\t%s\n' "$top" "$prof" | tr ' ' '\t' >>"$out/results.tsv"
 	grep -h 'bprof top:' "$out/top.err" || true
@@ -76,7 +76,7 @@ done
 # at the end, then the same four for the profile.
 med() { cut -f"$1" "$out/results.tsv" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 tt=$(med 1); ts=$(med 2); tr0=$(med 3); tr1=$(med 4); pt=$(med 5); ps=$(med 6)
-echo "bprof top, ${secs} s system-wide at the default rate on $(nproc) CPUs (medians of $runs runs):"
+echo "bprof top, ${secs} s system-wide at 49 Hz on $(nproc) CPUs (medians of $runs runs):"
 echo "  whole run CPU:   top ${tt} s, profile ${pt} s: extra $(echo "$tt $pt $secs" | awk '{printf "%.2f", 100 * ($1 - $2) / $3}') % of one CPU"
 echo "  steady state:    top ${ts} %, profile ${ps} % of one CPU: extra $(echo "$ts $ps" | awk '{printf "%.2f", $1 - $2}') %"
 echo "  top RSS:         ${tr0} KiB at 5 s, ${tr1} KiB 2 s before the end"

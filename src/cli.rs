@@ -9,8 +9,9 @@ use clap::{Args, Parser, Subcommand};
 ///
 /// Samples every CPU (or the given targets) at a fixed rate, counts
 /// (thread, kernel stack, user stack) in a BPF map, and symbolizes each
-/// unique frame once at the end. Without -f or --svg it prints the stacks
-/// with their counts, hottest last.
+/// unique frame once at the end. Without an output option it prints the
+/// hottest functions (self and total share, module; kernel frames marked
+/// _[k]) and where to go next.
 #[derive(Debug, Parser)]
 #[command(name = "bprof", version, about, long_about)]
 #[command(
@@ -19,7 +20,7 @@ use clap::{Args, Parser, Subcommand};
     subcommand_help_heading = "Subcommands"
 )]
 #[command(
-    after_help = "Examples:\n  bprof -F 99 -p 1234 -f > out.folded     folded stacks of process 1234\n  bprof --svg flame.svg -- ./my-program   flame graph of a command and its children\n  bprof -a -d -f 10                        10 s system-wide, annotated kernel frames\n  bprof --off-cpu --svg off.svg -p 1234   where process 1234 blocks\n  bprof stat -e cycles,instructions -a 5  counts, shared with other sessions"
+    after_help = "Examples:\n  bprof -p 1234 -- sleep 3                 the hottest functions of process 1234 for 3 s\n  bprof -F 99 -p 1234 -f > out.folded     folded stacks of process 1234\n  bprof --svg flame.svg -- ./my-program   flame graph of a command and its children\n  bprof -a -d -f 10                        10 s system-wide, user and kernel parts apart\n  bprof --off-cpu --svg off.svg -p 1234   where process 1234 blocks\n  bprof stat -e cycles,instructions -a 5  counts, shared with other sessions"
 )]
 pub struct Cli {
     /// A subcommand (`stat`); without one, bprof profiles.
@@ -64,6 +65,8 @@ pub enum Sub {
     mut_arg("otlp_timeout", |a| a.hide(true)),
     mut_arg("otlp_compression", |a| a.hide(true)),
     mut_arg("no_counts", |a| a.hide(true)),
+    mut_arg("stacks", |a| a.hide(true)),
+    mut_arg("command", |a| a.help("Command to run: the view shows it and its children until it exits; with -a, -C, -p or -t the view shows those targets while it runs")),
     after_help = "Keys: q quit, space pause, s sort (self/total/name), f functions/stacks,\n  p pick a process (arrows, Enter; Esc for all), Up/Down scroll.\nEach refresh shows the counts of the last interval.\n\nExamples:\n  bprof top                   every CPU, refreshed every second\n  bprof top -p 1234 -F 199    one process, 199 samples per second per CPU\n  bprof top --off-cpu -d 2    where threads block, refreshed every 2 s"
 )]
 pub struct TopArgs {
@@ -79,6 +82,7 @@ pub struct TopArgs {
 /// `bprof stat` options, mirroring perf stat.
 #[derive(Debug, Args)]
 #[command(
+    mut_arg("command", |a| a.help("Command to run: count it and its children until it exits; with -a or -C, count those CPUs while it runs (as perf stat -a -- COMMAND)")),
     after_help = "Examples:\n  bprof stat -e cycles,instructions -a 5\n  bprof stat -e instructions:u -- ./my-program\n  bprof stat -e task-clock,context-switches -I 1000 -p 1234"
 )]
 pub struct StatArgs {
@@ -91,14 +95,14 @@ pub struct StatArgs {
     #[arg(short = 'e', long = "event", value_name = "EVENT[,EVENT...]")]
     pub event: Vec<String>,
 
-    /// Count every task on every CPU (the default without -p/-t/-C/COMMAND);
-    /// with a COMMAND, for as long as it runs.
-    #[arg(short = 'a', long = "all-cpus")]
-    pub all_cpus: bool,
-
     /// Print counts every MS milliseconds (at least 10).
     #[arg(short = 'I', long = "interval-print", value_name = "MS")]
     pub interval: Option<String>,
+
+    /// Write the counts to FILE instead of stderr (where perf stat writes
+    /// them too).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
 
     /// CSV output with this separator: value,unit,event,run time,% running,metric,metric unit.
     #[arg(short = 'x', long = "field-separator", value_name = "SEP")]
@@ -128,7 +132,10 @@ pub struct ProfileArgs {
     #[command(flatten)]
     pub target: TargetArgs,
 
-    /// Sample this many times per second on each CPU [default: 49].
+    /// Sample this many times per second on each CPU [default: 999 for a
+    /// process, thread or COMMAND (-p, -t, -- COMMAND); 99 system-wide or
+    /// on CPUs (-a, -C)]. Above the kernel's perf_event_max_sample_rate it
+    /// is lowered to that, with one line.
     #[arg(
         short = 'F',
         long = "frequency",
@@ -141,10 +148,16 @@ pub struct ProfileArgs {
     #[arg(short = 'c', long = "count", value_name = "PERIOD")]
     pub count: Option<String>,
 
-    /// Event to sample: cycles, instructions, cpu-clock or task-clock
+    /// Event to sample: cycles, instructions, cpu-clock or task-clock, with
+    /// perf's :u (user only) or :k (kernel only) as in bprof stat
     /// [default: cycles, or cpu-clock where there is no hardware PMU].
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
     pub event: Option<String>,
+
+    /// Accepted for perf's habit: stacks are always taken, walked as
+    /// --call-graph says.
+    #[arg(short = 'g')]
+    pub call_graph_flag: bool,
 
     /// Show user stacks only (no kernel frames).
     #[arg(
@@ -184,13 +197,28 @@ pub struct ProfileArgs {
     #[arg(short = 'd', long = "delimited")]
     pub delimited: bool,
 
-    /// Annotate kernel frames with a "_[k]" suffix.
-    #[arg(short = 'a', long = "annotations")]
+    /// Kernel frames are suffixed "_[k]" (flamegraph.pl's convention) in
+    /// every output by default; this leaves them bare.
+    #[arg(long = "no-annotations")]
+    pub no_annotations: bool,
+
+    /// The default; kept so that older command lines still work.
+    #[arg(long = "annotations", hide = true)]
     pub annotations: bool,
 
     /// Include the idle task (CPU idle time).
-    #[arg(short = 'I', long = "include-idle")]
+    #[arg(long = "include-idle")]
     pub include_idle: bool,
+
+    /// The old spelling of --include-idle, kept for one release (-I is an
+    /// interval in bprof stat and perf).
+    #[arg(short = 'I', hide = true)]
+    pub include_idle_short: bool,
+
+    /// Keep inlined functions inside their callers: no inlined frames in
+    /// any output, and no debug information read for them.
+    #[arg(long = "no-inline")]
+    pub no_inline: bool,
 
     /// Entries of each kernel map (count map, stack maps). They are drained
     /// into user space when half full, so this bounds kernel memory, not
@@ -210,6 +238,11 @@ pub struct ProfileArgs {
     /// Write an SVG flame graph to FILE (may be combined with -f / -o).
     #[arg(long = "svg", value_name = "FILE")]
     pub svg: Option<PathBuf>,
+
+    /// Print every stack with its count, bcc profile.py's report (hottest
+    /// last), instead of the table of the hottest functions.
+    #[arg(long = "stacks")]
+    pub stacks: bool,
 
     /// Write a gzipped pprof profile (profile.proto) to FILE, for go tool
     /// pprof, Pyroscope or Parca (may be combined with -f, -o and --svg).
@@ -359,6 +392,12 @@ pub struct TargetArgs {
     #[arg(value_name = "DURATION")]
     pub duration: Option<String>,
 
+    /// Every CPU, every process: the default without -p, -t, -C or a
+    /// COMMAND; with -- COMMAND, every CPU for as long as it runs (as perf's
+    /// -a).
+    #[arg(short = 'a', long = "all-cpus")]
+    pub all_cpus: bool,
+
     /// Only these processes (comma-separated PIDs) and their new threads.
     #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]")]
     pub pid: Option<String>,
@@ -381,8 +420,9 @@ pub struct TargetArgs {
     #[arg(long = "ready-file", value_name = "FILE")]
     pub ready_file: Option<PathBuf>,
 
-    /// Command to run with its children, until it exits (bprof stat -a or
-    /// -C: count those CPUs while it runs, as perf stat -a -- COMMAND).
+    /// Command to run: profile it and its children until it exits; with
+    /// -a, -C, -p or -t, profile those targets instead while it runs (as
+    /// perf record -p PID -- sleep 3).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }

@@ -132,25 +132,18 @@ impl EventSpec {
     /// Parses one name such as `instructions:u`.
     pub fn parse(text: &str) -> Result<EventSpec> {
         let text = text.trim();
-        let (name, modifiers) = text.split_once(':').unwrap_or((text, ""));
+        let (name, levels) = super::split_modifiers(text)?;
         let Some(&(_, base, type_, config)) = KNOWN.iter().find(|(n, ..)| *n == name) else {
             let names: Vec<&str> = KNOWN.iter().map(|k| k.0).collect();
             bail!("unknown event '{text}' (known: {})", names.join(", "));
         };
-        if modifiers.is_empty() && text.ends_with(':')
-            || !modifiers.chars().all(|c| c == 'u' || c == 'k')
-        {
-            bail!("invalid modifier in event '{text}' (supported: :u, :k)");
-        }
-        let (u, k) = (modifiers.contains('u'), modifiers.contains('k'));
         Ok(EventSpec {
             name: text.to_string(),
             base,
             type_,
             config: config as u64,
-            // ':u' means user only; ':k' kernel only; both or none: all.
-            exclude_user: k && !u,
-            exclude_kernel: u && !k,
+            exclude_user: levels.exclude_user,
+            exclude_kernel: levels.exclude_kernel,
         })
     }
 

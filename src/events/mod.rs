@@ -14,6 +14,46 @@ pub(crate) fn not_supported(e: &std::io::Error) -> bool {
     )
 }
 
+/// Which privilege levels an event counts, from perf's `:u` / `:k`
+/// modifiers: the same syntax for a profile's `-e` and `bprof stat`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Levels {
+    /// `:k`: kernel only.
+    pub exclude_user: bool,
+    /// `:u`: user only.
+    pub exclude_kernel: bool,
+}
+
+impl Levels {
+    /// The modifier as perf writes it (`:u`, `:k`, or nothing).
+    pub fn suffix(self) -> &'static str {
+        match (self.exclude_user, self.exclude_kernel) {
+            (true, false) => ":k",
+            (false, true) => ":u",
+            _ => "",
+        }
+    }
+}
+
+/// Splits `name[:modifiers]` as perf does: `u` user only, `k` kernel only,
+/// both or none everything.
+pub(crate) fn split_modifiers(text: &str) -> anyhow::Result<(&str, Levels)> {
+    let (name, modifiers) = text.split_once(':').unwrap_or((text, ""));
+    if modifiers.is_empty() && text.ends_with(':')
+        || !modifiers.chars().all(|c| c == 'u' || c == 'k')
+    {
+        anyhow::bail!("invalid modifier in event '{text}' (supported: :u, :k)");
+    }
+    let (u, k) = (modifiers.contains('u'), modifiers.contains('k'));
+    Ok((
+        name,
+        Levels {
+            exclude_user: k && !u,
+            exclude_kernel: u && !k,
+        },
+    ))
+}
+
 /// What a session counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {

@@ -15,9 +15,9 @@ use anyhow::{bail, Result};
 use perf_event_open_sys as sys;
 use sys::bindings as pb;
 
-/// An event bprof can sample on.
+/// What an event counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
+pub enum Kind {
     /// Hardware CPU cycles.
     Cycles,
     /// Hardware retired instructions.
@@ -28,46 +28,88 @@ pub enum Event {
     TaskClock,
 }
 
+/// An event bprof can sample on, with perf's `:u` / `:k` modifiers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    /// What it counts.
+    pub kind: Kind,
+    /// Where: user, kernel or both.
+    pub levels: super::Levels,
+}
+
 impl Event {
-    /// Parses a perf-style event name.
-    pub fn parse(name: &str) -> Result<Event> {
-        Ok(match name {
-            "cycles" | "cpu-cycles" => Event::Cycles,
-            "instructions" => Event::Instructions,
-            "cpu-clock" => Event::CpuClock,
-            "task-clock" => Event::TaskClock,
+    /// Cycles, user and kernel.
+    pub const CYCLES: Event = Event::all(Kind::Cycles);
+    /// cpu-clock, user and kernel.
+    pub const CPU_CLOCK: Event = Event::all(Kind::CpuClock);
+
+    const fn all(kind: Kind) -> Event {
+        Event {
+            kind,
+            levels: super::Levels {
+                exclude_user: false,
+                exclude_kernel: false,
+            },
+        }
+    }
+
+    /// Parses a perf-style event name, with `:u` / `:k` as `bprof stat`
+    /// takes them.
+    pub fn parse(text: &str) -> Result<Event> {
+        let (name, levels) = super::split_modifiers(text.trim())?;
+        let kind = match name {
+            "cycles" | "cpu-cycles" => Kind::Cycles,
+            "instructions" => Kind::Instructions,
+            "cpu-clock" => Kind::CpuClock,
+            "task-clock" => Kind::TaskClock,
             other => bail!(
-                "unknown event '{other}' (expected one of: cycles, instructions, cpu-clock, task-clock)"
+                "unknown event '{other}' (expected one of: cycles, instructions, cpu-clock, task-clock, with :u or :k)"
             ),
-        })
+        };
+        Ok(Event { kind, levels })
     }
 
     /// Whether the event needs a hardware PMU.
     pub fn is_hardware(self) -> bool {
-        matches!(self, Event::Cycles | Event::Instructions)
+        matches!(self.kind, Kind::Cycles | Kind::Instructions)
+    }
+
+    /// Whether it counts time (cpu-clock, task-clock): a sample is worth
+    /// its period in nanoseconds.
+    pub fn is_clock(self) -> bool {
+        matches!(self.kind, Kind::CpuClock | Kind::TaskClock)
+    }
+
+    /// The same levels on cpu-clock: where there is no PMU.
+    pub fn on_cpu_clock(self) -> Event {
+        Event {
+            kind: Kind::CpuClock,
+            levels: self.levels,
+        }
     }
 
     fn type_config(self) -> (u32, u64) {
-        match self {
-            Event::Cycles => (pb::PERF_TYPE_HARDWARE, pb::PERF_COUNT_HW_CPU_CYCLES as u64),
-            Event::Instructions => (
+        match self.kind {
+            Kind::Cycles => (pb::PERF_TYPE_HARDWARE, pb::PERF_COUNT_HW_CPU_CYCLES as u64),
+            Kind::Instructions => (
                 pb::PERF_TYPE_HARDWARE,
                 pb::PERF_COUNT_HW_INSTRUCTIONS as u64,
             ),
-            Event::CpuClock => (pb::PERF_TYPE_SOFTWARE, pb::PERF_COUNT_SW_CPU_CLOCK as u64),
-            Event::TaskClock => (pb::PERF_TYPE_SOFTWARE, pb::PERF_COUNT_SW_TASK_CLOCK as u64),
+            Kind::CpuClock => (pb::PERF_TYPE_SOFTWARE, pb::PERF_COUNT_SW_CPU_CLOCK as u64),
+            Kind::TaskClock => (pb::PERF_TYPE_SOFTWARE, pb::PERF_COUNT_SW_TASK_CLOCK as u64),
         }
     }
 }
 
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Event::Cycles => "cycles",
-            Event::Instructions => "instructions",
-            Event::CpuClock => "cpu-clock",
-            Event::TaskClock => "task-clock",
-        })
+        f.write_str(match self.kind {
+            Kind::Cycles => "cycles",
+            Kind::Instructions => "instructions",
+            Kind::CpuClock => "cpu-clock",
+            Kind::TaskClock => "task-clock",
+        })?;
+        f.write_str(self.levels.suffix())
     }
 }
 
@@ -132,6 +174,8 @@ pub fn sampling_attr(event: Event, rate: Rate, idle: bool) -> pb::perf_event_att
     if !idle && !event.is_hardware() {
         attr.set_exclude_idle(1);
     }
+    attr.set_exclude_user(event.levels.exclude_user as u64);
+    attr.set_exclude_kernel(event.levels.exclude_kernel as u64);
     match rate {
         Rate::Frequency(hz) => {
             attr.set_freq(1);
@@ -155,8 +199,8 @@ pub fn open_sampling(
     match open_on_cpus(event, rate, cpus, idle) {
         Ok(fds) => Ok((event, fds)),
         Err(e) if event.is_hardware() && no_pmu(&e) => Ok((
-            Event::CpuClock,
-            open_on_cpus(Event::CpuClock, rate, cpus, idle)?,
+            event.on_cpu_clock(),
+            open_on_cpus(event.on_cpu_clock(), rate, cpus, idle)?,
         )),
         Err(e) => Err(e),
     }
@@ -202,4 +246,48 @@ fn describe_open_error(e: &io::Error, event: Event, rate: Rate) -> String {
 pub fn online_cpus() -> Result<Vec<u32>> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
     crate::target::parse_cpu_list(text.trim())
+}
+
+/// Sampling events switched off at a deadline by a thread of their own, so
+/// a DURATION ends the samples on time even while bprof's own thread is
+/// busy draining a flood of them (a high `-F` system-wide). Dropping it
+/// before the deadline leaves the events alone.
+pub struct Deadline {
+    stop: Option<crossbeam_channel::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Deadline {
+    /// Disables the events `fds` (duplicates of the sampling events'
+    /// descriptors) at `at`.
+    pub fn new(fds: Vec<OwnedFd>, at: std::time::Instant) -> Deadline {
+        let (stop, wait) = crossbeam_channel::bounded::<()>(0);
+        let thread = std::thread::Builder::new()
+            .name("bprof-deadline".into())
+            .spawn(move || {
+                if let Err(crossbeam_channel::RecvTimeoutError::Timeout) = wait.recv_deadline(at) {
+                    use std::os::fd::AsRawFd;
+                    for fd in &fds {
+                        // SAFETY: an ioctl with an integer argument on a
+                        // perf event descriptor this thread owns.
+                        unsafe { sys::ioctls::DISABLE(fd.as_raw_fd(), 0) };
+                    }
+                }
+            })
+            .ok();
+        Deadline {
+            stop: Some(stop),
+            thread,
+        }
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        // Disconnects the channel: the thread ends at once if still waiting.
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }

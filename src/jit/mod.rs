@@ -112,6 +112,8 @@ struct Proc {
     /// Mapped anonymous executable memory (or a jitdump) during the
     /// profile, or was named with -p: its files are looked for every tick.
     jit: bool,
+    /// Mapped anonymous executable memory during the profile.
+    anon_exec: bool,
     exited: bool,
     /// Polls that found nothing; after a few, it is polled less often.
     misses: u32,
@@ -233,10 +235,17 @@ impl JitFiles {
     /// a perf map.
     pub fn note_jit(&mut self, pid: u32) {
         let p = self.procs.entry(pid).or_default();
+        p.anon_exec = true;
         if !p.exited && !p.jit {
             p.jit = true;
             p.info = refresh(pid, p.info);
         }
+    }
+
+    /// Whether `pid` mapped anonymous executable memory during the profile
+    /// (what is known of an exited process's JIT code).
+    pub fn mapped_anon_exec(&self, pid: u32) -> bool {
+        self.procs.get(&pid).is_some_and(|p| p.anon_exec)
     }
 
     /// `pid` mapped a file named `jit-PID.dump` (how jitdump writers let

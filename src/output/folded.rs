@@ -11,7 +11,7 @@ use crate::symbolize::Stack;
 pub struct FoldedOptions {
     /// Put a `-` frame between the user and the kernel part (`-d`).
     pub delimiter: bool,
-    /// Suffix kernel frames with `_[k]` (`-a`).
+    /// Suffix kernel frames with `_[k]` (the default; not `--no-annotations`).
     pub annotate_kernel: bool,
     /// Kernel stacks were requested (so a missing one is worth a marker).
     pub kernel_stacks: bool,
@@ -41,39 +41,95 @@ fn push_sanitized(line: &mut String, name: &str) {
     }));
 }
 
+/// Where a frame of a folded line comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum From {
+    /// `Stack::user[i]`.
+    User(usize),
+    /// `Stack::kernel[i]`.
+    Kernel(usize),
+    /// A marker bprof adds: `[Missed ... Stack]`, `-`, `[off-cpu]`.
+    Marker,
+}
+
+/// One frame of a folded line.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Part<'a> {
+    /// The name, before `;` and line breaks are replaced.
+    pub(crate) name: &'a str,
+    /// `_[k]` on kernel frames when annotating, else empty.
+    pub(crate) suffix: &'static str,
+    pub(crate) from: From,
+}
+
+/// The frames of a stack's folded line after its comm, root first: what
+/// every output that names frames as `-f` does walks.
+pub(crate) fn parts<'a>(s: &'a Stack, opts: &FoldedOptions) -> Vec<Part<'a>> {
+    let mut out = Vec::with_capacity(s.user.len() + s.kernel.len() + 2);
+    let marker = |name| Part {
+        name,
+        suffix: "",
+        from: From::Marker,
+    };
+    if opts.user_stacks && s.user_lost {
+        out.push(marker("[Missed User Stack]"));
+    }
+    for (i, f) in s.user.iter().enumerate().rev() {
+        out.push(Part {
+            name: f,
+            suffix: "",
+            from: From::User(i),
+        });
+    }
+    if opts.delimiter && opts.user_stacks && opts.kernel_stacks && !s.kernel.is_empty() {
+        out.push(marker("-"));
+    }
+    if opts.kernel_stacks && s.kernel_lost {
+        out.push(marker("[Missed Kernel Stack]"));
+    }
+    let kernel_suffix = if opts.annotate_kernel { "_[k]" } else { "" };
+    for (i, f) in s.kernel.iter().enumerate().rev() {
+        out.push(Part {
+            name: f,
+            suffix: kernel_suffix,
+            from: From::Kernel(i),
+        });
+    }
+    if opts.mark_off_cpu && s.off_cpu {
+        out.push(marker(OFF_CPU_FRAME));
+    }
+    out
+}
+
+/// A frame as folded lines show it: `;` as `:`, line breaks as spaces, the
+/// suffix appended.
+pub(crate) fn shown(p: &Part<'_>) -> String {
+    let mut name = String::with_capacity(p.name.len() + p.suffix.len());
+    push_sanitized(&mut name, p.name);
+    name.push_str(p.suffix);
+    name
+}
+
+/// The comm as a folded line starts: sanitized, `[unknown]` when empty.
+pub(crate) fn comm_shown(s: &Stack) -> String {
+    let mut line = String::new();
+    push_sanitized(&mut line, &s.comm);
+    if s.comm.is_empty() {
+        line.push_str("[unknown]");
+    }
+    line
+}
+
 /// Builds the folded lines, merging stacks that print identically (the same
 /// comm and frames in different threads), sorted for stable output.
 pub fn lines(stacks: &[Stack], opts: &FoldedOptions) -> Vec<(String, u64)> {
     let mut merged: BTreeMap<String, u64> = BTreeMap::new();
     for s in stacks {
-        let mut line = String::new();
-        push_sanitized(&mut line, &s.comm);
-        if s.comm.is_empty() {
-            line.push_str("[unknown]");
-        }
-        let mut push = |frame: &str, suffix: &str| {
+        let mut line = comm_shown(s);
+        for p in parts(s, opts) {
             line.push(';');
-            push_sanitized(&mut line, frame);
-            line.push_str(suffix);
-        };
-        if opts.user_stacks && s.user_lost {
-            push("[Missed User Stack]", "");
-        }
-        for f in s.user.iter().rev() {
-            push(f, "");
-        }
-        if opts.delimiter && opts.user_stacks && opts.kernel_stacks && !s.kernel.is_empty() {
-            push("-", "");
-        }
-        if opts.kernel_stacks && s.kernel_lost {
-            push("[Missed Kernel Stack]", "");
-        }
-        let kernel_suffix = if opts.annotate_kernel { "_[k]" } else { "" };
-        for f in s.kernel.iter().rev() {
-            push(f, kernel_suffix);
-        }
-        if opts.mark_off_cpu && s.off_cpu {
-            push(OFF_CPU_FRAME, "");
+            push_sanitized(&mut line, p.name);
+            line.push_str(p.suffix);
         }
         *merged.entry(line).or_default() += s.count;
     }

@@ -10,7 +10,7 @@ use crate::events::counting::EventSpec;
 use crate::output::folded::{self, FoldedOptions};
 use crate::output::report;
 use crate::output::stat::{write_lines, Format, Line};
-use crate::symbolize::Stack;
+use crate::symbolize::{FrameLine, Frames, Location, Module, Stack};
 
 /// Whether to rewrite the golden files: `BPROF_BLESS` asks, and CI (`CI`
 /// set) never may, or a wrong output would bless itself.
@@ -129,8 +129,89 @@ fn golden_folded_delimited_annotated_wall() {
 #[test]
 fn golden_report() {
     let mut out = Vec::new();
-    report::write(&mut out, &stacks(), None).unwrap();
+    report::write(&mut out, &stacks(), None, true).unwrap();
     check("report.txt", &out);
+}
+
+/// Stacks with their locations: a kernel, an executable and libc, one
+/// inlined function, one frame no symbol names.
+fn located() -> (Vec<Stack>, Frames) {
+    let line = |n: &str| FrameLine {
+        name: n.into(),
+        system_name: n.into(),
+        file: None,
+        line: 0,
+    };
+    let file = |p: &str| Module::File {
+        build_id: Some([7; 20]),
+        key: None,
+        go_build_id: None,
+        path: Some(PathBuf::from(p)),
+    };
+    let mut frames = Frames {
+        modules: vec![
+            Module::Kernel,
+            file("/usr/bin/worker"),
+            file("/lib/libc.so.6"),
+        ],
+        ..Default::default()
+    };
+    // (names innermost first, module)
+    let locs: &[(&[&str], u32)] = &[
+        (&["clear_page_erms"], 0),   // 0
+        (&["do_page_fault"], 0),     // 1
+        (&["heavy"], 1),             // 2
+        (&["mix", "medium"], 1),     // 3: mix inlined into medium
+        (&["main"], 1),              // 4
+        (&["__libc_start_main"], 2), // 5
+        (&["libc.so.6+0x1234"], 2),  // 6: unknown
+        (&["memset"], 2),            // 7
+    ];
+    for (names, m) in locs {
+        frames.locations.push(Location {
+            address: 0,
+            module: Some(*m),
+            lines: names.iter().map(|n| line(n)).collect(),
+        });
+    }
+    frames.unknown.insert(6);
+    let stack = |kernel: &[u32], user: &[u32], count| {
+        let names = |ls: &[u32]| -> Vec<std::sync::Arc<str>> {
+            ls.iter()
+                .flat_map(|&l| frames.locations[l as usize].lines.iter())
+                .map(|l| l.name.clone())
+                .collect()
+        };
+        Stack {
+            kernel: names(kernel),
+            user: names(user),
+            kernel_locs: kernel.to_vec(),
+            user_locs: user.to_vec(),
+            ..stack("worker", 101, &[], &[], count)
+        }
+    };
+    let stacks = vec![
+        stack(&[], &[2, 4, 5], 600),
+        stack(&[], &[3, 4, 5], 300),
+        stack(&[0, 1], &[7, 4, 5], 70),
+        stack(&[], &[6, 4, 5], 30),
+    ];
+    (stacks, frames)
+}
+
+#[test]
+fn golden_functions_table() {
+    let (stacks, frames) = located();
+    let opts = FoldedOptions {
+        annotate_kernel: true,
+        kernel_stacks: true,
+        user_stacks: true,
+        ..Default::default()
+    };
+    let rows = report::functions(&stacks, &frames, &opts);
+    let mut out = Vec::new();
+    report::write_table(&mut out, &rows, 1000, "samples", 8).unwrap();
+    check("functions-table.txt", &out);
 }
 
 fn stat_text(format: &Format, prefix: Option<f64>, cgroup: Option<&str>) -> Vec<u8> {

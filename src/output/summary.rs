@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::bpf::stacks::Stats;
 use crate::events::sampling::{Event, Rate};
 use crate::events::Mode;
-use crate::symbolize::SymbolStats;
+use crate::symbolize::{Frames, Module, Stack, SymbolStats};
 
 /// Everything the summary reports about one profile.
 #[derive(Debug, Clone)]
@@ -34,6 +34,234 @@ pub(crate) struct Summary {
     pub(crate) bpf: Option<(u64, u64)>,
     /// `--otlp`: the endpoint as shown, and where every profile went.
     pub(crate) otlp: Option<(String, crate::output::otlp::Totals)>,
+    /// Where the unknown frames lie.
+    pub(crate) unnamed: Unnamed,
+}
+
+/// Where the frames no symbol named lie, hottest first: the files without
+/// symbols for them (and why), JIT code without a perf map, memory no file
+/// was known for. The summary names the top ones and how to get names.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Unnamed {
+    pub(crate) places: Vec<UnnamedPlace>,
+}
+
+/// Unknown frames of one file or kind of memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UnnamedPlace {
+    /// The file as shown, or `[jit]`, `[kernel]`, `[unknown]`.
+    pub(crate) name: String,
+    /// Why its frames stayed unknown, where known ("no symbols", "file
+    /// gone", ...): see [`why_unnamed`].
+    pub(crate) why: Option<String>,
+    /// JIT code: the runtime and the flag that has it write a perf map.
+    pub(crate) jit: Option<Runtime>,
+    /// Sampled frames there (each stack's once per sample).
+    pub(crate) sampled: u64,
+}
+
+/// A runtime whose JIT code was seen without a perf map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Runtime {
+    Node,
+    Python,
+    Java,
+    /// Not recognised.
+    Other,
+}
+
+impl Runtime {
+    /// What has the runtime write a perf map (bprof reads it).
+    fn flag(self) -> &'static str {
+        match self {
+            Runtime::Node => "run node with --perf-basic-prof",
+            Runtime::Python => "run Python 3.12 or later with -X perf",
+            Runtime::Java => "run java with -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit, or attach perf-map-agent",
+            Runtime::Other => "have the runtime write /tmp/perf-PID.map (a perf map) or a jitdump",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Runtime::Node => "node",
+            Runtime::Python => "python",
+            Runtime::Java => "java",
+            Runtime::Other => "a JIT",
+        }
+    }
+
+    /// The runtime of a stack with JIT frames, by the files on it and its
+    /// thread's name.
+    fn of(s: &Stack, frames: &Frames) -> Runtime {
+        let files = s.user_locs.iter().filter_map(|&l| {
+            let m = frames.locations.get(l as usize)?.module?;
+            match frames.modules.get(m as usize)? {
+                Module::File { path: Some(p), .. } => {
+                    Some(p.file_name()?.to_string_lossy().into_owned())
+                }
+                _ => None,
+            }
+        });
+        for f in files.chain(std::iter::once(s.comm.clone())) {
+            if f.starts_with("node") || f.starts_with("libnode") {
+                return Runtime::Node;
+            }
+            if f.starts_with("libjvm") || f == "java" {
+                return Runtime::Java;
+            }
+            if f.starts_with("python3") || f.starts_with("libpython3") {
+                return Runtime::Python;
+            }
+        }
+        Runtime::Other
+    }
+}
+
+/// Why the frames of a module stayed unknown, as far as the module says.
+fn why_unnamed(module: Option<&Module>) -> Option<String> {
+    match module {
+        Some(Module::File { path: Some(_), .. }) => Some("no symbols".into()),
+        Some(Module::File { path: None, .. }) => Some("file not found".into()),
+        _ => None,
+    }
+}
+
+impl Unnamed {
+    /// The unknown frames of `stacks`, by place.
+    pub(crate) fn of(stacks: &[Stack], frames: &Frames) -> Unnamed {
+        use std::collections::HashMap;
+        #[derive(PartialEq, Eq, Hash)]
+        enum Key {
+            Module(u32),
+            Jit(Runtime),
+            Anonymous,
+        }
+        let mut by: HashMap<Key, u64> = HashMap::new();
+        for s in stacks {
+            let mut runtime = None;
+            for &l in s.kernel_locs.iter().chain(&s.user_locs) {
+                if !frames.unknown.contains(&l) {
+                    continue;
+                }
+                let key = if frames.jit.contains(&l) {
+                    Key::Jit(*runtime.get_or_insert_with(|| Runtime::of(s, frames)))
+                } else {
+                    match frames.locations.get(l as usize).and_then(|x| x.module) {
+                        Some(m) => Key::Module(m),
+                        None => Key::Anonymous,
+                    }
+                };
+                *by.entry(key).or_default() += s.count;
+            }
+        }
+        let mut places: Vec<UnnamedPlace> = by
+            .into_iter()
+            .map(|(key, sampled)| match key {
+                Key::Module(m) => {
+                    let module = frames.modules.get(m as usize);
+                    let name = match module {
+                        Some(Module::Kernel) => "[kernel]".to_string(),
+                        Some(Module::File { path: Some(p), .. }) => crate::names::path(p),
+                        Some(Module::File {
+                            build_id: Some(id), ..
+                        }) => format!(
+                            "build ID {}",
+                            id.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                        ),
+                        Some(Module::File { .. }) => "[unknown]".to_string(),
+                        None => "[unknown]".to_string(),
+                    };
+                    UnnamedPlace {
+                        name,
+                        why: why_unnamed(module),
+                        jit: None,
+                        sampled,
+                    }
+                }
+                Key::Jit(r) => UnnamedPlace {
+                    name: "[jit]".into(),
+                    why: None,
+                    jit: Some(r),
+                    sampled,
+                },
+                Key::Anonymous => UnnamedPlace {
+                    name: "[unknown]".into(),
+                    why: Some("no file known for the address".into()),
+                    jit: None,
+                    sampled,
+                },
+            })
+            .collect();
+        places.sort_by(|a, b| b.sampled.cmp(&a.sampled).then_with(|| a.name.cmp(&b.name)));
+        Unnamed { places }
+    }
+
+    /// How to get names for the top places of a noticeable unknown share
+    /// (of `sampled` frames): one line per JIT runtime seen, one for debug
+    /// symbols. The places themselves are the "unknown frames" line's.
+    fn write(
+        &self,
+        e: &mut dyn Write,
+        sampled: u64,
+        unknown_pct: f64,
+        debuginfod: bool,
+    ) -> io::Result<()> {
+        /// Below this share of unknown frames the summary says no more.
+        const WORTH_SAYING: f64 = 1.0;
+        /// Places named, at most; and the least share of sampled frames
+        /// (percent) a place needs to be named.
+        const TOP: usize = 3;
+        const LEAST: f64 = 0.1;
+        let pct = |n: u64| 100.0 * n as f64 / sampled.max(1) as f64;
+        let named: Vec<&UnnamedPlace> = self
+            .places
+            .iter()
+            .filter(|p| pct(p.sampled) >= LEAST)
+            .take(TOP)
+            .collect();
+        if unknown_pct < WORTH_SAYING || named.is_empty() {
+            return Ok(());
+        }
+        let mut runtimes: Vec<Runtime> = named.iter().filter_map(|p| p.jit).collect();
+        runtimes.sort_by_key(|r| r.name());
+        runtimes.dedup();
+        for r in runtimes {
+            writeln!(
+                e,
+                "bprof: [jit] is JIT code without a perf map to name it: {}",
+                r.flag()
+            )?;
+        }
+        let files = named.iter().any(|p| p.why.as_deref() == Some("no symbols"));
+        if files {
+            let debuginfod = if debuginfod {
+                "(DEBUGINFOD_URLS is set: its servers had none)"
+            } else {
+                "or set DEBUGINFOD_URLS (e.g. https://debuginfod.debian.net) for bprof to fetch them"
+            };
+            writeln!(
+                e,
+                "bprof: for files without symbols, install their debug symbols (Debian, Ubuntu: the package's -dbgsym; Fedora: dnf debuginfo-install PACKAGE) {debuginfod}"
+            )?;
+        }
+        Ok(())
+    }
+
+    fn json(&self, sampled: u64) -> serde_json::Value {
+        let pct = |n: u64| 100.0 * n as f64 / sampled.max(1) as f64;
+        self.places
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "place": p.name,
+                    "why": p.why,
+                    "jit_runtime": p.jit.map(Runtime::name),
+                    "sampled_frames": p.sampled,
+                    "percent": pct(p.sampled),
+                })
+            })
+            .collect()
+    }
 }
 
 impl Summary {
@@ -98,6 +326,13 @@ impl Summary {
             }
         }
         self.write_unnamed(e, verbose)?;
+        let debuginfod = std::env::var_os("DEBUGINFOD_URLS").is_some_and(|v| !v.is_empty());
+        self.unnamed.write(
+            e,
+            self.symbols.sampled_frames,
+            self.unknown_pct(),
+            debuginfod,
+        )?;
         self.write_losses(e)?;
         if let Some((to, t)) = &self.otlp {
             let unsent = |n: u64, samples: u64, what: &str| match n {
@@ -246,6 +481,7 @@ impl Summary {
                     "why": u.why.to_string(),
                     "sampled": u.sampled,
                 })).collect::<Vec<_>>(),
+                "unknown_by_place": self.unnamed.json(self.symbols.sampled_frames),
             },
             "first_output_ms": self.first_output_ms,
             "bpf": self.bpf.map(|(ns, runs)| serde_json::json!({
@@ -314,7 +550,7 @@ mod tests {
             sideband_lost: 0,
             sideband_records: 0,
             sideband_skipped: 0,
-            event: Event::CpuClock,
+            event: Event::CPU_CLOCK,
             rate: Rate::Frequency(99),
             mode,
             what: "process 42".into(),
@@ -324,6 +560,7 @@ mod tests {
             first_output_ms: 12.5,
             bpf: Some((5_000_000, 1000)),
             otlp: None,
+            unnamed: Unnamed::default(),
         }
     }
 
@@ -339,6 +576,36 @@ mod tests {
              bprof: 3 samples dropped by filter\n\
              bprof: 2 samples lost: the count map was full or out of kernel memory (raise --stack-storage-size)\n"
         );
+    }
+
+    /// Golden text: where unknown frames lie and how to name them.
+    #[test]
+    fn unknown_places_say_how_to_name_them() {
+        let place = |name: &str, why: Option<&str>, jit, sampled| UnnamedPlace {
+            name: name.into(),
+            why: why.map(String::from),
+            jit,
+            sampled,
+        };
+        let unnamed = Unnamed {
+            places: vec![
+                place("[jit]", None, Some(Runtime::Node), 300),
+                place("/usr/lib/libfoo.so.1", Some("no symbols"), None, 199),
+                place("[unknown]", Some("no file known for the address"), None, 1),
+                place("/usr/lib/libbar.so", Some("no symbols"), None, 1),
+            ],
+        };
+        let mut out = Vec::new();
+        unnamed.write(&mut out, 1000, 50.1, false).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "bprof: [jit] is JIT code without a perf map to name it: run node with --perf-basic-prof\n\
+             bprof: for files without symbols, install their debug symbols (Debian, Ubuntu: the package's -dbgsym; Fedora: dnf debuginfo-install PACKAGE) or set DEBUGINFOD_URLS (e.g. https://debuginfod.debian.net) for bprof to fetch them\n"
+        );
+        // Below 1% unknown, nothing more is said.
+        let mut out = Vec::new();
+        unnamed.write(&mut out, 1000, 0.5, false).unwrap();
+        assert!(out.is_empty());
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub struct Sample {
     pub comm: Rc<str>,
     /// Frames root first, leaf last, named as in folded output.
     pub frames: Frames,
+    /// The module of each frame (`[kernel]`, a file name), as the
+    /// profile's table shows it; empty for markers.
+    pub modules: Frames,
     /// Samples, or microseconds (off-CPU, `--wall`).
     pub count: u64,
 }
@@ -87,6 +90,8 @@ pub enum Action {
 pub struct FuncRow {
     /// Its name.
     pub name: Rc<str>,
+    /// Its module.
+    pub module: Rc<str>,
     /// Counts where it is the leaf.
     pub self_count: u64,
     /// Counts of stacks it is on (once per stack, however often it recurses).
@@ -114,24 +119,29 @@ fn narrowed(samples: &[Sample], pid: Option<u32>) -> impl Iterator<Item = &Sampl
 
 /// Self and total counts per function, sorted.
 pub fn functions(samples: &[Sample], pid: Option<u32>, sort: SortBy) -> Vec<FuncRow> {
-    let mut by: HashMap<Rc<str>, (u64, u64)> = HashMap::new();
-    let mut on_stack: HashSet<&Rc<str>> = HashSet::new();
+    let none: Rc<str> = Rc::from("");
+    let module = |s: &Sample, i: usize| s.modules.get(i).cloned().unwrap_or_else(|| none.clone());
+    let mut by: HashMap<(Rc<str>, Rc<str>), (u64, u64)> = HashMap::new();
+    let mut on_stack: HashSet<(Rc<str>, Rc<str>)> = HashSet::new();
     for s in narrowed(samples, pid) {
         let Some(leaf) = s.frames.last() else {
             continue;
         };
-        by.entry(leaf.clone()).or_default().0 += s.count;
+        let last = s.frames.len() - 1;
+        by.entry((leaf.clone(), module(s, last))).or_default().0 += s.count;
         on_stack.clear();
-        for f in s.frames.iter() {
-            if on_stack.insert(f) {
-                by.entry(f.clone()).or_default().1 += s.count;
+        for (i, f) in s.frames.iter().enumerate() {
+            let key = (f.clone(), module(s, i));
+            if on_stack.insert(key.clone()) {
+                by.entry(key).or_default().1 += s.count;
             }
         }
     }
     let mut rows: Vec<FuncRow> = by
         .into_iter()
-        .map(|(name, (self_count, total))| FuncRow {
+        .map(|((name, module), (self_count, total))| FuncRow {
             name,
+            module,
             self_count,
             total,
         })
@@ -242,6 +252,8 @@ pub struct View {
     /// What a count is ("samples", "us").
     unit: &'static str,
     refreshes: u64,
+    /// Keys are read (bprof is the terminal's foreground process).
+    pub keys: bool,
 }
 
 impl View {
@@ -258,6 +270,7 @@ impl View {
             title,
             unit,
             refreshes: 0,
+            keys: true,
         }
     }
 
@@ -358,7 +371,9 @@ impl View {
             .split(rows[2]);
         self.draw_processes(f, halves[0]);
         self.draw_threads(f, halves[1]);
-        let help = if self.picking.is_some() {
+        let help = if !self.keys {
+            "no keys: not the terminal's foreground process (fg brings it there); it ends at its DURATION or a signal"
+        } else if self.picking.is_some() {
             "Up/Down choose a process  Enter narrow to it  Esc cancel  q quit"
         } else {
             "q quit  space pause  s sort  f functions/stacks  p pick process  Esc all  Up/Down scroll"
@@ -405,12 +420,21 @@ impl View {
         let rows = functions(&self.data.samples, self.pid, self.sort);
         let total = self.total().max(1) as f64;
         let height = area.height.saturating_sub(3) as usize;
-        let body = rows.iter().skip(self.scroll).take(height).map(|r| {
+        let shown: Vec<&FuncRow> = rows.iter().skip(self.scroll).take(height).collect();
+        // As wide as the longest module shown, within bounds.
+        let module_width = shown
+            .iter()
+            .map(|r| r.module.chars().count())
+            .max()
+            .unwrap_or(0)
+            .clamp(6, 20);
+        let body = shown.into_iter().map(|r| {
             Row::new(vec![
                 format!("{:5.1}%", r.self_count as f64 * 100.0 / total),
                 format!("{:5.1}%", r.total as f64 * 100.0 / total),
                 r.self_count.to_string(),
                 r.total.to_string(),
+                cut_left(&r.module, module_width),
                 r.name.to_string(),
             ])
         });
@@ -421,12 +445,15 @@ impl View {
                 Constraint::Length(7),
                 Constraint::Length(9),
                 Constraint::Length(9),
+                Constraint::Length(module_width as u16),
                 Constraint::Min(10),
             ],
         )
         .header(
-            Row::new(vec!["SELF%", "TOTAL%", "SELF", "TOTAL", "FUNCTION"])
-                .style(Style::new().add_modifier(Modifier::BOLD)),
+            Row::new(vec![
+                "SELF%", "TOTAL%", "SELF", "TOTAL", "MODULE", "FUNCTION",
+            ])
+            .style(Style::new().add_modifier(Modifier::BOLD)),
         )
         .block(Block::bordered().title(format!(" functions ({} rows) ", rows.len())));
         f.render_widget(table, area);
@@ -572,6 +599,7 @@ mod tests {
             tid,
             comm: Rc::from(comm),
             frames: frames.iter().map(|f| Rc::from(*f)).collect(),
+            modules: frames.iter().map(|_| Rc::from("a.out")).collect(),
             count,
         }
     }

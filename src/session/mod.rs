@@ -30,10 +30,7 @@ pub fn run() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
-            // One line: clap's first line, minus its own "error: " prefix.
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            eprintln!("bprof: {}", first.trim_start_matches("error: "));
+            eprintln!("bprof: {}", usage_line(&e));
             return ExitCode::from(2);
         }
     };
@@ -58,6 +55,33 @@ pub fn run() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     finish(profile::run(settings).map(|o| o.exit_code))
+}
+
+/// clap's error in one line: its first line, minus its own "error: "
+/// prefix, and its suggestion for a mistyped flag or value, if any.
+fn usage_line(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    let text = e.to_string();
+    let first = text
+        .lines()
+        .next()
+        .unwrap_or("invalid arguments")
+        .trim_start_matches("error: ");
+    let suggested = [
+        ContextKind::SuggestedArg,
+        ContextKind::SuggestedSubcommand,
+        ContextKind::SuggestedValue,
+    ]
+    .into_iter()
+    .find_map(|k| match e.get(k)? {
+        ContextValue::String(s) => Some(s.clone()),
+        ContextValue::Strings(v) if !v.is_empty() => Some(v.join("' or '")),
+        _ => None,
+    });
+    match suggested {
+        Some(s) => format!("{first} (did you mean '{s}'?)"),
+        None => first.to_string(),
+    }
 }
 
 /// Bad input: one line, exit status 2, before anything was loaded.

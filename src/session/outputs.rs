@@ -105,12 +105,17 @@ fn fixed_folder(pattern: &std::path::Path) -> std::path::PathBuf {
     }
 }
 
-/// Outputs that had nothing to hold, told after the summary (which says
-/// where the samples went).
+/// What the end of a profile says about its outputs, after the summary
+/// (which says where the samples went): the files written, those left
+/// alone for want of samples, and where to go next from the table.
 pub(super) struct Unwritten {
     folded: Option<std::path::PathBuf>,
     pprof: Option<std::path::PathBuf>,
     svg: Option<std::path::PathBuf>,
+    /// Files written, in order.
+    written: Vec<std::path::PathBuf>,
+    /// The table of functions was printed: say what else there is.
+    next_hint: bool,
     /// stdout's reader went away (`| head`): said by the exit, after the
     /// summary, which stderr still takes.
     stdout_closed: Option<anyhow::Error>,
@@ -118,6 +123,12 @@ pub(super) struct Unwritten {
 
 impl Unwritten {
     pub(super) fn report(self) -> Result<()> {
+        for path in &self.written {
+            eprintln!("bprof: wrote {}", crate::names::path(path));
+        }
+        if self.next_hint {
+            eprintln!("bprof: next: --svg FILE for a flame graph, -f for folded stacks, --pprof FILE for go tool pprof, --stacks for every stack");
+        }
         for path in self.folded.into_iter().chain(self.pprof) {
             eprintln!(
                 "bprof: no samples were recorded, so nothing was written to {} (left as it was)",
@@ -149,22 +160,29 @@ pub(super) fn write_outputs(
         folded: None,
         pprof: None,
         svg: None,
+        written: Vec::new(),
+        next_hint: false,
         stdout_closed: None,
     };
+    let total: u64 = lines.iter().map(|(_, c)| c).sum();
     if let Some(f) = files.folded {
         if lines.is_empty() {
             unwritten.folded = Some(f.path().to_path_buf());
         } else {
+            let path = f.path().to_path_buf();
             f.commit(|w| folded::write(w, lines))?;
+            unwritten.written.push(path);
         }
     }
     if let Some(f) = files.svg {
-        let total: u64 = lines.iter().map(|(_, c)| c).sum();
-        let opts = svg::SvgOptions::for_profile(summary, total, recorded.counts.clone());
+        let mut opts = svg::SvgOptions::for_profile(summary, total, recorded.counts.clone());
+        opts.classes = svg::classes(stacks, frames, &settings.folded);
         if lines.is_empty() {
             unwritten.svg = Some(f.path().to_path_buf());
         } else {
+            let path = f.path().to_path_buf();
             f.commit(|w| svg::write(w, lines, &opts).map_err(io::Error::other))?;
+            unwritten.written.push(path);
         }
     }
     if let Some(f) = files.pprof {
@@ -179,23 +197,40 @@ pub(super) fn write_outputs(
                 stacks,
             );
             let profile = pprof::build(stacks, frames, &settings.folded, &meta);
+            let path = f.path().to_path_buf();
             f.commit(|w| pprof::write(w, &profile))?;
+            unwritten.written.push(path);
         }
     }
     if let Some(f) = files.stats_json {
+        let path = f.path().to_path_buf();
         f.commit(|w| {
             serde_json::to_writer_pretty(&mut *w, &summary.json())?;
             writeln!(w)
         })?;
+        unwritten.written.push(path);
     }
+    let annotate = settings.folded.annotate_kernel;
     let written = if settings.folded_stdout {
         folded::write(&mut io::stdout().lock(), lines).context("writing folded stacks to stdout")
-    } else if settings.folded_file.is_none()
-        && settings.svg.is_none()
-        && settings.pprof.is_none()
-        && settings.otlp.is_none()
-    {
-        report::write(&mut io::stdout().lock(), stacks, None).context("writing the report")
+    } else if settings.stacks_report {
+        report::write(&mut io::stdout().lock(), stacks, None, annotate)
+            .context("writing the report")
+    } else if !settings.has_output() && total > 0 {
+        unwritten.next_hint = true;
+        let rows = report::functions(stacks, frames, &settings.folded);
+        let unit = match settings.program.mode {
+            crate::events::Mode::OnCpu => "samples",
+            _ => "us",
+        };
+        report::write_table(
+            &mut io::stdout().lock(),
+            &rows,
+            total,
+            unit,
+            report::TABLE_ROWS,
+        )
+        .context("writing the table of functions")
     } else {
         Ok(())
     };
@@ -221,12 +256,10 @@ pub(crate) fn pprof_meta(
         Mode::Wall => pprof::Kind::Wall,
         // Timer events count nanoseconds: a sample is worth its period.
         Mode::OnCpu => match (event, settings.rate) {
-            (Event::CpuClock | Event::TaskClock, Rate::Frequency(hz)) => pprof::Kind::CpuTime {
+            (e, Rate::Frequency(hz)) if e.is_clock() => pprof::Kind::CpuTime {
                 period_ns: 1_000_000_000 / hz.max(1),
             },
-            (Event::CpuClock | Event::TaskClock, Rate::Period(n)) => {
-                pprof::Kind::CpuTime { period_ns: n }
-            }
+            (e, Rate::Period(n)) if e.is_clock() => pprof::Kind::CpuTime { period_ns: n },
             (e, Rate::Period(n)) => pprof::Kind::Events {
                 event: e.to_string(),
                 period: Some(n),

@@ -61,7 +61,13 @@ pub struct Periodic {
 
 impl Periodic {
     /// A periodic profile whose recording began at `began` (`began_at`).
-    pub fn new(every: Duration, began: Instant, began_at: SystemTime, code_info: bool) -> Self {
+    pub fn new(
+        every: Duration,
+        began: Instant,
+        began_at: SystemTime,
+        code_info: bool,
+        inlined: bool,
+    ) -> Self {
         Periodic {
             every,
             began,
@@ -76,7 +82,7 @@ impl Periodic {
             total: 0,
             stacks: 0,
             sym: SymbolStats::default(),
-            symbolizer: symbolize::Renewing::new(code_info),
+            symbolizer: symbolize::Renewing::new(code_info, inlined),
             gone: HashSet::new(),
         }
     }
@@ -135,7 +141,10 @@ impl Periodic {
                 ..Options::default()
             };
             match OutputFile::create_with(&at, opts).and_then(|f| f.commit(write)) {
-                Ok(()) => self.files += 1,
+                Ok(()) => {
+                    self.files += 1;
+                    eprintln!("bprof: wrote {}", crate::names::path(&at));
+                }
                 Err(e) => {
                     eprintln!("bprof: interval {number}: {e:#}; its {total} samples are not in that file, the next intervals go on");
                     self.unwritten += 1;
@@ -147,13 +156,14 @@ impl Periodic {
             put(p, &|w| folded::write(w, &lines));
         }
         if let Some(p) = &settings.svg {
-            let opts = svg::SvgOptions::for_interval(
+            let mut opts = svg::SvgOptions::for_interval(
                 settings.program.mode,
                 &settings.target.describe(),
                 &humantime::format_rfc3339_millis(start).to_string(),
                 length,
                 total,
             );
+            opts.classes = svg::classes(&stacks, &frames, &settings.folded);
             put(p, &|w| {
                 svg::write(w, &lines, &opts).map_err(io::Error::other)
             });
@@ -186,7 +196,7 @@ mod tests {
     #[test]
     fn intervals_are_due_at_fixed_boundaries() {
         let t0 = Instant::now();
-        let mut p = Periodic::new(Duration::from_secs(10), t0, SystemTime::now(), false);
+        let mut p = Periodic::new(Duration::from_secs(10), t0, SystemTime::now(), false, false);
         assert!(!p.due(t0 + Duration::from_secs(9)));
         assert!(p.due(t0 + Duration::from_secs(10)));
         p.intervals = 1;

@@ -20,7 +20,7 @@ use crate::events::counting::EventSpec;
 use crate::events::sampling::{self, Event};
 use crate::output::folded;
 use crate::output::stat::cycles_text;
-use crate::output::summary::Summary;
+use crate::output::summary::{Summary, Unnamed};
 use crate::pyframes::tracker::Tracker;
 use crate::session::outputs::{write_outputs, Files, Recorded};
 use crate::session::periodic::Periodic;
@@ -73,6 +73,7 @@ pub struct Outcome {
 /// Runs one profile from start to written outputs.
 // Long on purpose: the profile's stages in order (load, record, drain, symbolize, write, report); each is a call, the rest hands values between them.
 pub fn run(settings: ProfileSettings) -> Result<Outcome> {
+    settings.say_notes();
     crate::bpf::preflight::check()?;
     crate::symbolize::debuginfod::configure(settings.debuginfod_cache_size)?;
     let files = Files::create(&settings)?;
@@ -109,14 +110,13 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
         settings.duration,
         settings.ready_file.as_deref(),
     )?;
-    if let Some(pid) = runner.child_pid() {
+    if let Some(pid) = runner.traced_pid() {
         prog.add_tgid(pid, TargetFrom::Exec)?;
     }
     let mut sideband = Sideband::open(&cpus)?;
     sideband.index.jit.max_size = settings.max_perf_map_size;
-    // Source lines and inlined functions only where an output shows them.
-    let code_info = settings.pprof.is_some() || settings.otlp.is_some();
-    let symbolizer = symbolize::symbolizer_with(code_info);
+    // Source lines for pprof; inlined functions unless --no-inline.
+    let symbolizer = symbolize::symbolizer_with(settings.code_info(), settings.inlined);
     let (recorded, mut periodic) = record(
         &settings,
         &cpus,
@@ -155,7 +155,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     sideband.index.jit.prepare(&raw);
     let (stacks, sym_stats, frames) = symbolize::symbolize_frames(
         &symbolizer,
-        code_info,
+        settings.code_info(),
         &raw,
         &sideband.index,
         settings.unknown_style,
@@ -264,6 +264,8 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
                 t,
             )
         }),
+        // With --every, each interval's stacks went with its files.
+        unnamed: Unnamed::of(&stacks, &frames),
     };
     let unwritten = write_outputs(
         &settings, files, &summary, &stacks, &frames, &lines, &recorded,
@@ -271,11 +273,12 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
 
     sideband.index.jit.report(settings.verbose);
     report_end(&settings, &summary, &recorded, periodic.as_ref(), &drains)?;
-    let exit_code = runner::exit_code(recorded.status, false);
+    let outputs = unwritten.report();
+    let exit_code = runner::exit_code(recorded.end, recorded.status, false);
     if let Some(m) = mismatch {
         bail!("{m}");
     }
-    unwritten.report()?;
+    outputs?;
     if let Some(n) = periodic.as_ref().map(|p| p.unwritten).filter(|&n| n > 0) {
         bail!("{n} interval files could not be written (said above as they happened)");
     }
@@ -369,11 +372,11 @@ fn record(
     // shared with every other bprof session.
     let mut stat_obj = MaybeUninit::uninit();
     let counter = if settings.counts {
-        start_counts(&mut stat_obj, settings, runner.child_pid())
+        start_counts(&mut stat_obj, settings, runner.traced_pid())
     } else {
         None
     };
-    let (event, mut unwinder, mut python) = arm(
+    let (event, mut unwinder, mut python, sampling) = arm(
         settings,
         cpus,
         runner,
@@ -383,10 +386,18 @@ fn record(
         counter.is_some(),
     )?;
     runner.start()?;
+    let deadline = settings
+        .duration
+        .map(|d| sampling::Deadline::new(sampling, Instant::now() + d));
     let started_at = SystemTime::now();
     let mut periodic = settings.every.map(|every| {
-        let code_info = settings.pprof.is_some() || settings.otlp.is_some();
-        Periodic::new(every, Instant::now(), started_at, code_info)
+        Periodic::new(
+            every,
+            Instant::now(),
+            started_at,
+            settings.code_info(),
+            settings.inlined,
+        )
     });
 
     // Record until the duration, a signal, or the target's end. The side
@@ -394,7 +405,7 @@ fn record(
     // new process's unwind tables and mappings are in place soon after it
     // maps them, and an idle profile sleeps; the maps are checked for
     // filling per drain_tick.
-    let progress = progress_bar(settings.duration);
+    let progress = progress_bar(settings.duration, !settings.target.command.is_empty());
     let mut wake = sideband.wake_fds();
     wake.extend(python.as_ref().map(|t| t.wake_fd()));
     let tick = drain_tick(settings, cpus.len(), !progress.is_hidden());
@@ -428,7 +439,12 @@ fn record(
         }
         Ok(())
     })?;
-    let elapsed = runner.elapsed();
+    // The samples ended at the deadline, however late this thread got here.
+    drop(deadline);
+    let elapsed = match (end, settings.duration) {
+        (End::Duration, Some(d)) => d.min(runner.elapsed()),
+        _ => runner.elapsed(),
+    };
     let counts = counter.and_then(|c| match c.sync().and_then(|_| c.read()) {
         Ok(blocks) => blocks.into_iter().next(),
         Err(e) => {
@@ -457,12 +473,23 @@ fn record(
     Ok((recorded, periodic))
 }
 
+/// What [`arm`] returns: the event sampled, the unwinder, the Python
+/// tracker and the sampling events' duplicates.
+pub(crate) type Armed = (
+    Event,
+    Option<Unwinder>,
+    Option<Tracker>,
+    Vec<std::os::fd::OwnedFd>,
+);
+
 /// What every profiling session (a profile, `bprof top`) does between
 /// loading its programs and starting the command: reads the targets'
 /// mappings, loads their unwind tables, then attaches. Sampling starts once
 /// the tables are loaded: a sample taken before would be walked without
 /// them; and the Python processes running. Returns the event sampled, the
-/// unwinder (with `dwarf`) and the Python tracker (unless `--no-python`).
+/// unwinder (with `dwarf`), the Python tracker (unless `--no-python`) and
+/// duplicates of the sampling events' descriptors (see
+/// [`sampling::Deadline`]).
 pub(crate) fn arm(
     settings: &ProfileSettings,
     cpus: &[u32],
@@ -471,11 +498,11 @@ pub(crate) fn arm(
     sideband: &mut Sideband,
     symbolizer: &Symbolizer,
     counting: bool,
-) -> Result<(Event, Option<Unwinder>, Option<Tracker>)> {
+) -> Result<Armed> {
     // After the side band is open, so no process falls between the two.
-    let scope = snapshot_scope(settings, runner.child_pid());
+    let scope = snapshot_scope(settings, runner.traced_pid());
     sideband.snapshot(scope.as_deref());
-    if let Some(pid) = runner.child_pid() {
+    if let Some(pid) = runner.traced_pid() {
         // Its user and perf map, should it be short-lived.
         sideband.index.jit.note_process(pid, true);
     }
@@ -484,24 +511,25 @@ pub(crate) fn arm(
         settings,
         sideband,
         scope.as_deref(),
-        runner.child_pid(),
+        runner.traced_pid(),
     )?;
     let python = crate::session::python::start(prog, settings, sideband, scope.as_deref())?;
     // The unwinder and Python have read the start's mappings.
     sideband.index.snapshot = Default::default();
-    let event = attach(settings, cpus, prog, symbolizer, counting)?;
-    Ok((event, unwinder, python))
+    let (event, sampling) = attach(settings, cpus, prog, symbolizer, counting)?;
+    Ok((event, unwinder, python, sampling))
 }
 
 /// Opens the sampling events and attaches every program; returns the
-/// event actually sampled (cpu-clock where there is no PMU).
+/// event actually sampled (cpu-clock where there is no PMU) and
+/// duplicates of the events' descriptors.
 fn attach(
     settings: &ProfileSettings,
     cpus: &[u32],
     prog: &mut ProfileProgram,
     symbolizer: &Symbolizer,
     counting: bool,
-) -> Result<Event> {
+) -> Result<(Event, Vec<std::os::fd::OwnedFd>)> {
     let mode = settings.program.mode;
     let (event, fds) = if mode.on_cpu() {
         sampling::open_sampling(
@@ -513,7 +541,9 @@ fn attach(
     } else {
         (settings.event, Vec::new())
     };
-    // One line for everything the missing PMU changes.
+    // One line for everything the missing PMU changes, and only where a
+    // hardware event was asked for or defaulted to: the cycle counts that
+    // accompany a profile are not worth a line of their own.
     let mut no_pmu = Vec::new();
     if event != settings.event {
         no_pmu.push(format!("sampling {event} instead of {}", settings.event));
@@ -521,9 +551,14 @@ fn attach(
     if settings.counts && !counting {
         no_pmu.push("cycles and instructions not counted".to_string());
     }
-    if !no_pmu.is_empty() {
+    if mode.on_cpu() && settings.event.is_hardware() && !no_pmu.is_empty() {
         eprintln!("bprof: no hardware PMU here: {}", no_pmu.join("; "));
     }
+    let dups = fds
+        .iter()
+        .map(|fd| fd.try_clone())
+        .collect::<io::Result<Vec<_>>>()
+        .context("duplicating the sampling events' descriptors")?;
     prog.attach(fds, settings.program.follow_children)?;
     if prog.layout_gens_missing() {
         eprintln!(
@@ -551,7 +586,7 @@ fn attach(
             eprintln!("bprof: off-CPU kernel stacks skip {skip} BPF/tracepoint frames ({how})");
         }
     }
-    Ok(event)
+    Ok((event, dups))
 }
 
 /// How many BPF and tracepoint frames start the off-CPU program's kernel
@@ -623,6 +658,16 @@ fn report_refused(verbose: bool) {
             refused.len()
         );
     }
+    let without = symbolize::without_code_info();
+    if !without.is_empty() {
+        let names: Vec<String> = without.iter().map(|p| crate::names::path(p)).collect();
+        eprintln!(
+            "bprof: {} files named without inlined functions: their debug information is past the {} MiB read for them per profile ({})",
+            without.len(),
+            symbolize::MAX_CODE_INFO_DWARF >> 20,
+            names.join(", ")
+        );
+    }
     let sections = symbolize::skipped_sections();
     if verbose {
         for (path, why) in &sections {
@@ -688,8 +733,11 @@ fn try_start_counts<'obj>(
     Ok(Some(c))
 }
 
-fn progress_bar(duration: Option<Duration>) -> ProgressBar {
-    if !io::stderr().is_terminal() {
+/// The progress line on stderr, when it is a terminal and no command runs:
+/// a command writes to the terminal bprof's stderr is (it inherits it),
+/// and its lines must not share one with the progress line.
+fn progress_bar(duration: Option<Duration>, command: bool) -> ProgressBar {
+    if !io::stderr().is_terminal() || command {
         return ProgressBar::hidden();
     }
     match duration {

@@ -77,6 +77,12 @@ impl<'t> Runner<'t> {
         self.child.as_ref().map(|c| c.pid)
     }
 
+    /// The command's PID when it is the target, not a timer for the
+    /// targets `-a`, `-C`, `-p` or `-t` name.
+    pub(crate) fn traced_pid(&self) -> Option<u32> {
+        self.child_pid().filter(|_| self.target.traces_command())
+    }
+
     /// Installs the signal handlers, starts the clock, lets the command exec.
     /// Then says so through the ready file, if asked.
     pub(crate) fn start(&mut self) -> Result<()> {
@@ -232,15 +238,29 @@ impl<'t> Runner<'t> {
 }
 
 /// bprof's exit code for a command's status (0 without a command), saying
-/// how the command ended unless `quiet_success` and it succeeded.
-pub(crate) fn exit_code(status: Option<ExitStatus>, quiet_success: bool) -> i32 {
-    match status {
-        Some(st) => {
+/// how the command ended unless `quiet_success` and it succeeded. A
+/// command bprof stopped itself, because the DURATION passed or the
+/// targets it timed exited, did what was asked: 0, said in one line.
+pub(crate) fn exit_code(end: End, status: Option<ExitStatus>, quiet_success: bool) -> i32 {
+    let why = match end {
+        End::Duration => Some("the duration passed"),
+        End::TargetsGone => Some("the targets exited"),
+        End::Signal | End::CommandExited(_) => None,
+    };
+    match (status, why) {
+        (Some(st), Some(why)) => {
+            eprintln!(
+                "bprof: {why}, so bprof stopped the command, as asked (it ended with {}); exit status 0",
+                st.describe()
+            );
+            0
+        }
+        (Some(st), None) => {
             if !(quiet_success && st == ExitStatus::Code(0)) {
                 eprintln!("bprof: command exited with {}", st.describe());
             }
             st.as_shell_code()
         }
-        None => 0,
+        (None, _) => 0,
     }
 }

@@ -15,8 +15,14 @@ use crate::filter::Term;
 use crate::output::folded;
 use crate::target::{self, Target};
 
-/// Frequency when neither -F nor -c is given (profile.py's default).
-const DEFAULT_HZ: u64 = 49;
+/// Frequency for a process, thread or command when neither -F nor -c is
+/// given: enough samples in a few seconds of one busy thread for shares
+/// that hold still; off the round number, so sampling does not move in
+/// step with the target's own timers.
+pub const DEFAULT_HZ_PROCESS: u64 = 999;
+
+/// The same system-wide (`-a`, `-C`, no target): every CPU samples.
+pub const DEFAULT_HZ_SYSTEM: u64 = 99;
 
 /// A validated profiling request.
 #[derive(Debug, Clone)]
@@ -66,6 +72,40 @@ pub struct ProfileSettings {
     pub debuginfod_cache_size: u64,
     /// Python frames show their line (off with `--no-lineno`).
     pub python_lines: bool,
+    /// Print every stack (`--stacks`) rather than the functions' table.
+    pub stacks_report: bool,
+    /// Inlined functions as frames of their own (not `--no-inline`).
+    pub inlined: bool,
+    /// One-line notes for the user, said before recording (a lowered
+    /// rate, an old spelling).
+    pub notes: Vec<String>,
+}
+
+impl ProfileSettings {
+    /// Says the notes on stderr, one line each.
+    pub fn say_notes(&self) {
+        for n in &self.notes {
+            eprintln!("bprof: {n}");
+        }
+    }
+
+    /// Whether symbolization reads source lines from debug information:
+    /// for pprof's and OTLP's lines, and for inlined functions (which need
+    /// them).
+    pub fn code_info(&self) -> bool {
+        self.pprof.is_some() || self.otlp.is_some() || self.inlined
+    }
+
+    /// Whether an output file or stdout's folded stacks were asked for:
+    /// without, the table of the hottest functions (or `--stacks`) is
+    /// printed.
+    pub fn has_output(&self) -> bool {
+        self.folded_stdout
+            || self.folded_file.is_some()
+            || self.svg.is_some()
+            || self.pprof.is_some()
+            || self.otlp.is_some()
+    }
 }
 
 fn parse_u64(s: &str, what: &str) -> Result<u64> {
@@ -78,10 +118,9 @@ impl ProfileSettings {
     /// Checks the command line; every error is one line for the user.
     pub fn from_cli(cli: ProfileArgs) -> Result<ProfileSettings> {
         let (target, duration) = target_and_duration(&cli.target)?;
-        if !target.command.is_empty() && (!target.pids.is_empty() || !target.tids.is_empty()) {
-            bail!("a COMMAND cannot be combined with -p or -L");
-        }
-        let rate = rate_of(&cli)?;
+        let mut notes = old_spellings(&cli, &target);
+        let (rate, lowered) = rate_of(&cli, &target)?;
+        notes.extend(lowered);
         let (mode, event) = mode_and_event(&cli, rate)?;
         let blocks = BlockOptions::of(&cli, mode)?;
         let stack_storage_size = stack_storage_size(&cli.stack_storage_size)?;
@@ -115,11 +154,11 @@ impl ProfileSettings {
             program: ProfileOptions {
                 kernel_stacks,
                 user_stacks,
-                include_idle: cli.include_idle,
+                include_idle: cli.include_idle || cli.include_idle_short,
                 stack_storage_size,
                 tgids: target.pids.clone(),
                 tids: target.tids.clone(),
-                follow_children: !target.command.is_empty(),
+                follow_children: target.traces_command(),
                 filter,
                 mode,
                 kernel_threads: cli.kernel_threads,
@@ -141,7 +180,7 @@ impl ProfileSettings {
             duration,
             folded: folded::FoldedOptions {
                 delimiter: cli.delimited,
-                annotate_kernel: cli.annotations,
+                annotate_kernel: !cli.no_annotations,
                 kernel_stacks,
                 user_stacks,
                 mark_off_cpu: mode == Mode::Wall,
@@ -165,8 +204,33 @@ impl ProfileSettings {
                 crate::symbolize::UnknownStyle::Offset
             },
             python_lines: !cli.no_lineno,
+            stacks_report: cli.stacks,
+            inlined: !cli.no_inline,
+            notes,
         })
     }
+}
+
+/// Notes for the short flags whose meaning changed to perf's: `-a` (all
+/// CPUs, once --annotations, now the default) where it changes what is
+/// profiled or adds nothing, and `-I` (to be an interval, as in bprof stat).
+fn old_spellings(cli: &ProfileArgs, target: &Target) -> Vec<String> {
+    let mut notes = Vec::new();
+    if target.all && (!target.pids.is_empty() || !target.tids.is_empty()) {
+        notes.push(
+            "-a means every CPU now (as in perf), not --annotations (kernel frames are marked _[k] by default); with -p or -t it adds nothing".into(),
+        );
+    } else if target.all && !target.command.is_empty() {
+        notes.push(
+            "-a means every CPU now (as in perf), not --annotations (kernel frames are marked _[k] by default): profiling every process while the command runs".into(),
+        );
+    }
+    if cli.include_idle_short {
+        notes.push(
+            "-I is the old spelling of --include-idle and will mean an interval, as in bprof stat and perf".into(),
+        );
+    }
+    notes
 }
 
 /// The output files: no two the same; with `--every`, patterns (one file
@@ -267,8 +331,9 @@ fn otlp_settings(cli: &ProfileArgs) -> Result<Option<crate::output::otlp::Settin
     }))
 }
 
-/// `-F` or `-c`, bounded as the kernel bounds them.
-fn rate_of(cli: &ProfileArgs) -> Result<Rate> {
+/// `-F` or `-c`, bounded as the kernel bounds them; a frequency above the
+/// kernel's limit is lowered to it, as perf does (the note says so).
+fn rate_of(cli: &ProfileArgs, target: &Target) -> Result<(Rate, Option<String>)> {
     Ok(match (&cli.frequency, &cli.count) {
         (_, Some(c)) => {
             let n = parse_u64(c, "period")?;
@@ -279,21 +344,42 @@ fn rate_of(cli: &ProfileArgs) -> Result<Rate> {
             if n >= 1 << 63 {
                 bail!("invalid period '{c}' (-c): must be below 2^63");
             }
-            Rate::Period(n)
+            (Rate::Period(n), None)
         }
         (Some(f), None) => {
             let hz = parse_u64(f, "frequency")?;
-            let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .unwrap_or(100_000);
-            if hz == 0 || hz > max {
-                bail!("invalid frequency '{f}': must be between 1 and {max} Hz (perf_event_max_sample_rate)");
+            if hz == 0 {
+                bail!("invalid frequency '{f}': must be at least 1 Hz");
             }
-            Rate::Frequency(hz)
+            let max = max_sample_rate();
+            if hz > max {
+                let note = format!(
+                    "-F {hz} is above the kernel's limit (kernel.perf_event_max_sample_rate = {max}): sampling at {max} Hz"
+                );
+                (Rate::Frequency(max), Some(note))
+            } else {
+                (Rate::Frequency(hz), None)
+            }
         }
-        (None, None) => Rate::Frequency(DEFAULT_HZ),
+        (None, None) => {
+            let hz = if target.system_wide() {
+                DEFAULT_HZ_SYSTEM
+            } else {
+                DEFAULT_HZ_PROCESS
+            };
+            (Rate::Frequency(hz.min(max_sample_rate())), None)
+        }
     })
+}
+
+/// The kernel's highest sampling frequency, which it may lower on its own
+/// when samples take too long.
+fn max_sample_rate() -> u64 {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|&m| m > 0)
+        .unwrap_or(100_000)
 }
 
 /// On-CPU, off-CPU or wall, and the event sampled: `--wall` samples time.
@@ -310,14 +396,14 @@ fn mode_and_event(cli: &ProfileArgs, rate: Rate) -> Result<(Mode, Event)> {
     }
     let event = match (&cli.event, mode) {
         (Some(e), Mode::Wall) => match Event::parse(e)? {
-            ev @ (Event::CpuClock | Event::TaskClock) => ev,
+            ev if ev.is_clock() => ev,
             other => {
                 bail!("--wall counts time, so it samples cpu-clock or task-clock, not {other}")
             }
         },
-        (None, Mode::Wall) => Event::CpuClock,
+        (None, Mode::Wall) => Event::CPU_CLOCK,
         (Some(e), _) => Event::parse(e)?,
-        (None, _) => Event::Cycles,
+        (None, _) => Event::CYCLES,
     };
     if mode == Mode::Wall && matches!(rate, Rate::Period(_)) {
         bail!("--wall needs a frequency (-F), not a period (-c)");
@@ -412,6 +498,7 @@ pub fn target_and_duration(a: &TargetArgs) -> Result<(Target, Option<Duration>)>
     let online = sampling::online_cpus().context("reading the online CPUs")?;
     let mut target = Target {
         command: a.command.clone(),
+        all: a.all_cpus,
         ..Default::default()
     };
     if let Some(c) = &a.cpu {
@@ -506,9 +593,24 @@ mod tests {
         assert_eq!(s.stats_json, Some(PathBuf::from("s.json")));
         let s = settings(&["--wall", "-L", "1"]).unwrap();
         assert_eq!(s.program.mode, Mode::Wall);
-        assert_eq!(s.event, Event::CpuClock);
+        assert_eq!(s.event, Event::CPU_CLOCK);
         assert_eq!(s.target.tids, vec![1]);
-        assert_eq!(settings(&[]).unwrap().rate, Rate::Frequency(DEFAULT_HZ));
+        let s = settings(&["-e", "task-clock:u"]).unwrap();
+        assert_eq!(s.event.to_string(), "task-clock:u");
+        assert!(s.event.levels.exclude_kernel && !s.event.levels.exclude_user);
+        refused(&["-e", "task-clock:x"], "invalid modifier");
+        assert_eq!(
+            settings(&[]).unwrap().rate,
+            Rate::Frequency(DEFAULT_HZ_SYSTEM)
+        );
+        assert_eq!(
+            settings(&["--", "true"]).unwrap().rate,
+            Rate::Frequency(DEFAULT_HZ_PROCESS)
+        );
+        assert_eq!(
+            settings(&["-a", "--", "true"]).unwrap().rate,
+            Rate::Frequency(DEFAULT_HZ_SYSTEM)
+        );
     }
 
     #[test]
@@ -525,7 +627,6 @@ mod tests {
             &["--off-cpu", "--filter", "ip > 0"],
             "does not apply to off-CPU",
         );
-        refused(&["-p", "1", "--", "true"], "cannot be combined with -p");
         refused(&["-o", "same", "--svg", "./same"], "are the same file");
         refused(&["--pprof", "same", "--svg", "./same"], "are the same file");
         refused(&["--every", "10", "--pprof", "a.pb.gz"], "its own file");
@@ -539,6 +640,13 @@ mod tests {
         refused(&["-c", "0"], "invalid period '0'");
         refused(&["-c", "9223372036854775808"], "below 2^63");
         refused(&["-F", "0"], "invalid frequency '0'");
+        let s = settings(&["-F", "100000000"]).unwrap();
+        assert_eq!(s.rate, Rate::Frequency(max_sample_rate()));
+        assert!(
+            s.notes[0].contains("above the kernel's limit"),
+            "{:?}",
+            s.notes
+        );
         refused(
             &["--stack-storage-size", "0"],
             "invalid --stack-storage-size",

@@ -42,6 +42,8 @@ pub struct StatSettings {
     pub pin_dir: PathBuf,
     /// Extra detail.
     pub verbose: bool,
+    /// `-o FILE`: the counts go there instead of stderr.
+    pub output: Option<PathBuf>,
 }
 
 impl StatSettings {
@@ -61,11 +63,9 @@ impl StatSettings {
             );
         }
         let (target, duration) = target_and_duration(&a.target)?;
-        let picked = [a.all_cpus, !target.pids.is_empty(), !target.tids.is_empty()];
-        if picked.iter().filter(|&&b| b).count() > 1
-            || (!target.command.is_empty() && (picked[1] || picked[2]))
-        {
-            bail!("choose one of -a, -p, -t or a COMMAND (-a and -C may time a COMMAND)");
+        let picked = [target.all, !target.pids.is_empty(), !target.tids.is_empty()];
+        if picked.iter().filter(|&&b| b).count() > 1 {
+            bail!("choose one of -a, -p or -t (a COMMAND may time any of them)");
         }
         let cgroups = match &a.for_each_cgroup {
             Some(list) => {
@@ -102,15 +102,13 @@ impl StatSettings {
             (None, true) => Format::Json,
             (None, false) => Format::Human,
         };
-        // As perf stat: -a or -C count whole CPUs, also while a COMMAND
-        // runs (the command then only says how long).
-        let system_wide = a.all_cpus
-            || (!target.cpus.is_empty() && target.pids.is_empty() && target.tids.is_empty());
+        // As perf stat: -a, -C, -p or -t name what is counted, also while
+        // a COMMAND runs (the command then only says how long).
         let scope = Scope {
             cpus: target.cpus.clone(),
             pids: target.pids.clone(),
             tids: target.tids.clone(),
-            follow_children: !target.command.is_empty() && !system_wide,
+            follow_children: target.traces_command(),
             cgroups,
         };
         Ok(StatSettings {
@@ -123,6 +121,7 @@ impl StatSettings {
             ready_file: a.target.ready_file.clone(),
             pin_dir: a.pin_dir,
             verbose: a.verbose > 0,
+            output: a.output,
         })
     }
 
@@ -146,6 +145,13 @@ impl StatSettings {
 pub fn run(s: StatSettings) -> Result<i32> {
     crate::bpf::preflight::check()?;
     crate::bpf::kfeatures::check(crate::bpf::kfeatures::STAT)?;
+    // Created now, so an unwritable path fails before anything is counted;
+    // written whole at the end, as every output file.
+    let file = s
+        .output
+        .as_deref()
+        .map(crate::output::file::OutputFile::create)
+        .transpose()?;
     let online = sampling::online_cpus()?;
     let mut obj = MaybeUninit::uninit();
     let mut prog = StatProgram::load(&mut obj, &s.pin_dir, &s.events, &s.scope, &online)?;
@@ -161,7 +167,14 @@ pub fn run(s: StatSettings) -> Result<i32> {
     let base = prog.read()?;
     runner.start()?;
 
-    let mut out = io::stdout().lock();
+    // As perf stat: the counts on stderr, apart from the command's output.
+    let mut buffered = Vec::new();
+    let mut stderr = io::stderr().lock();
+    let out: &mut dyn Write = if file.is_some() {
+        &mut buffered
+    } else {
+        &mut stderr
+    };
     let tick = s.interval.map_or(Duration::from_millis(50), |i| {
         i.min(Duration::from_millis(50))
     });
@@ -176,7 +189,7 @@ pub fn run(s: StatSettings) -> Result<i32> {
             let now = prog.read()?;
             let delta: Vec<Counts> = now.iter().zip(&last).map(|(n, l)| diff(n, l)).collect();
             let at = runner.elapsed().as_secs_f64();
-            print_blocks(&mut out, &s, &delta, interval.as_secs_f64(), Some(at))?;
+            print_blocks(out, &s, &delta, interval.as_secs_f64(), Some(at))?;
             last = now;
             next_print = Some(due + interval);
         }
@@ -195,7 +208,7 @@ pub fn run(s: StatSettings) -> Result<i32> {
         if s.format == Format::Human {
             writeln!(out, "\n Performance counter stats for {}:\n", s.header())?;
         }
-        print_blocks(&mut out, &s, &totals, elapsed.as_secs_f64(), None)?;
+        print_blocks(out, &s, &totals, elapsed.as_secs_f64(), None)?;
         if s.format == Format::Human {
             writeln!(
                 out,
@@ -205,7 +218,13 @@ pub fn run(s: StatSettings) -> Result<i32> {
         }
     }
     out.flush()?;
-    Ok(runner::exit_code(status, true))
+    drop(stderr);
+    if let Some(f) = file {
+        let path = f.path().to_path_buf();
+        f.commit(|w| w.write_all(&buffered))?;
+        eprintln!("bprof: wrote {}", crate::names::path(&path));
+    }
+    Ok(runner::exit_code(end, status, true))
 }
 
 /// Says which events cannot be counted here, and with -v how the counters

@@ -30,6 +30,7 @@ use crate::collect::Collector;
 use crate::events::sampling;
 use crate::events::Mode;
 use crate::output::folded::{self, FoldedOptions};
+use crate::output::report;
 use crate::output::top::{Action, Frames, Interval, Sample, View};
 use crate::session::profile::{self, ProfileSettings};
 use crate::session::runner::{self, End, Runner};
@@ -82,27 +83,61 @@ impl TopSettings {
     }
 }
 
-/// Raw mode and the alternate screen, left again on Drop.
+/// The alternate screen, and raw mode with keys while bprof is the
+/// terminal's foreground process group; all left again on Drop.
+///
+/// Only the foreground may change the terminal's modes or read it: the
+/// kernel stops a background process that tries (SIGTTOU, SIGTTIN), as
+/// under `timeout`, `&` or a script. In the background the view is drawn
+/// without raw mode or keys (writing is allowed: SIGTTOU is ignored in case
+/// the terminal has `tostop`), until it is brought to the foreground.
 struct Screen {
     term: Terminal<CrosstermBackend<Stdout>>,
+    /// Raw mode is on and keys are read.
+    keys: bool,
+}
+
+/// Whether bprof's process group is the foreground one of the terminal on
+/// stdout.
+fn foreground() -> bool {
+    // SAFETY: tcgetpgrp and getpgrp take no pointers.
+    let (fg, own) = unsafe { (libc::tcgetpgrp(libc::STDOUT_FILENO), libc::getpgrp()) };
+    fg >= 0 && fg == own
 }
 
 fn restore_terminal() {
+    // Only undoes raw mode if bprof set it (crossterm keeps the modes it
+    // replaced); never stopped for it, even from the background.
     let _ = terminal::disable_raw_mode();
     let _ = execute!(io::stdout(), terminal::LeaveAlternateScreen, cursor::Show);
 }
 
 impl Screen {
     fn enter() -> Result<Screen> {
-        terminal::enable_raw_mode().context("switching the terminal to raw mode")?;
-        let screen = Screen {
+        // SAFETY: setting a signal's disposition to SIG_IGN has no
+        // preconditions.
+        unsafe { libc::signal(libc::SIGTTOU, libc::SIG_IGN) };
+        let mut screen = Screen {
             term: Terminal::new(CrosstermBackend::new(io::stdout()))?,
+            keys: false,
         };
         execute!(io::stdout(), terminal::EnterAlternateScreen, cursor::Hide)?;
+        screen.take_keys()?;
         Ok(screen)
     }
 
-    fn draw(&mut self, view: &View) -> Result<()> {
+    /// Turns raw mode and keys on once bprof is in the foreground (it may
+    /// be brought there with `fg`). Whether keys are read now.
+    fn take_keys(&mut self) -> Result<bool> {
+        if !self.keys && foreground() {
+            terminal::enable_raw_mode().context("switching the terminal to raw mode")?;
+            self.keys = true;
+        }
+        Ok(self.keys)
+    }
+
+    fn draw(&mut self, view: &mut View) -> Result<()> {
+        view.keys = self.keys;
         self.term.draw(|f| view.draw(f))?;
         Ok(())
     }
@@ -142,6 +177,7 @@ struct StackKey {
 struct Named {
     comm: Rc<str>,
     frames: Frames,
+    modules: Frames,
     seen: u64,
 }
 
@@ -152,15 +188,18 @@ struct NameCache {
     refresh: u64,
     opts: FoldedOptions,
     style: UnknownStyle,
+    /// Whether the symbolizer reads code information (inlined functions).
+    code_info: bool,
 }
 
 impl NameCache {
-    fn new(opts: FoldedOptions, style: UnknownStyle) -> Self {
+    fn new(opts: FoldedOptions, style: UnknownStyle, code_info: bool) -> Self {
         NameCache {
             named: HashMap::new(),
             refresh: 0,
             opts,
             style,
+            code_info,
         }
     }
 
@@ -207,16 +246,18 @@ impl NameCache {
             .collect();
         if !new.is_empty() {
             index.jit.prepare(&new);
-            let (stacks, _) = symbolize::symbolize_with(symbolizer, &new, index, self.style);
+            let (stacks, _, located) =
+                symbolize::symbolize_frames(symbolizer, self.code_info, &new, index, self.style);
+            let mut labels = HashMap::new();
             for (raw, stack) in new.into_iter().zip(stacks) {
                 // The folded line's own names, so top and -f agree.
-                let line = folded::lines(std::slice::from_ref(&stack), &self.opts)
-                    .pop()
-                    .map(|(l, _)| l)
-                    .unwrap_or_default();
-                let mut parts = line.split(';');
-                let comm: Rc<str> = Rc::from(parts.next().unwrap_or_default());
-                let frames: Frames = parts.map(Rc::from).collect();
+                let parts = folded::parts(&stack, &self.opts);
+                let comm: Rc<str> = Rc::from(folded::comm_shown(&stack));
+                let frames: Frames = parts.iter().map(|p| Rc::from(folded::shown(p))).collect();
+                let modules: Frames = report::part_modules(&stack, &parts, &located, &mut labels)
+                    .into_iter()
+                    .map(Rc::from)
+                    .collect();
                 let key = StackKey {
                     tgid: raw.tgid,
                     comm: raw.comm,
@@ -232,6 +273,7 @@ impl NameCache {
                     Named {
                         comm,
                         frames,
+                        modules,
                         seen: 0,
                     },
                 );
@@ -248,6 +290,7 @@ impl NameCache {
                     tid,
                     comm: n.comm.clone(),
                     frames: n.frames.clone(),
+                    modules: n.modules.clone(),
                     count,
                 })
             })
@@ -275,6 +318,7 @@ fn title(settings: &ProfileSettings, event: sampling::Event) -> (String, &'stati
 // Long on purpose: the session's stages in order around the refresh loop, as profile::run; the terminal guard must outlive all of them.
 pub fn run(s: TopSettings) -> Result<i32> {
     let settings = &s.profile;
+    settings.say_notes();
     crate::bpf::preflight::check()?;
     crate::symbolize::debuginfod::configure(s.profile.debuginfod_cache_size)?;
     let cpus = if settings.target.cpus.is_empty() {
@@ -298,16 +342,16 @@ pub fn run(s: TopSettings) -> Result<i32> {
         settings.duration,
         settings.ready_file.as_deref(),
     )?;
-    if let Some(pid) = runner.child_pid() {
+    if let Some(pid) = runner.traced_pid() {
         prog.add_tgid(pid, TargetFrom::Exec)?;
     }
     let mut sideband = Sideband::open(&cpus)?;
     sideband.index.jit.max_size = settings.max_perf_map_size;
     // Renewed, as --every does, so the files of a long run's past do not
     // stay in memory (names stay in the cache).
-    let mut symbolizer = symbolize::Renewing::new(false);
+    let mut symbolizer = symbolize::Renewing::new(settings.inlined, settings.inlined);
     let mut gone = HashSet::new();
-    let (event, mut unwinder, mut python) = profile::arm(
+    let (event, mut unwinder, mut python, _sampling) = profile::arm(
         settings,
         &cpus,
         runner,
@@ -320,11 +364,11 @@ pub fn run(s: TopSettings) -> Result<i32> {
     let test_panic = std::env::var_os(TEST_PANIC_ENV).is_some();
     let (title, unit) = title(settings, event);
     let mut view = View::new(title, unit);
-    let mut names = NameCache::new(settings.folded, settings.unknown_style);
+    let mut names = NameCache::new(settings.folded, settings.unknown_style, settings.inlined);
 
     runner.start()?;
     let mut screen = Screen::enter()?;
-    screen.draw(&view)?;
+    screen.draw(&mut view)?;
     let mut shown = 0u64;
     let mut last = Instant::now();
     let end = runner.run(TICK, |ending| {
@@ -338,8 +382,11 @@ pub fn run(s: TopSettings) -> Result<i32> {
         if ending {
             return Ok(());
         }
-        let mut redraw = false;
-        while event::poll(Duration::ZERO)? {
+        let had_keys = screen.keys;
+        let mut redraw = screen.take_keys()? != had_keys;
+        // Keys only in the foreground: a read from the background stops
+        // the process (SIGTTIN).
+        while screen.keys && foreground() && event::poll(Duration::ZERO)? {
             match event::read()? {
                 Event::Key(k) if k.kind == KeyEventKind::Press => match view.key(k) {
                     Action::Quit => signals::request_stop(),
@@ -378,7 +425,7 @@ pub fn run(s: TopSettings) -> Result<i32> {
             collector.tick(&prog)?;
         }
         if redraw {
-            screen.draw(&view)?;
+            screen.draw(&mut view)?;
         }
         Ok(())
     })?;
@@ -404,5 +451,5 @@ pub fn run(s: TopSettings) -> Result<i32> {
             stats.counted_weight
         );
     }
-    Ok(runner::exit_code(runner.finish(end), false))
+    Ok(runner::exit_code(end, runner.finish(end), false))
 }

@@ -41,6 +41,9 @@ pub struct Verdict {
     pub bad: Vec<(usize, String, bool)>,
     /// The file names other files (`.gnu_debuglink` and the like).
     pub links: bool,
+    /// Bytes of DWARF it holds, decompressed: what reading its source
+    /// lines and inlined functions costs (see crate::symbolize::user).
+    pub dwarf_bytes: u64,
 }
 
 impl Verdict {
@@ -192,8 +195,11 @@ fn check_elf<'data, H: FileHeader<Endian = object::Endianness>, R: ReadRef<'data
                     let size: u64 = ch.ch_size(endian).into();
                     if size > MAX_DECOMPRESSED || size > compressed.saturating_mul(MAX_RATIO) {
                         why = Some(format!("claims {size} bytes from {compressed} compressed"));
+                    } else if debug {
+                        v.dwarf_bytes += size;
                     }
                 }
+                Ok(None) if debug => v.dwarf_bytes += Into::<u64>::into(s.sh_size(endian)),
                 Ok(None) => {}
             }
         }
@@ -260,7 +266,10 @@ mod tests {
     #[test]
     fn a_real_binary_passes_and_garbage_does_not() {
         let data = own_binary();
-        assert_eq!(check_bytes(&data), Ok(Verdict::default()));
+        let v = check_bytes(&data).unwrap();
+        assert!(v.bad.is_empty() && !v.links, "{v:?}");
+        // The test binary has debug information.
+        assert!(v.dwarf_bytes > 0);
         assert!(check_bytes(b"\x7fELF").is_err());
         assert!(check_bytes(&data[..data.len() / 3]).is_err());
     }

@@ -39,6 +39,8 @@ pub(crate) struct ElfFile {
     pub(crate) uid: u32,
     /// Its identity (of the file itself, not of a copy).
     pub(crate) id: FileId,
+    /// Bytes of DWARF blazesym may read in it (0 when it may read none).
+    pub(crate) dwarf_bytes: u64,
 }
 
 impl std::fmt::Debug for ElfFile {
@@ -102,6 +104,7 @@ impl ElfFile {
             debug_syms,
             uid: meta.uid(),
             id,
+            dwarf_bytes: if debug_syms { verdict.dwarf_bytes } else { 0 },
         })
     }
 

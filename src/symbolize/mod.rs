@@ -49,8 +49,29 @@ use crate::symbolize::buildid::FileFinder;
 
 pub(crate) use files::{note_refused, skipped_sections};
 pub use files::{refused_files, symbolize_file};
+
+/// Files named without source lines and inlined functions because the
+/// DWARF budget of their symbolization ran out (see
+/// `user::MAX_CODE_INFO_DWARF`), each once.
+static WITHOUT_CODE_INFO: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn note_without_code_info(path: &std::path::Path) {
+    let mut v = WITHOUT_CODE_INFO.lock().unwrap_or_else(|e| e.into_inner());
+    if v.len() < 64 && !v.iter().any(|p| p == path) {
+        v.push(path.to_path_buf());
+    }
+}
+
+/// The files named without inlined functions for want of DWARF budget.
+pub(crate) fn without_code_info() -> Vec<PathBuf> {
+    WITHOUT_CODE_INFO
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
 use kernel::symbolize_kernel;
 pub(crate) use kernel::{is_bpf_frame, kernel_names, kernel_text_range};
+pub(crate) use user::MAX_CODE_INFO_DWARF;
 
 /// Shown for a frame no source could name, as perf and bcc do.
 pub const UNKNOWN: &str = "[unknown]";
@@ -144,6 +165,12 @@ pub(crate) struct Frames {
     pub locations: Vec<Location>,
     /// Every module a location lies in.
     pub modules: Vec<Module>,
+    /// The locations no symbol named (`[unknown]`, `module+0xOFFSET`,
+    /// `[jit]`).
+    pub unknown: HashSet<u32>,
+    /// The locations in JIT code: named from a perf map or jitdump, or
+    /// anonymous executable memory without one (`[jit]`).
+    pub jit: HashSet<u32>,
 }
 
 impl Frames {
@@ -330,15 +357,17 @@ pub(crate) fn keep_bpf_names(raw: &[RawStack]) {
 /// calibration, then the stacks): it parses /proc/kallsyms once and caches
 /// every file it opens.
 pub fn symbolizer() -> Symbolizer {
-    symbolizer_with(false)
+    symbolizer_with(false, false)
 }
 
-/// The symbolizer, with source files, lines and inlined functions from
-/// debug information when `code_info` (for pprof output); without, function
+/// The symbolizer, with source files and lines from debug information when
+/// `code_info` (pprof output, and inlined functions need them), and the
+/// inlined functions at each address when `inlined` too; without, function
 /// names only. Names are demangled by bprof, which keeps the mangled ones.
-pub(crate) fn symbolizer_with(code_info: bool) -> Symbolizer {
+pub(crate) fn symbolizer_with(code_info: bool, inlined: bool) -> Symbolizer {
     Symbolizer::builder()
         .enable_code_info(code_info)
+        .enable_inlined_fns(inlined)
         .enable_demangling(false)
         .build()
 }
@@ -446,14 +475,17 @@ pub(crate) const SYMBOLIZER_LIFE: std::time::Duration = std::time::Duration::fro
 pub(crate) struct Renewing {
     current: Option<(Symbolizer, std::time::Instant)>,
     code_info: bool,
+    inlined: bool,
 }
 
 impl Renewing {
-    /// `code_info`: source lines and inlined functions (pprof).
-    pub(crate) fn new(code_info: bool) -> Self {
+    /// `code_info`: source lines; `inlined`: inlined functions too (see
+    /// [`symbolizer_with`]).
+    pub(crate) fn new(code_info: bool, inlined: bool) -> Self {
         Renewing {
             current: None,
             code_info,
+            inlined,
         }
     }
 
@@ -473,10 +505,15 @@ impl Renewing {
             // The old one goes first: never two in memory.
             self.current = None;
         }
-        let code_info = self.code_info;
+        let (code_info, inlined) = (self.code_info, self.inlined);
         &self
             .current
-            .get_or_insert_with(|| (symbolizer_with(code_info), std::time::Instant::now()))
+            .get_or_insert_with(|| {
+                (
+                    symbolizer_with(code_info, inlined),
+                    std::time::Instant::now(),
+                )
+            })
             .0
     }
 }
@@ -493,9 +530,21 @@ pub(crate) fn symbolize_frames(
     index: &MmapIndex,
     style: UnknownStyle,
 ) -> (Vec<Stack>, SymbolStats, Frames) {
+    // Files past the DWARF budget are named through a symbolizer without
+    // code information.
+    let own_basic;
+    let basic = if code_info {
+        own_basic = symbolizer_with(false, false);
+        &own_basic
+    } else {
+        symbolizer
+    };
     let mut pass = user::Pass {
         symbolizer,
         code_info,
+        basic,
+        dwarf_left: user::MAX_CODE_INFO_DWARF,
+        here: symbolizer,
         index,
         style,
         names: user::Names::default(),
@@ -536,6 +585,20 @@ pub(crate) fn symbolize_frames(
         }
     }
     let mut finder = FileFinder::new(index, raw.iter().map(|s| s.tgid).collect());
+    // The files with the most samples first: they get the DWARF budget.
+    let mut weight: HashMap<[u8; BUILD_ID_SIZE], u64> = HashMap::default();
+    for s in raw {
+        for f in &s.user {
+            if let UserFrame::File { build_id, .. } = f {
+                *weight.entry(*build_id).or_default() += s.count;
+            }
+        }
+    }
+    let mut by_file: Vec<_> = by_file.into_iter().collect();
+    by_file.sort_by(|a, b| {
+        let w = |k: &[u8; BUILD_ID_SIZE]| weight.get(k).copied().unwrap_or(0);
+        w(&b.0 .0).cmp(&w(&a.0 .0)).then_with(|| a.0.cmp(&b.0))
+    });
     for ((id, tgid), offsets) in by_file {
         let file = finder.find(&id, tgid);
         pass.file_frames(id, tgid, file, &offsets);
@@ -565,6 +628,18 @@ pub(crate) fn symbolize_frames(
         .collect();
     pass.count_sampled(raw, &unknown_kernel);
     pass.count_sampled_python(raw, &py_locs);
+    // Which locations stayed unknown, for the outputs and the summary.
+    let unknown_user: Vec<u32> = pass
+        .unknown_keys
+        .iter()
+        .filter_map(|k| pass.user_locs.get(k).copied())
+        .collect();
+    pass.frames.unknown.extend(unknown_user);
+    pass.frames.unknown.extend(
+        unknown_kernel
+            .iter()
+            .filter_map(|a| kernel_locs.get(a).copied()),
+    );
     let stacks = pass.stacks(raw, &kernel_locs, &py_locs);
     (stacks, std::mem::take(&mut pass.names.stats), pass.frames)
 }

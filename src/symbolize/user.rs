@@ -40,6 +40,15 @@ type GoTable = gopclntab::GoTable<std::fs::File>;
 pub(super) struct Pass<'a> {
     pub(super) symbolizer: &'a Symbolizer,
     pub(super) code_info: bool,
+    /// Names only: `symbolizer` without code information, for the files
+    /// past the budget of DWARF read for source lines and inlined
+    /// functions.
+    pub(super) basic: &'a Symbolizer,
+    /// Bytes of DWARF still to be read for code information (see
+    /// [`MAX_CODE_INFO_DWARF`]).
+    pub(super) dwarf_left: u64,
+    /// The symbolizer for the file at hand: `symbolizer` or `basic`.
+    pub(super) here: &'a Symbolizer,
     pub(super) index: &'a MmapIndex,
     pub(super) style: UnknownStyle,
     pub(super) names: Names,
@@ -99,12 +108,16 @@ impl<'a> Pass<'a> {
                 module_id,
             );
         }
+        let code_info = self.code_info && self.within_budget(&id, file.as_deref());
+        self.here = if code_info {
+            self.symbolizer
+        } else {
+            self.basic
+        };
         // Names only: a debug file kept by build ID first, through the
         // per-boot cache of the functions it named before (its DWARF is what
         // the file itself would lead blazesym to, by .gnu_debuglink).
-        let debug = (!self.code_info)
-            .then(|| build_id_debug_file(&id))
-            .flatten();
+        let debug = (!code_info).then(|| build_id_debug_file(&id)).flatten();
         let mut answered = false;
         if let (Some(p), Some(d)) = (&file, &debug) {
             answered = self.names_from_debug_file(&id, p, d, offsets, &mut resolved);
@@ -297,11 +310,30 @@ impl<'a> Pass<'a> {
         }
     }
 
+    /// Whether the code information of the file with build ID `id`
+    /// (`file`, or its debug file kept by build ID) fits what is left of the
+    /// budget; takes it from the budget if so, else notes the file.
+    fn within_budget(&mut self, id: &[u8; BUILD_ID_SIZE], file: Option<&ElfFile>) -> bool {
+        let Some(f) = file else {
+            return true;
+        };
+        let mut bytes = f.dwarf_bytes;
+        if bytes == 0 {
+            bytes = build_id_debug_file(id).map_or(0, |d| d.dwarf_bytes);
+        }
+        if bytes > self.dwarf_left {
+            super::note_without_code_info(&f.path);
+            return false;
+        }
+        self.dwarf_left -= bytes;
+        true
+    }
+
     /// The code symbols at `offsets` of `file`: data objects never name an
     /// address.
     fn code_symbols(&mut self, file: &ElfFile, offsets: &[u64]) -> Vec<Option<Symbolized<'a>>> {
         let data = file.data_symbols();
-        file.symbolize(self.symbolizer, Input::FileOffset(offsets))
+        file.symbolize(self.here, Input::FileOffset(offsets))
             .into_iter()
             .map(|s| match s {
                 Symbolized::Sym(sym) if data.contains(&sym.addr) => None,
@@ -333,7 +365,7 @@ impl<'a> Pass<'a> {
             .filter_map(|(i, v)| Some((i, (*v)?)))
             .collect();
         let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
-        let found = debug.symbolize(self.symbolizer, Input::VirtOffset(&addrs));
+        let found = debug.symbolize(self.here, Input::VirtOffset(&addrs));
         for ((i, _), s) in wanted.into_iter().zip(found) {
             if matches!(s, Symbolized::Sym(_)) {
                 resolved[i] = Some(Found::Sym(s));
@@ -416,7 +448,7 @@ impl<'a> Pass<'a> {
             let data = debug.data_symbols();
             let addrs: Vec<u64> = wanted.iter().map(|(_, v)| *v).collect();
             let mut found: Vec<Option<Found<'a>>> = debug
-                .symbolize(self.symbolizer, Input::VirtOffset(&addrs))
+                .symbolize(self.here, Input::VirtOffset(&addrs))
                 .into_iter()
                 .map(|s| Some(Found::Sym(s)))
                 .collect();
@@ -449,8 +481,11 @@ impl<'a> Pass<'a> {
     /// crate::jit), else the file the live process maps there,
     /// opened through its map_files link and checked like any other.
     pub(super) fn ip_frames(&mut self, pid: u32, ips: &[u64]) {
+        self.here = self.symbolizer;
         let jit = self.index.jit.names(pid, ips);
-        let mut resolved = target::alive(pid).then(|| self.mapped_symbols(pid, ips));
+        let live = target::alive(pid);
+        let mut resolved = live.then(|| self.mapped_symbols(pid, ips));
+        let anon = AnonExec::of(pid, live, self.index);
         // The vDSO where the process was seen mapping it (the walk's first
         // ms, before its table is in place), alive or not.
         if let Some((start, end)) = self.index.files.vdso_of(pid) {
@@ -470,10 +505,17 @@ impl<'a> Pass<'a> {
         }
         for (i, &ip) in ips.iter().enumerate() {
             let found = resolved.as_ref().and_then(|r| r[i].as_ref());
+            let in_jit = found.is_none() && (jit.contains_key(&ip) || anon.holds(ip));
             let frame = match (found, jit.get(&ip)) {
                 (Some(Found::Sym(sym)), _) => self.names.of(Some(sym)),
                 (Some(Found::Named(raw)), _) => self.names.raw(raw),
                 (Some(Found::Lines(lines)), _) => self.names.lines(lines.clone()),
+                // JIT code no perf map names: said as such, and the
+                // summary says which runtime flag writes the map.
+                (None, None) if in_jit => {
+                    self.unknown_keys.insert(UserKey::Ip(pid, ip));
+                    self.names.unknown(JIT.to_string())
+                }
                 (None, None) => {
                     self.unknown_keys.insert(UserKey::Ip(pid, ip));
                     self.names.of(None)
@@ -481,6 +523,9 @@ impl<'a> Pass<'a> {
                 (None, Some(name)) => self.names.named(name),
             };
             let loc = self.frames.add(ip, None, frame);
+            if in_jit {
+                self.frames.jit.insert(loc);
+            }
             self.user_locs.insert(UserKey::Ip(pid, ip), loc);
         }
     }
@@ -627,6 +672,46 @@ impl<'a> Pass<'a> {
                 }
             })
             .collect()
+    }
+}
+
+/// The most DWARF one symbolization reads for source lines and inlined
+/// functions (decompressed), files with the most samples first: reading it
+/// costs time and memory in proportion (BENCHMARKS.md); files past it are
+/// named without them, said once.
+pub(crate) const MAX_CODE_INFO_DWARF: u64 = 128 << 20;
+
+/// Shown for a frame in anonymous executable memory that no perf map or
+/// jitdump names: JIT code.
+pub(crate) const JIT: &str = "[jit]";
+
+/// Where a process keeps anonymous executable memory (JIT code): its live
+/// mappings, or, once it exited, whether it mapped any during the profile.
+enum AnonExec {
+    Ranges(Vec<(u64, u64)>),
+    Seen(bool),
+}
+
+impl AnonExec {
+    fn of(pid: u32, live: bool, index: &MmapIndex) -> AnonExec {
+        if !live {
+            return AnonExec::Seen(index.jit.mapped_anon_exec(pid));
+        }
+        let ranges = crate::process::maps::mappings(pid)
+            .into_iter()
+            .filter(|m| {
+                m.path.is_empty() || m.path.starts_with("[anon") || m.path.starts_with("/memfd:")
+            })
+            .map(|m| (m.start, m.end))
+            .collect();
+        AnonExec::Ranges(ranges)
+    }
+
+    fn holds(&self, ip: u64) -> bool {
+        match self {
+            AnonExec::Ranges(r) => r.iter().any(|&(a, b)| (a..b).contains(&ip)),
+            AnonExec::Seen(seen) => *seen,
+        }
     }
 }
 

@@ -20,15 +20,36 @@ pub struct Target {
     pub pids: Vec<u32>,
     /// Threads (`-L`).
     pub tids: Vec<u32>,
-    /// A command to run (`-- COMMAND`): it and its descendants are kept.
+    /// A command to run (`-- COMMAND`): it and its descendants are kept,
+    /// unless other targets are named (see [`Target::traces_command`]).
     pub command: Vec<String>,
+    /// `-a`: every CPU, every process, asked for by name.
+    pub all: bool,
 }
 
 impl Target {
+    /// Whether the command is the target (it and its children are
+    /// watched) rather than a timer: as perf, `-a`, `-C`, `-p` or `-t` with
+    /// a COMMAND watch those targets for as long as the command runs.
+    pub fn traces_command(&self) -> bool {
+        !self.command.is_empty() && !self.names_targets()
+    }
+
+    /// Whether `-a`, `-C`, `-p` or `-t` chose the targets.
+    pub fn names_targets(&self) -> bool {
+        self.all || !self.cpus.is_empty() || !self.pids.is_empty() || !self.tids.is_empty()
+    }
+
+    /// Whether samples come from every process (no -p, -t or traced
+    /// command), on every CPU or on some (`-C`).
+    pub fn system_wide(&self) -> bool {
+        self.pids.is_empty() && self.tids.is_empty() && !self.traces_command()
+    }
+
     /// A short description for titles and the summary.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
-        if !self.command.is_empty() {
+        if self.traces_command() {
             // Shown in titles and summaries: made fit to show, as names are.
             parts.push(format!(
                 "command '{}'",
@@ -46,6 +67,12 @@ impl Target {
         }
         if !self.cpus.is_empty() {
             parts.push(format!("on CPU {}", id_list(&self.cpus)));
+        }
+        if !self.command.is_empty() && !self.traces_command() {
+            parts.push(format!(
+                "while '{}' ran",
+                crate::names::clean(&self.command.join(" "))
+            ));
         }
         parts.join(", ")
     }

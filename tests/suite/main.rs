@@ -9,6 +9,7 @@ mod common;
 
 mod bad_input;
 mod filter;
+mod habits;
 mod hostile;
 mod hostile_names;
 mod hostile_network;

@@ -50,7 +50,7 @@ fn blocked_time_is_charged_to_the_sleeping_function() {
     let top = lines.iter().max_by_key(|l| l.count).unwrap();
     assert_eq!(
         top.frames.last().map(String::as_str),
-        Some("__schedule"),
+        Some("__schedule_[k]"),
         "{top:?}"
     );
 }
@@ -204,7 +204,13 @@ fn block_thresholds_and_filters_apply() {
     // Killed when dropped: long enough for any start-up.
     let a = Workload::start(Command::new(&bin).arg("30"));
     let b = Workload::start(Command::new(&bin).arg("30"));
-    let out = run(bprof().args(["--off-cpu", "--filter", &format!("pid == {}", a.id()), "1"]));
+    let out = run(bprof().args([
+        "--off-cpu",
+        "--stacks",
+        "--filter",
+        &format!("pid == {}", a.id()),
+        "1",
+    ]));
     let (a, b) = (a.id(), b.id());
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());

@@ -178,10 +178,17 @@ fn refold(raw: &Raw, vi: usize) -> BTreeMap<String, u64> {
     out
 }
 
+/// Folded lines as pprof names their frames: a kernel frame's `_[k]` is
+/// its mapping there.
 fn folded_map(lines: &[Folded]) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for l in lines {
-        *out.entry(l.frames.join(";")).or_default() += l.count;
+        let frames: Vec<&str> = l
+            .frames
+            .iter()
+            .map(|f| f.trim_end_matches("_[k]"))
+            .collect();
+        *out.entry(frames.join(";")).or_default() += l.count;
     }
     out
 }
@@ -232,7 +239,8 @@ fn pprof_top(file: &Path, sample_index: &str) -> BTreeMap<String, u64> {
 fn leaf_sums(lines: &[Folded]) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for l in lines.iter().filter(|l| l.frames.len() > 1) {
-        *out.entry(l.frames.last().unwrap().clone()).or_default() += l.count;
+        let leaf = l.frames.last().unwrap().trim_end_matches("_[k]");
+        *out.entry(leaf.to_string()).or_default() += l.count;
     }
     out
 }

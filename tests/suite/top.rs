@@ -38,14 +38,14 @@ impl Tmux {
         t
     }
 
-    fn cmd(&self) -> Command {
+    pub(super) fn cmd(&self) -> Command {
         let mut c = Command::new("tmux");
         c.args(["-L", &self.socket]).stdin(Stdio::null());
         c
     }
 
     /// Types `text` literally, then Enter.
-    fn line(&self, text: &str) {
+    pub(super) fn line(&self, text: &str) {
         self.keys(&["-l", text]);
         self.keys(&["Enter"]);
     }
@@ -61,7 +61,7 @@ impl Tmux {
         assert!(st.success());
     }
 
-    fn capture(&self) -> String {
+    pub(super) fn capture(&self) -> String {
         let out = self
             .cmd()
             .args(["capture-pane", "-p", "-t", "0"])
@@ -71,7 +71,7 @@ impl Tmux {
     }
 
     /// Whether the pane shows its alternate screen (a TUI left it on).
-    fn alternate_on(&self) -> bool {
+    pub(super) fn alternate_on(&self) -> bool {
         let out = self
             .cmd()
             .args(["display-message", "-p", "-t", "0", "#{alternate_on}"])
@@ -113,13 +113,13 @@ impl Drop for Tmux {
 }
 
 /// The header's "last X s: N samples" count.
-fn interval_total(screen: &str) -> Option<u64> {
+pub(super) fn interval_total(screen: &str) -> Option<u64> {
     let rest = screen.split_once(" s: ")?.1;
     rest.split_whitespace().next()?.parse().ok()
 }
 
 /// The header's "since start: C counted, S shown" numbers.
-fn since_start(screen: &str) -> Option<(u64, u64)> {
+pub(super) fn since_start(screen: &str) -> Option<(u64, u64)> {
     let rest = screen.split_once("since start: ")?.1;
     let mut w = rest.split_whitespace();
     let counted = w.next()?.parse().ok()?;
@@ -128,14 +128,24 @@ fn since_start(screen: &str) -> Option<(u64, u64)> {
     Some((counted, shown))
 }
 
-/// Function rows: (self %, total %, self count, total count, name).
-fn function_rows(screen: &str) -> Vec<(f64, f64, u64, u64, String)> {
+/// Function rows: (self %, total %, self count, total count, name); the
+/// module is the fifth column (see [`function_modules`]).
+pub(super) fn function_rows(screen: &str) -> Vec<(f64, f64, u64, u64, String)> {
+    function_modules(screen)
+        .into_iter()
+        .map(|(a, b, c, d, _, name)| (a, b, c, d, name))
+        .collect()
+}
+
+/// Function rows with their module: (self %, total %, self count, total
+/// count, module, name).
+pub(super) fn function_modules(screen: &str) -> Vec<(f64, f64, u64, u64, String, String)> {
     screen
         .lines()
         .filter_map(|l| {
             let l = l.trim_matches(|c: char| c == '│' || c.is_whitespace());
             let w: Vec<&str> = l.split_whitespace().collect();
-            if w.len() != 5 {
+            if w.len() != 6 {
                 return None;
             }
             Some((
@@ -144,6 +154,7 @@ fn function_rows(screen: &str) -> Vec<(f64, f64, u64, u64, String)> {
                 w[2].parse().ok()?,
                 w[3].parse().ok()?,
                 w[4].to_string(),
+                w[5].to_string(),
             ))
         })
         .collect()
@@ -151,7 +162,7 @@ fn function_rows(screen: &str) -> Vec<(f64, f64, u64, u64, String)> {
 
 /// The terminal settings as `stty -g` prints them inside the pane, through
 /// a file so the screen's wrapping does not matter.
-fn stty(t: &Tmux, file: &Path) -> String {
+pub(super) fn stty(t: &Tmux, file: &Path) -> String {
     let _ = std::fs::remove_file(file);
     t.line(&format!("stty -g > {}", file.display()));
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -203,7 +214,7 @@ pub(crate) fn exit_status(t: &Tmux) -> i32 {
 }
 
 /// The final stderr line: counted = shown + after the last refresh.
-fn check_final_totals(err: &Path) {
+pub(super) fn check_final_totals(err: &Path) {
     let text = std::fs::read_to_string(err).unwrap();
     let line = text
         .lines()

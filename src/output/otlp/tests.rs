@@ -46,6 +46,8 @@ fn sample() -> (Vec<SymStack>, Frames, Meta) {
                 lines: vec![line("inner"), line("outer")],
             },
         ],
+        unknown: Default::default(),
+        jit: Default::default(),
     };
     let stack = |tgid, tid, cgroup, kernel_locs: Vec<u32>, count| SymStack {
         tgid,

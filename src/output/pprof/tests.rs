@@ -46,6 +46,7 @@ fn sample_frames() -> (Vec<Stack>, Frames) {
                 lines: vec![line("jitted", "jitted")],
             },
         ],
+        ..Default::default()
     };
     let stack = |kernel_locs: Vec<u32>, user_locs: Vec<u32>, off_cpu, count| Stack {
         tgid: 10,
