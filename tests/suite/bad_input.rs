@@ -50,6 +50,7 @@ fn bad_frequency_period_duration_and_event() {
 #[test]
 fn command_not_found() {
     root_or_skip!();
+    let _g = parallel();
     let line = err_of(&["-f", "--", "/definitely/not/here"]);
     assert!(line.contains("command not found"), "{line}");
     let line = err_of(&["-f", "--", "no-such-command-bprof"]);
@@ -74,6 +75,7 @@ fn unwritable_output() {
 #[test]
 fn not_privileged() {
     root_or_skip!();
+    let _g = parallel();
     let out = run(Command::new("setpriv")
         .args([
             "--reuid=65534",
@@ -95,6 +97,7 @@ fn not_privileged() {
 #[test]
 fn kernel_without_btf() {
     root_or_skip!();
+    let _g = parallel();
     let out = run(bprof()
         .env("BPROF_KERNEL_BTF", "/nonexistent/btf/vmlinux")
         .arg("1"));
@@ -107,6 +110,7 @@ fn kernel_without_btf() {
 /// exit 2, never a panic (101) or an abort (134).
 #[test]
 fn hostile_numeric_extremes_are_refused_before_use() {
+    let _g = parallel();
     for (args, want) in [
         (&["1e300"][..], "invalid duration '1e300'"),
         (&["nan"][..], "invalid duration 'nan'"),

@@ -63,6 +63,7 @@ fn rate_said(stderr: &str) -> u64 {
 #[test]
 fn perf_idioms_work_as_in_perf() {
     root_or_skip!();
+    let _g = exclusive();
     let bin = fixture("work631");
     let work = Workload::start(Command::new(&bin).arg("60"));
     let pid = work.id().to_string();
@@ -176,6 +177,7 @@ fn perf_idioms_work_as_in_perf() {
 #[test]
 fn kernel_only_samples_are_all_kernel_frames() {
     root_or_skip!();
+    let _g = parallel();
     // mmapchurn spends much of its time in mmap and munmap.
     let bin = fixture("mmapchurn");
     let out = ok(bprof()
@@ -201,6 +203,7 @@ fn kernel_only_samples_are_all_kernel_frames() {
 
 #[test]
 fn mistyped_flags_get_a_suggestion() {
+    let _g = parallel();
     // Refused before anything is loaded: no root needed.
     for (args, want) in [
         (&["--frequncy", "99"][..], "did you mean '--frequency'?"),
@@ -224,6 +227,7 @@ fn mistyped_flags_get_a_suggestion() {
 
 #[test]
 fn help_states_both_default_rates() {
+    let _g = parallel();
     let out = run(bprof().arg("--help"));
     let help = stdout(&out);
     assert!(
@@ -495,6 +499,7 @@ fn is_off_cpu_colour((r, g, b): (u8, u8, u8)) -> bool {
 #[test]
 fn kernel_frames_are_marked_and_coloured_apart() {
     root_or_skip!();
+    let _g = parallel();
     let dir = scratch("kernel_marked");
     // Much of mmapchurn's time is in mmap and munmap.
     let bin = fixture("mmapchurn");
@@ -574,6 +579,7 @@ fn kernel_frames_are_marked_and_coloured_apart() {
 #[test]
 fn off_cpu_and_jit_frames_have_colours_of_their_own() {
     root_or_skip!();
+    let _g = parallel();
     let dir = scratch("colours_offcpu_jit");
     // --wall: spinsleep blocks half its time, all of it under sleep_phase.
     let (svg, folded) = (dir.join("wall.svg"), dir.join("wall.folded"));
@@ -680,6 +686,7 @@ fn off_cpu_and_jit_frames_have_colours_of_their_own() {
 #[test]
 fn node_jit_frames_say_which_flag_names_them() {
     root_or_skip!();
+    let _g = parallel();
     if Command::new("node").arg("--version").output().is_err() {
         eprintln!("node is not installed: skipped");
         return;
@@ -724,6 +731,7 @@ fn node_jit_frames_say_which_flag_names_them() {
 #[test]
 fn inlined_functions_are_frames_as_perf_shows_them() {
     root_or_skip!();
+    let _g = exclusive();
     let dir = scratch("inlined");
     let bin = fixture("inlined");
     // perf's leaves, named as perf names inlined frames (addr2line -i).
@@ -828,6 +836,7 @@ fn inlined_functions_are_frames_as_perf_shows_them() {
 #[test]
 fn stat_counts_go_to_stderr_or_to_a_file() {
     root_or_skip!();
+    let _g = parallel();
     let dir = scratch("stat_stderr");
     let out = ok(bprof().args(["stat", "-e", "task-clock", "--", "sh", "-c", "echo hello"]));
     assert_eq!(
@@ -864,6 +873,7 @@ fn stat_counts_go_to_stderr_or_to_a_file() {
 #[test]
 fn a_duration_that_stops_the_command_exits_0() {
     root_or_skip!();
+    let _g = parallel();
     let out = run(bprof().args(["-f", "--no-counts", "1", "--", "sleep", "10"]));
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
@@ -885,6 +895,7 @@ fn a_duration_that_stops_the_command_exits_0() {
 #[test]
 fn the_progress_line_never_shares_a_line_with_the_commands_output() {
     root_or_skip!();
+    let _g = parallel();
     let dir = scratch("progress_line");
     let t = Tmux::new("progress");
     let folded = dir.join("f.folded");
@@ -924,6 +935,7 @@ fn the_progress_line_never_shares_a_line_with_the_commands_output() {
 #[test]
 fn top_runs_under_timeout_and_in_the_background() {
     root_or_skip!();
+    let _g = parallel();
     let dir = scratch("top_bg");
     let bin = fixture("work631");
     let work = Workload::start(Command::new(&bin).arg("120"));
@@ -1027,11 +1039,12 @@ fn readme_examples() -> Vec<String> {
 }
 
 /// Every README example, run as written in a fresh directory that holds
-/// `./my-program` and `./prog`; `PID` (and the example's 1234) name a
+/// `./my-program`, `./prog` and `app.py`; `PID` (and the example's 1234) name a
 /// running fixture. One that runs until Ctrl-C gets SIGINT after 4 s.
 #[test]
 fn readme_examples_run_as_written() {
     root_or_skip!();
+    let _g = parallel();
     let examples = readme_examples();
     assert!(examples.len() >= 12, "{examples:?}");
     let dir = scratch("readme");
@@ -1039,17 +1052,42 @@ fn readme_examples_run_as_written() {
     std::fs::copy(fixture("spinsleep"), dir.join("prog")).unwrap();
     // It spins and blocks: on-CPU and off-CPU examples both have samples.
     let bin = fixture("spinsleep");
+    // The fleet examples' collector: the OTLP tests' receivers on this
+    // machine (gRPC, and OTLP/HTTP without TLS, which otlp.rs tests).
+    let grpc = crate::otlp::Receiver::start("grpc", 0);
+    let http = crate::otlp::Receiver::start("http", 0);
     let mut failures = Vec::new();
     for (i, example) in examples.iter().enumerate() {
         // A fresh target for each: examples that end with their target do.
         let work = Workload::start(Command::new(&bin).arg("6"));
         let pid = work.id().to_string();
-        let line = example.replace("PID", &pid).replace("1234", &pid);
+        let line = example
+            .replace("PID", &pid)
+            .replace("1234", &pid)
+            .replace(
+                "http://collector:4317",
+                &format!("http://127.0.0.1:{}", grpc.port),
+            )
+            .replace(
+                "http://127.0.0.1:4317",
+                &format!("http://127.0.0.1:{}", grpc.port),
+            )
+            .replace(
+                "https://collector:4318",
+                &format!("http://127.0.0.1:{}", http.port),
+            );
+        let received = grpc.requests().len() + http.requests().len();
         let cwd = dir.join(format!("ex{i}"));
         std::fs::create_dir_all(&cwd).unwrap();
         for f in ["my-program", "prog"] {
             std::fs::copy(dir.join(f), cwd.join(f)).unwrap();
         }
+        // The Python example's app.py: the 6:3:1 work, 2 s.
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/py631.py"),
+            cwd.join("app.py"),
+        )
+        .unwrap();
         let script = line.replacen("bprof ", &format!("{} ", env!("CARGO_BIN_EXE_bprof")), 1);
         // Without a duration or a target that ends, an example runs until
         // Ctrl-C: it gets SIGINT once it has surely begun recording.
@@ -1071,6 +1109,17 @@ fn readme_examples_run_as_written() {
             failures.push(format!("{line}: exit {code:?}, not {want}: {text}"));
         } else if let Err(e) = check_example(&line, &cwd, &text) {
             failures.push(format!("{line}: {e}"));
+        } else if line.contains("--otlp") && {
+            // The receiver prints what it decoded a moment after the answer.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while grpc.requests().len() + http.requests().len() == received
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            grpc.requests().len() + http.requests().len() == received
+        } {
+            failures.push(format!("{line}: the receiver got nothing: {text}"));
         }
         drop(work);
     }
@@ -1170,6 +1219,7 @@ fn check_example(line: &str, cwd: &Path, text: &str) -> Result<(), String> {
         && !line.contains("--svg")
         && !line.contains("--pprof")
         && !line.contains(" -o ")
+        && !line.contains("--otlp")
         && !line.starts_with("bprof stat")
         && !line.starts_with("bprof top")
         && !line.contains("tid ===")

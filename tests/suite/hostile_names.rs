@@ -202,8 +202,24 @@ fn hostile_control_characters_and_markup_in_names_never_reach_an_output_raw() {
         "no escaped command in the title: {texts:?}"
     );
 
-    // The report (no -f): the same, each stack's lines intact.
+    // The table of functions (no output flag): escaped, one row each,
+    // named as -f names them.
     let (out, err) = profile_named(&bin, &[]);
+    assert_eq!(
+        control_bytes(&out.stdout),
+        b"",
+        "raw control bytes in the table"
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    for name in [&heavy, &medium, &light] {
+        assert!(
+            table.lines().any(|l| l.ends_with(&format!("  {name}"))),
+            "{name} not a row of the table:\n{table}\n{err}"
+        );
+    }
+
+    // The stacks report (--stacks): the same, each stack's lines intact.
+    let (out, err) = profile_named(&bin, &["--stacks".as_ref()]);
     assert_eq!(
         control_bytes(&out.stdout),
         b"",

@@ -368,6 +368,7 @@ fn file_offset_of(bin: &Path, name: &str) -> u64 {
 #[test]
 fn an_address_on_a_data_object_is_never_named_after_it() {
     root_or_skip!();
+    let _g = parallel();
     let dir = scratch("names_data");
     let src = dir.join("data.c");
     std::fs::write(

@@ -31,16 +31,16 @@ fn python() -> PathBuf {
 }
 
 /// A running `otlp_receiver.py` and the requests it decoded so far.
-struct Receiver {
+pub(crate) struct Receiver {
     child: Spawned,
-    port: u16,
+    pub(crate) port: u16,
     requests: Arc<Mutex<Vec<Value>>>,
 }
 
 impl Receiver {
     /// Starts a receiver (`grpc` or `http`) on `port` (0: any), and
     /// returns once it listens.
-    fn start(kind: &str, port: u16) -> Receiver {
+    pub(crate) fn start(kind: &str, port: u16) -> Receiver {
         Receiver::start_with(kind, port, None)
     }
 
@@ -83,7 +83,7 @@ impl Receiver {
     }
 
     /// The requests decoded so far.
-    fn requests(&self) -> Vec<Value> {
+    pub(crate) fn requests(&self) -> Vec<Value> {
         self.requests.lock().unwrap().clone()
     }
 

@@ -61,9 +61,19 @@ fn own_cpu_ms(stderr: &str) -> f64 {
         / 1e6
 }
 
+/// The counts bprof stat printed: on stderr, as perf stat prints them,
+/// without bprof's own notes (`bprof: ...`) and the cpu_ns line.
+fn counts(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| !l.starts_with("bprof: ") && !l.starts_with("cpu_ns "))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 /// Parses `-x ,` output: event name → (value, unit); `None` for <not supported>.
 fn csv(out: &Output) -> Vec<(String, Option<f64>)> {
-    String::from_utf8_lossy(&out.stdout)
+    counts(out)
         .lines()
         .map(|l| {
             let f: Vec<&str> = l.split(',').collect();
@@ -278,8 +288,7 @@ fn instructions_of_a_known_loop() {
                 stderr.contains("cannot count instructions:u (no hardware PMU here)"),
                 "{stderr}"
             );
-            assert!(String::from_utf8_lossy(&out.stdout)
-                .starts_with("<not supported>,,instructions:u,"));
+            assert!(counts(&out).starts_with("<not supported>,,instructions:u,"));
         }
     }
 }
@@ -382,6 +391,7 @@ fn counts_with_and_without_sharing_agree() {
         .args(["-e", "task-clock", "-a", "5", "--ready-file"])
         .arg(&ready)
         .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .spawn_guarded();
     wait_ready(&ready, &mut other);
     let (shared, shared_own) = task_clock_of(&bin, &["0", "100"]);
@@ -502,7 +512,7 @@ fn system_wide_while_a_command_runs() {
     let _g = parallel();
     let _pins = pins();
     let out = stat(&["-x", ",", "-e", "task-clock", "-a", "--", "sleep", "0.5"]);
-    let line = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = counts(&out);
     let f: Vec<&str> = line.trim().split(',').collect();
     let cpus = std::thread::available_parallelism().unwrap().get() as f64;
     let utilized: f64 = f[5].parse().unwrap();
@@ -510,11 +520,16 @@ fn system_wide_while_a_command_runs() {
     let ms: f64 = f[0].parse().unwrap();
     assert!((500.0 * cpus..700.0 * cpus).contains(&ms), "{line}");
     let human = stat(&["-e", "task-clock", "-a", "--", "true"]);
-    let text = String::from_utf8_lossy(&human.stdout);
+    let text = counts(&human);
     assert!(text.contains("stats for 'system wide'"), "{text}");
-    let bad = run(bprof().args(["stat", "-p", "1", "--", "true"]));
-    assert_one_line_error(&bad);
-    assert_eq!(bad.status.code(), Some(2));
+    // -p with a COMMAND counts the process while the command runs, as
+    // `perf stat -p PID -- sleep N` does.
+    let while_cmd = stat(&["-e", "task-clock", "-p", "1", "--", "true"]);
+    let text = counts(&while_cmd);
+    assert!(
+        text.contains("Performance counter stats for process id '1'"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -547,7 +562,7 @@ fn for_each_cgroup() {
     for d in [&child, &busy, &idle] {
         let _ = std::fs::remove_dir(Path::new(&root).join(d));
     }
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let text = counts(&out);
     let ms_of = |cg: &str| -> f64 {
         text.lines()
             .find(|l| l.split(',').nth(3) == Some(cg))
@@ -584,7 +599,7 @@ fn interval_output_is_monotonic() {
         "-a",
         "1.1",
     ]);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = counts(&out);
     let stamps: Vec<f64> = text
         .lines()
         .filter(|l| l.split(',').nth(3) == Some("task-clock"))
@@ -623,7 +638,7 @@ fn human_and_json_output() {
     let _g = parallel();
     let _pins = pins();
     let out = stat(&["-e", "task-clock,context-switches,cycles", "-a", "0.5"]);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = counts(&out);
     assert!(
         text.contains("Performance counter stats for 'system wide':"),
         "{text}"
@@ -632,11 +647,7 @@ fn human_and_json_output() {
     assert!(text.contains("CPUs utilized"), "{text}");
     assert!(text.contains("seconds time elapsed"), "{text}");
     let out = stat(&["-j", "-e", "task-clock", "-a", "0.3"]);
-    let line = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .unwrap()
-        .to_string();
+    let line = counts(&out).lines().next().unwrap().to_string();
     assert!(
         line.starts_with("{\"counter-value\" : \"") && line.contains("\"event\" : \"task-clock\""),
         "{line}"

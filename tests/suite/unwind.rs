@@ -128,8 +128,17 @@ fn bprof_stacks(
     argv: &[String],
 ) -> (BTreeMap<Vec<String>, u64>, String) {
     let json = fresh_path("unwind-stats.json");
+    // Walked frames against perf script's, which shows no inlined ones.
     let out = run(bprof()
-        .args(["-v", "-U", "-f", "--call-graph", "dwarf", "--stats-json"])
+        .args([
+            "-v",
+            "-U",
+            "-f",
+            "--no-inline",
+            "--call-graph",
+            "dwarf",
+            "--stats-json",
+        ])
         .arg(&json)
         .args(args)
         .arg("--")
