@@ -6,9 +6,11 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use crate::collect::sideband::MmapIndex;
 use crate::process::buildid::BuildId;
+use crate::process::mapped::MappedFile;
 use crate::process::maps::{executable_mappings, Mapping};
 use crate::symbolize::files::ElfFile;
 
@@ -35,6 +37,23 @@ pub(crate) struct FileFinder<'a> {
     ids: HashMap<PathBuf, Option<BuildId>>,
     table: Option<HashMap<BuildId, Vec<PathBuf>>>,
     found: HashMap<(BuildId, u32), Option<Rc<ElfFile>>>,
+    /// The files kept open for mappings, opened and checked once each: a
+    /// file thousands of processes mapped is parsed once, not per process.
+    kept: HashMap<usize, (Arc<MappedFile>, Option<Rc<ElfFile>>)>,
+    /// Per build ID, the side band's mappings by process and every other
+    /// candidate path with its owner, gathered once: under process churn
+    /// thousands of processes map the same file.
+    by_id: HashMap<BuildId, Rc<IdPaths<'a>>>,
+    /// The side band's mappings without a build ID, by process.
+    unknown_by_pid: Option<HashMap<u32, Vec<&'a Mapping>>>,
+}
+
+/// The side band's knowledge of one build ID (see [`FileFinder::by_id`]).
+struct IdPaths<'a> {
+    by_pid: HashMap<u32, Vec<&'a Mapping>>,
+    /// Each candidate path of every mapping, with its owner (u32::MAX:
+    /// gone), root's first.
+    owned: Vec<(u32, PathBuf)>,
 }
 
 /// The real user id of live process `pid`.
@@ -79,6 +98,9 @@ impl<'a> FileFinder<'a> {
             ids: HashMap::new(),
             table: None,
             found: HashMap::new(),
+            kept: HashMap::new(),
+            by_id: HashMap::new(),
+            unknown_by_pid: None,
         }
     }
 
@@ -104,6 +126,29 @@ impl<'a> FileFinder<'a> {
         p
     }
 
+    /// The side band's mappings of build ID `id` by process, and the
+    /// candidate paths of all of them with their owners, root's first.
+    fn id_paths(&mut self, id: &BuildId) -> Rc<IdPaths<'a>> {
+        if let Some(ix) = self.by_id.get(id) {
+            return ix.clone();
+        }
+        let mut by_pid: HashMap<u32, Vec<&'a Mapping>> = HashMap::new();
+        let mut paths: BTreeSet<PathBuf> = BTreeSet::new();
+        let index = self.index;
+        for m in index.by_build_id.get(id).into_iter().flatten() {
+            by_pid.entry(m.pid).or_default().push(m);
+            paths.extend(candidates(m, true));
+        }
+        let mut owned: Vec<(u32, PathBuf)> = paths
+            .into_iter()
+            .map(|p| (fs::metadata(&p).map_or(u32::MAX, |m| m.uid()), p))
+            .collect();
+        owned.sort_by_key(|&(o, _)| o);
+        let ix = Rc::new(IdPaths { by_pid, owned });
+        self.by_id.insert(*id, ix.clone());
+        ix
+    }
+
     /// Opens `p` and keeps it if it has build ID `id` and, unless the
     /// process mapped it itself (`own`), is root's or `uid`'s.
     fn accept(p: &Path, id: &BuildId, own: bool, uid: Option<u32>) -> Option<Rc<ElfFile>> {
@@ -116,37 +161,48 @@ impl<'a> FileFinder<'a> {
         // The file the process itself mapped, kept open since its mapping
         // was learned (a container's, a deleted one), else root's copy.
         for (f, own) in self.index.files.with_build_id(id, tgid) {
-            let Some(fd) = f.reopen() else { continue };
-            let Ok(e) = ElfFile::from_checked(f.path.clone(), fd) else {
-                continue;
+            let at = Arc::as_ptr(&f) as usize;
+            let e = match self.kept.get(&at) {
+                Some((_, e)) => e.clone(),
+                None => {
+                    let e = f
+                        .reopen()
+                        .and_then(|fd| ElfFile::from_checked(f.path.clone(), fd).ok())
+                        .map(Rc::new);
+                    self.kept.insert(at, (f.clone(), e.clone()));
+                    e
+                }
             };
+            let Some(e) = e else { continue };
             let owner_ok = own || e.uid == 0 || Some(e.uid) == uid_of(tgid);
             if owner_ok && e.build_id().as_ref() == Some(id) {
-                return Some(Rc::new(e));
+                return Some(e);
             }
         }
-        let mappings: Vec<Mapping> = self
-            .index
-            .by_build_id
-            .get(id)
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
-        let (own, others): (Vec<Mapping>, Vec<Mapping>) =
-            mappings.into_iter().partition(|m| m.pid == tgid);
+        let ix = self.id_paths(id);
         // The process's own files first, with or without an ID from the side
         // band (a process running before the profile is known from /proc).
-        let own_unknown = self
-            .index
-            .without_build_id
-            .iter()
-            .filter(|m| m.pid == tgid)
-            .cloned();
-        let own: Vec<PathBuf> = own
+        let index = self.index;
+        let unknown = self
+            .unknown_by_pid
+            .get_or_insert_with(|| {
+                let mut by: HashMap<u32, Vec<&Mapping>> = HashMap::new();
+                for m in &index.without_build_id {
+                    by.entry(m.pid).or_default().push(m);
+                }
+                by
+            })
+            .get(&tgid)
+            .cloned()
+            .unwrap_or_default();
+        let own: Vec<PathBuf> = ix
+            .by_pid
+            .get(&tgid)
             .into_iter()
-            .chain(own_unknown)
-            .flat_map(|m| candidates(&m, true))
+            .flatten()
+            .copied()
+            .chain(unknown)
+            .flat_map(|m| candidates(m, true))
             .collect();
         for p in own {
             if self.build_id_of(&p).as_ref() == Some(id) {
@@ -160,12 +216,7 @@ impl<'a> FileFinder<'a> {
         // owner that counts is checked again on the descriptor opened.
         let owned = |p: PathBuf| (fs::metadata(&p).map_or(u32::MAX, |m| m.uid()), p);
         // Root's files first, so a user's copy never wins when root has one.
-        let mut paths: Vec<(u32, PathBuf)> = others
-            .iter()
-            .flat_map(|m| candidates(m, true))
-            .map(owned)
-            .collect();
-        paths.sort_by_key(|&(o, _)| o);
+        let mut paths: Vec<(u32, PathBuf)> = ix.owned.clone();
         // A root-owned file the kernel saw mapped with this ID is as good as
         // any: no need to read the build ID of every other known file.
         let roots: Vec<PathBuf> = paths

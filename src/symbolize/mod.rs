@@ -554,6 +554,7 @@ pub(crate) fn symbolize_frames(
         debuginfod: crate::symbolize::debuginfod::Client::from_env(),
         mapped: HashMap::default(),
         go_tables: HashMap::default(),
+        name_caches: HashMap::default(),
         kept: HashMap::default(),
         unnamed: HashMap::default(),
     };

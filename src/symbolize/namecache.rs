@@ -153,10 +153,11 @@ impl NameCache {
 
     /// Writes what was learned (a concurrent profile reads the old or the
     /// new file, never half).
-    pub(crate) fn save(&self) {
+    pub(crate) fn save(&mut self) {
         if !self.changed {
             return;
         }
+        self.changed = false;
         let mut out = format!("{}\n{}\n", self.header, if self.all { ALL } else { SOME });
         for (start, size, name) in &self.funcs {
             out.push_str(&format!("{start:x} {size:x} {name}\n"));

@@ -63,6 +63,11 @@ pub(super) struct Pass<'a> {
     /// (one file mapped by many processes is read once); `None`: not a Go
     /// binary.
     pub(super) go_tables: HashMap<elfcheck::FileId, Option<Rc<GoTable>>>,
+    /// The per-boot name caches opened this pass, by build ID and debug
+    /// file: a library every process maps (libc under process churn) is
+    /// read once, not once per process.
+    pub(super) name_caches:
+        HashMap<([u8; BUILD_ID_SIZE], elfcheck::FileId), Option<namecache::NameCache>>,
     /// Files of frames without a build ID, checked once per pass (the key:
     /// the record's address, kept alive here), or why they name nothing.
     pub(super) kept: HashMap<usize, Kept>,
@@ -417,7 +422,11 @@ impl<'a> Pass<'a> {
         let named = |r: &[Option<Found<'a>>]| r.iter().filter(|f| f.is_some()).count();
         let named_before = named(resolved);
         let virt = file.virt_offsets(offsets);
-        let mut cache = namecache::NameCache::open(id, &debug.id);
+        let cache_key = (*id, debug.id);
+        let mut cache = match self.name_caches.remove(&cache_key) {
+            Some(c) => c,
+            None => namecache::NameCache::open(id, &debug.id),
+        };
         // Named from the cache where it can; the addresses left, to ask for.
         let from_cache = |cache: &Option<namecache::NameCache>,
                           resolved: &mut [Option<Found<'a>>]| {
@@ -470,9 +479,10 @@ impl<'a> Pass<'a> {
                 }
             }
         }
-        if let Some(c) = &cache {
+        if let Some(c) = cache.as_mut() {
             c.save();
         }
+        self.name_caches.insert(cache_key, cache);
         answered
     }
 
