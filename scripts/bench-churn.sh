@@ -44,10 +44,12 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-cat >"$tmp/churnkid.c" <<'KID'
+# One kid for both workloads: WORK names its hot function, WORK_NS how long
+# it spins.
+cat >"$tmp/kid.c" <<'KID'
 #include <time.h>
 static volatile unsigned long sink;
-__attribute__((noinline)) static void churn_work(void)
+__attribute__((noinline)) static void WORK(void)
 {
 	struct timespec a, b;
 	unsigned long x = 1;
@@ -58,15 +60,15 @@ __attribute__((noinline)) static void churn_work(void)
 			x = x * 6364136223846793005UL + i;
 		sink = x;
 		clock_gettime(CLOCK_MONOTONIC, &b);
-	} while ((b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec < 1000000);
+	} while ((b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec < WORK_NS);
 }
 int main(void)
 {
-	churn_work();
+	WORK();
 	return 0;
 }
 KID
-gcc -O2 -o "$tmp/churnkid" "$tmp/churnkid.c"
+gcc -O2 -DWORK=churn_work -DWORK_NS=1000000L -o "$tmp/churnkid" "$tmp/kid.c"
 
 # ~300 processes a second: batches of 30, each batch given 0.1 s.
 start_churn() {
@@ -106,35 +108,12 @@ count() { # processes started so far (the file may be caught mid-write: again)
     echo "${n:-0}"
 }
 
-cat >"$tmp/shortkid.c" <<'KID'
-#include <time.h>
-static volatile unsigned long sink;
-__attribute__((noinline)) static void short_work(void)
-{
-	struct timespec a, b;
-	unsigned long x = 1;
-
-	clock_gettime(CLOCK_MONOTONIC, &a);
-	do {
-		for (int i = 0; i < 20000; i++)
-			x = x * 6364136223846793005UL + i;
-		sink = x;
-		clock_gettime(CLOCK_MONOTONIC, &b);
-	} while ((b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec < 30000000);
-}
-int main(void)
-{
-	short_work();
-	return 0;
-}
-KID
-
 run_short() {
     mkdir -p "$tmp/short"
     local script="" i
     for i in $(seq -w 0 19); do
         # A fresh file each: no table of it is loaded before it runs.
-        gcc -O2 -o "$tmp/short/kid$i" "$tmp/shortkid.c"
+        gcc -O2 -DWORK=short_work -DWORK_NS=30000000L -o "$tmp/short/kid$i" "$tmp/kid.c"
         script="$script $tmp/short/kid$i;"
     done
     "$BPROF" -F 999 -f -o "$tmp/short.folded" -- sh -c "$script" 2>"$tmp/short.err" || {
