@@ -56,6 +56,12 @@ struct IdPaths<'a> {
     owned: Vec<(u32, PathBuf)>,
 }
 
+/// A candidate path with its owner, stat'ed once (u32::MAX: gone); the
+/// owner that counts is checked again on the descriptor opened.
+fn owned(p: PathBuf) -> (u32, PathBuf) {
+    (fs::metadata(&p).map_or(u32::MAX, |m| m.uid()), p)
+}
+
 /// The real user id of live process `pid`.
 fn uid_of(pid: u32) -> Option<u32> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -139,10 +145,7 @@ impl<'a> FileFinder<'a> {
             by_pid.entry(m.pid).or_default().push(m);
             paths.extend(candidates(m, true));
         }
-        let mut owned: Vec<(u32, PathBuf)> = paths
-            .into_iter()
-            .map(|p| (fs::metadata(&p).map_or(u32::MAX, |m| m.uid()), p))
-            .collect();
+        let mut owned: Vec<(u32, PathBuf)> = paths.into_iter().map(owned).collect();
         owned.sort_by_key(|&(o, _)| o);
         let ix = Rc::new(IdPaths { by_pid, owned });
         self.by_id.insert(*id, ix.clone());
@@ -212,9 +215,6 @@ impl<'a> FileFinder<'a> {
             }
         }
         let uid = uid_of(tgid);
-        // Each candidate with its owner, stat'ed once (u32::MAX: gone); the
-        // owner that counts is checked again on the descriptor opened.
-        let owned = |p: PathBuf| (fs::metadata(&p).map_or(u32::MAX, |m| m.uid()), p);
         // Root's files first, so a user's copy never wins when root has one.
         let mut paths: Vec<(u32, PathBuf)> = ix.owned.clone();
         // A root-owned file the kernel saw mapped with this ID is as good as
