@@ -531,6 +531,7 @@ mod tests {
                 sampled_frames: 400,
                 sampled_unknown: 10,
                 kallsyms_live: None,
+                live_kallsyms_frames: Vec::new(),
                 unnamed: vec![
                     crate::symbolize::UnnamedFile {
                         module: "prog".into(),

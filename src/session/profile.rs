@@ -212,8 +212,17 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
             ),
         }
         match sym_stats.kallsyms_live {
+            Some(true) if sym_stats.live_kallsyms_frames.is_empty() => eprintln!(
+                "bprof: kernel frames named from the live /proc/kallsyms (no per-boot copy of the core kernel's symbols)"
+            ),
             Some(true) => eprintln!(
-                "bprof: kernel frames named from the live /proc/kallsyms (an address outside the core text and the BPF programs, or no per-boot copy)"
+                "bprof: kernel frames named from the live /proc/kallsyms, for addresses outside the core text and the BPF programs: {}",
+                sym_stats
+                    .live_kallsyms_frames
+                    .iter()
+                    .map(|(a, name)| format!("{a:#x} ({})", crate::names::clean(name)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             Some(false) => eprintln!(
                 "bprof: kernel frames named from this boot's copy of the core kernel's symbols and the BPF programs"

@@ -105,27 +105,31 @@ fn loaded_bpf_functions(addrs: &[u64]) -> Vec<BpfFunc> {
 }
 
 /// The kallsyms lines naming `addrs` (outside the core text) after their
-/// BPF functions, from those kept and then those loaded; `None` when one
-/// is in no BPF function (a module's or a trampoline's: the live file).
-pub(super) fn bpf_lines(addrs: &[u64]) -> Option<String> {
+/// BPF functions, from those kept and then those loaded; the addresses in
+/// no BPF function (a module's or a trampoline's: the live file) if any.
+pub(super) fn bpf_lines(addrs: &[u64]) -> Result<String, Vec<u64>> {
     let mut funcs = KEPT_BPF.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if !addrs.iter().all(|&a| funcs.iter().any(|f| f.holds(a))) {
         funcs.extend(loaded_bpf_functions(addrs));
     }
     let mut lines = Vec::new();
+    let mut nowhere = Vec::new();
     for &a in addrs {
-        let f = funcs.iter().find(|f| f.holds(a))?;
-        // A line at the frame's own address when it is the byte before.
-        lines.push((f.start.min(a), &f.name));
+        match funcs.iter().find(|f| f.holds(a)) {
+            // A line at the frame's own address when it is the byte before.
+            Some(f) => lines.push((f.start.min(a), &f.name)),
+            None => nowhere.push(a),
+        }
+    }
+    if !nowhere.is_empty() {
+        return Err(nowhere);
     }
     lines.sort();
     lines.dedup();
-    Some(
-        lines
-            .into_iter()
-            .map(|(at, name)| format!("{at:016x} t {name}\t[bpf]\n"))
-            .collect(),
-    )
+    Ok(lines
+        .into_iter()
+        .map(|(at, name)| format!("{at:016x} t {name}\t[bpf]\n"))
+        .collect())
 }
 
 #[cfg(test)]

@@ -23,6 +23,10 @@ fn copy_name(boot_id: &str) -> String {
     format!("{COPY_PREFIX}{boot_id}")
 }
 
+/// Names addresses outside the core text: their kallsyms lines, or the
+/// addresses it has no name for.
+pub(crate) type Others = dyn Fn(&[u64]) -> Result<String, Vec<u64>>;
+
 /// A copy's name before the boot ID.
 const COPY_PREFIX: &str = "kallsyms-core-";
 
@@ -48,17 +52,15 @@ impl Drop for Selected {
     }
 }
 
-/// The symbols `addrs` resolve to, from the copy, or `None` for the live
-/// /proc/kallsyms: an address outside the core text, or no copy possible.
-/// `others` gives the lines of the addresses outside the core text (BPF
-/// programs' functions), or `None` when one has none. The copy is mapped
+/// The symbols `addrs` resolve to, from the copy, or the addresses that need
+/// the live /proc/kallsyms (outside the core text and `others`; none: no
+/// copy possible). `others` gives the lines of the addresses outside the
+/// core text (BPF programs' functions), or those it has none for. The copy is mapped
 /// once per process (`bprof top` and `--every` symbolize every interval)
 /// and searched in place.
-pub(crate) fn core_copy_for(
-    addrs: &[u64],
-    others: &dyn Fn(&[u64]) -> Option<String>,
-) -> Option<Selected> {
-    selection(Path::new(STATE_DIR), core_copy()?, addrs, others)
+pub(crate) fn core_copy_for(addrs: &[u64], others: &Others) -> Result<Selected, Vec<u64>> {
+    let copy = core_copy().ok_or_else(Vec::new)?;
+    selection(Path::new(STATE_DIR), copy, addrs, others)
 }
 
 /// This boot's copy, mapped once per process.
@@ -75,7 +77,7 @@ pub(super) fn core_range() -> Option<(u64, u64)> {
 
 #[cfg(test)]
 fn core_copy_in(dir: &Path, live: &Path, addrs: &[u64]) -> Option<Selected> {
-    selection(dir, &load(dir, live)?, addrs, &|_: &[u64]| None)
+    selection(dir, &load(dir, live)?, addrs, &|a: &[u64]| Err(a.to_vec())).ok()
 }
 
 /// A copy, mapped: its text (header line, then the symbols' lines sorted
@@ -163,13 +165,14 @@ fn first_above(body: &[u8], a: u64) -> usize {
 
 /// Writes the selection for `addrs` from `copy` into `dir`; `others`
 /// gives the kallsyms lines of the addresses outside the core text, or
-/// `None` when it cannot name them all.
+/// those it cannot name. Errs with the addresses neither names (none: the
+/// selection could not be written).
 fn selection(
     dir: &Path,
     copy: &Copy,
     addrs: &[u64],
-    others: &dyn Fn(&[u64]) -> Option<String>,
-) -> Option<Selected> {
+    others: &Others,
+) -> Result<Selected, Vec<u64>> {
     let (core, outside): (Vec<u64>, Vec<u64>) = addrs
         .iter()
         .partition(|&&a| (copy.lo..copy.hi).contains(&a));
@@ -178,7 +181,7 @@ fn selection(
         // Above the core text: after its lines, as kallsyms orders them.
         text.push_str(&others(&outside)?);
     }
-    let dir_fd = crate::fsafe::private_dir(dir).ok()?;
+    let dir_fd = crate::fsafe::private_dir(dir).map_err(|_| Vec::new())?;
     remove_dead_selections(dir);
     let tmp = format!("{SELECTED}{}.{}", std::process::id(), unique());
     let selected = Selected {
@@ -189,8 +192,8 @@ fn selection(
             f.set_len(0)?;
             f.write_all(text.as_bytes())
         })
-        .ok()?;
-    Some(selected)
+        .map_err(|_| Vec::new())?;
+    Ok(selected)
 }
 
 /// The name of a selection's file, before `PID.N`.

@@ -9,22 +9,26 @@ use blazesym::MaybeDefault;
 
 use crate::symbolize::{bpfsyms, kallsyms};
 
-/// Each address with its symbol, and whether the live /proc/kallsyms was
-/// read for them.
+/// A kernel address and its symbol.
+pub(super) type Named = (u64, Option<Symbolized<'static>>);
+
+/// Each address with its symbol, and, when the live /proc/kallsyms was
+/// read for them, the addresses outside the core text and the BPF
+/// programs that made it needed (none: no per-boot copy).
 pub(super) fn symbolize_kernel(
     symbolizer: &Symbolizer,
     addrs: &[u64],
-) -> (Vec<(u64, Option<Symbolized<'static>>)>, bool) {
+) -> (Vec<Named>, Option<Vec<u64>>) {
     if addrs.is_empty() {
-        return (Vec::new(), false);
+        return (Vec::new(), None);
     }
     // kallsyms only: reading a vmlinux image would be slow and is rarely
     // present. The per-boot copy of the core text's symbols when it covers
     // every address: the live file costs the kernel dearly to print.
     let selected = kallsyms::core_copy_for(addrs, &bpfsyms::bpf_lines);
     let kallsyms = match &selected {
-        Some(s) => MaybeDefault::Some(s.path().to_path_buf()),
-        None => MaybeDefault::Default,
+        Ok(s) => MaybeDefault::Some(s.path().to_path_buf()),
+        Err(_) => MaybeDefault::Default,
     };
     let kernel = Kernel {
         kallsyms,
@@ -34,13 +38,27 @@ pub(super) fn symbolize_kernel(
     let res = symbolizer
         .symbolize(&Source::Kernel(kernel), Input::AbsAddr(addrs))
         .unwrap_or_default();
+    // A stale word the kernel's unwinder took for a frame (a freed BPF
+    // program's address on a reused task stack) falls in no symbol, and
+    // kallsyms, which has no sizes, names it after the last symbol below
+    // it, megabytes away: unknown, not that name.
     let named = addrs
         .iter()
         .enumerate()
-        .map(|(i, &a)| (a, res.get(i).map(|s| own(s.clone()))))
+        .map(|(i, &a)| {
+            let s = res
+                .get(i)
+                .filter(|s| s.as_sym().is_none_or(|s| s.offset < MAX_FUNCTION))
+                .map(|s| own(s.clone()));
+            (a, s)
+        })
         .collect();
-    (named, selected.is_none())
+    (named, selected.err())
 }
+
+/// Larger than any kernel function: an address this far past the
+/// symbol below it is in none.
+const MAX_FUNCTION: usize = 1 << 20;
 
 /// Names of kernel addresses (exact, not return addresses), `None` when
 /// kallsyms has no symbol.

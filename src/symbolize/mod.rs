@@ -253,6 +253,9 @@ pub struct SymbolStats {
     /// module's or a trampoline's address, or no per-boot copy), not the
     /// copy and the BPF programs; `None`: no kernel frame.
     pub kallsyms_live: Option<bool>,
+    /// The first few addresses outside the core text and the BPF programs
+    /// that made the live /proc/kallsyms needed, with their names there.
+    pub live_kallsyms_frames: Vec<(u64, String)>,
     /// The user files whose frames stayed unknown, and why, most sampled
     /// first.
     pub unnamed: Vec<UnnamedFile>,
@@ -269,6 +272,13 @@ impl SymbolStats {
             (Some(a), Some(b)) => Some(a || b),
             (a, b) => a.or(b),
         };
+        for f in &o.live_kallsyms_frames {
+            if self.live_kallsyms_frames.len() < LIVE_FRAMES_SHOWN
+                && !self.live_kallsyms_frames.contains(f)
+            {
+                self.live_kallsyms_frames.push(f.clone());
+            }
+        }
         for u in &o.unnamed {
             match self
                 .unnamed
@@ -371,6 +381,9 @@ pub(crate) fn symbolizer_with(code_info: bool, inlined: bool) -> Symbolizer {
         .enable_demangling(false)
         .build()
 }
+
+/// How many of the addresses that needed the live /proc/kallsyms `-v` names.
+const LIVE_FRAMES_SHOWN: usize = 4;
 
 /// The longest symbol name bprof demangles; a longer one is shown as it is
 /// (cut to the longest name shown, see crate::names).
@@ -559,8 +572,22 @@ pub(crate) fn symbolize_frames(
         unnamed: HashMap::default(),
     };
     let kaddrs = sorted_unique(raw.iter().flat_map(kernel_keys));
-    let (kernel, kallsyms_live) = symbolize_kernel(symbolizer, &kaddrs);
-    pass.names.stats.kallsyms_live = (!kernel.is_empty()).then_some(kallsyms_live);
+    let (kernel, live) = symbolize_kernel(symbolizer, &kaddrs);
+    pass.names.stats.kallsyms_live = (!kernel.is_empty()).then_some(live.is_some());
+    if let Some(live) = live {
+        let names: HashMap<u64, String> = kernel
+            .iter()
+            .filter_map(|(a, s)| {
+                let s = s.as_ref()?.as_sym()?;
+                Some((*a, format!("{}+{:#x}", s.name, s.offset)))
+            })
+            .collect();
+        pass.names.stats.live_kallsyms_frames = live
+            .iter()
+            .take(LIVE_FRAMES_SHOWN)
+            .map(|a| (*a, names.get(a).cloned().unwrap_or_else(|| "?".into())))
+            .collect();
+    }
 
     let ukeys = sorted_unique(raw.iter().flat_map(user_keys));
     let mut by_file: HashMap<([u8; BUILD_ID_SIZE], u32), Vec<u64>> = HashMap::default();

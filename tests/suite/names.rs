@@ -522,24 +522,32 @@ fn bprofs_own_bpf_frames_are_named_as_kallsyms_names_them_without_reading_it() {
             .any(|f| is_prog(f) && f.ends_with("_learn_mmap_[k]"))
     });
     assert!(learner, "no sample in the mmap learner\n{stderr}");
-    // A module's code would need the live file; this kernel has none
-    // loaded (or no modules at all).
-    // A stray word the kernel's unwinder took for a frame (seen in stacks
-    // sampled inside an exec) is in no BPF function: the live file is read
-    // for it, and may name it after whatever kallsyms line precedes it.
-    let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
-    let stray = lines.iter().any(|l| {
-        l.frames
-            .iter()
-            .any(|f| f.starts_with("[unknown]") || f.starts_with("bprm_execve"))
-    });
-    if modules.trim().is_empty() && !stray {
-        assert!(
+    // The live file is read only for addresses bprof could place in
+    // neither the core text nor a BPF program: a module's, a trampoline's,
+    // or a stale word the kernel's unwinder took for a frame (seen in
+    // stacks sampled inside an exec: a freed program's address left on a
+    // reused task stack). It names each; none of them may be a BPF
+    // function of a loaded program.
+    let live = "kernel frames named from the live /proc/kallsyms, for addresses outside the core text and the BPF programs: ";
+    match stderr.lines().find_map(|l| l.strip_prefix("bprof: ")?.strip_prefix(live)) {
+        Some(list) => {
+            for item in list.split(", ") {
+                let name = item
+                    .split_once(" (")
+                    .and_then(|(_, n)| n.strip_suffix(')'))
+                    .unwrap_or_else(|| panic!("{item}: not `ADDRESS (NAME)`\n{stderr}"));
+                let func = name.split('+').next().unwrap_or(name);
+                assert!(!is_prog(func), "{func} was not found among the loaded programs\n{stderr}");
+            }
+        }
+        // Without modules (this kernel has none loaded, or no modules at
+        // all) and strays, the per-boot copy and the programs name all.
+        None => assert!(
             stderr.contains(
                 "kernel frames named from this boot's copy of the core kernel's symbols and the BPF programs"
             ),
             "{stderr}"
-        );
+        ),
     }
 }
 
