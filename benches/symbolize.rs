@@ -4,7 +4,6 @@
 //! spread over bprof's own executable, a large Rust binary with DWARF.
 //! Run as root (dropping the page cache needs it): `cargo bench --bench symbolize`.
 
-use std::collections::HashSet;
 use std::time::Instant;
 
 use bprof::collect::sideband::MmapIndex;
@@ -66,14 +65,10 @@ fn main() {
         })
         .collect();
     let mut index = MmapIndex::default();
-    index
-        .by_build_id
-        .entry(id)
-        .or_insert_with(HashSet::new)
-        .insert(Mapping {
-            pid: 1,
-            path: exe.clone(),
-        });
+    index.by_build_id.entry(id).or_default().insert(Mapping {
+        pid: 1,
+        path: exe.clone(),
+    });
 
     println!(
         "symbolizing {FRAMES} unique frames of {} ({} MiB of text)",

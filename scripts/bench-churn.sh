@@ -182,6 +182,10 @@ run_bprof() { # $1: --call-graph mode
         END { if (n > 0 && d != "") printf "  per new process: side band %.0f us (of it, its files found or opened %.0f us), unwinder %.0f us (tables and mappings)\n", 1000 * d / n, 1000 * l / n, 1000 * t / n }
     ' "$tmp/bprof.err"
     awk 'NR == 1 { f = $1 } { l = $1; if ($1 > m) m = $1 } END { if (NR) printf "  RSS while recording: %.1f MiB at the first look, %.1f MiB at the last, %.1f MiB at most (%d looks, 5 s apart)\n", f / 1024, l / 1024, m / 1024, NR }' "$tmp/rss"
+    # A long run: the RSS each minute, to tell a plateau from a slope.
+    if [ "$secs" -ge 120 ]; then
+        awk '(NR - 1) % 12 == 0 { s = s sprintf(" %.1f", $1 / 1024) } END { print "  RSS each minute (MiB):" s }' "$tmp/rss"
+    fi
     grep -o 'side band: [0-9]* mapping' "$tmp/bprof.err" | awk '{ print "  side-band records: " $3 }' || true
     grep -o '([0-9]* kept)' "$tmp/bprof.err" | tr -d '()' | awk '{ print "  learned mappings (kept by the BPF side): " $1 }' || true
     grep -o '[0-9]* mappings whose file could not be opened' "$tmp/bprof.err" |

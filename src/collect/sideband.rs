@@ -24,8 +24,8 @@ use crate::bpf::stacks::BUILD_ID_SIZE;
 use crate::events::sampling;
 use crate::jit::{self, JitFiles};
 use crate::mmap::Mmap;
-use crate::process::mapped::{Known, Learned, MappedFile, MappedFiles, ProcMapping};
-use crate::process::maps::Mapping;
+use crate::process::mapped::{Known, Learned, MappedFile, MappedFiles, ProcMapping, MAX_EXITED};
+use crate::process::maps::{Mapping, Mappings};
 
 /// Data pages per CPU (a power of two): 256 KiB holds thousands of records.
 const DATA_PAGES: usize = 64;
@@ -37,9 +37,9 @@ const MISC_COMM_EXEC: u16 = 1 << 13;
 #[derive(Debug, Default)]
 pub struct MmapIndex {
     /// Mappings by build ID (zero-padded to 20 bytes).
-    pub by_build_id: HashMap<[u8; BUILD_ID_SIZE], HashSet<Mapping>>,
+    pub by_build_id: HashMap<[u8; BUILD_ID_SIZE], Mappings>,
     /// Mappings whose build ID the kernel could not read at mmap time.
-    pub without_build_id: HashSet<Mapping>,
+    pub without_build_id: Mappings,
     /// Records the kernel dropped because a ring buffer was full.
     pub lost: u64,
     /// Mapping, fork, exec and exit records read.
@@ -66,6 +66,26 @@ pub struct MmapIndex {
     /// take (one read of each /proc/PID/maps serves both); emptied once it
     /// started.
     pub(crate) snapshot: HashMap<u32, Vec<ProcMapping>>,
+    /// Processes that exited, oldest first: past twice [`MAX_EXITED`] the
+    /// older half leave the indexes above (their paths stay), so memory
+    /// stays flat under churn. Their frames are named by build ID or by
+    /// their files' keys all the same.
+    exited: std::collections::VecDeque<u32>,
+}
+
+impl MmapIndex {
+    /// Records that process `pid` exited.
+    fn note_exit(&mut self, pid: u32) {
+        self.exited.push_back(pid);
+        if self.exited.len() < 2 * MAX_EXITED {
+            return;
+        }
+        let old: HashSet<u32> = self.exited.drain(..MAX_EXITED).collect();
+        self.without_build_id.forget_pids(|p| !old.contains(&p));
+        for ms in self.by_build_id.values_mut() {
+            ms.forget_pids(|p| !old.contains(&p));
+        }
+    }
 }
 
 /// A change to a process's executable mappings, as the side band told it.
@@ -212,8 +232,8 @@ impl Sideband {
 /// interval too: their samples were counted before they exited, so by now
 /// (one drain later) every one of them has been written.
 pub(crate) fn forget_gone(index: &mut MmapIndex, gone: &mut HashSet<u32>) {
-    let mut pids: HashSet<u32> = index.without_build_id.iter().map(|m| m.pid).collect();
-    pids.extend(index.by_build_id.values().flatten().map(|m| m.pid));
+    let mut pids: HashSet<u32> = index.without_build_id.pids().collect();
+    pids.extend(index.by_build_id.values().flat_map(Mappings::pids));
     pids.extend(index.files.pids());
     let now_gone: HashSet<u32> = pids
         .into_iter()
@@ -222,9 +242,9 @@ pub(crate) fn forget_gone(index: &mut MmapIndex, gone: &mut HashSet<u32>) {
     // Gone at both ends: not a reused pid's new process.
     let forget: HashSet<u32> = now_gone.intersection(gone).copied().collect();
     if !forget.is_empty() {
-        index.without_build_id.retain(|m| !forget.contains(&m.pid));
+        index.without_build_id.retain_pids(|p| !forget.contains(&p));
         index.by_build_id.retain(|_, ms| {
-            ms.retain(|m| !forget.contains(&m.pid));
+            ms.retain_pids(|p| !forget.contains(&p));
             !ms.is_empty()
         });
         index.files.forget(&forget);
@@ -331,6 +351,8 @@ fn on_exit(rec: &[u8], time: u64, index: &mut MmapIndex) {
     let (pid, tid) = (u32_at(rec, 8), u32_at(rec, 16));
     if pid == tid && rec.len() >= 24 {
         index.jit.on_exit(pid);
+        index.files.note_exit(pid);
+        index.note_exit(pid);
         if index.queue_mappings {
             index.changes.push((time, Change::Exited(pid)));
         }
@@ -612,19 +634,36 @@ mod tests {
         id.copy_from_slice(&long);
         let app = &index.by_build_id[&id];
         assert_eq!(app.len(), 1);
-        assert!(app.contains(&Mapping {
-            pid: 7,
-            path: "/usr/bin/app".into()
-        }));
+        assert!(app.contains(7, Path::new("/usr/bin/app")));
         let mut short = [0u8; BUILD_ID_SIZE];
         short[..8].fill(0xab);
         assert!(index.by_build_id.contains_key(&short));
         assert_eq!(index.by_build_id.len(), 2);
-        assert!(index.without_build_id.contains(&Mapping {
-            pid: 9,
-            path: "/opt/noid".into()
-        }));
+        assert!(index.without_build_id.contains(9, Path::new("/opt/noid")));
         assert_eq!(index.without_build_id.len(), 1);
+    }
+
+    /// A long churn: the side band forgets the processes of the older
+    /// half once twice MAX_EXITED exited, and keeps the paths they mapped.
+    #[test]
+    fn exited_processes_leave_the_index_and_their_paths_stay() {
+        let mut index = MmapIndex::default();
+        let id = [0x5a; BUILD_ID_SIZE];
+        let n = 2 * MAX_EXITED as u32;
+        for pid in 1..=n {
+            parse_record(
+                &mmap2_record(pid, b"/usr/bin/kid", Some(&id)),
+                &mut index,
+                &mut |_| true,
+            );
+            parse_record(&exit_record(pid), &mut index, &mut |_| true);
+        }
+        let kid = &index.by_build_id[&id];
+        assert!(!kid.contains(1, Path::new("/usr/bin/kid")));
+        assert!(!kid.contains(MAX_EXITED as u32, Path::new("/usr/bin/kid")));
+        assert!(kid.contains(MAX_EXITED as u32 + 1, Path::new("/usr/bin/kid")));
+        assert_eq!(kid.len(), MAX_EXITED);
+        assert_eq!(kid.first_path(), Some(Path::new("/usr/bin/kid")));
     }
 
     #[test]

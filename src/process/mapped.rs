@@ -241,6 +241,10 @@ pub struct MappedFiles {
     /// go (a long profile of a machine that keeps starting processes).
     order: VecDeque<u32>,
     mappings: usize,
+    /// Processes that exited, oldest first: past [`MAX_EXITED`] the oldest
+    /// one's mappings go. Its frames are named by build ID or by its files'
+    /// keys (the files stay); only its own view of them goes.
+    exited: VecDeque<u32>,
     /// Each process's vDSO, where it was mapped (latest).
     vdso: HashMap<u32, (u64, u64)>,
     /// Descriptors kept.
@@ -251,6 +255,11 @@ pub struct MappedFiles {
 
 /// Mappings remembered, at most (32 bytes each).
 const MAX_MAPPINGS: usize = 1 << 18;
+
+/// Exited processes whose mappings are kept: under churn (a build, a CI
+/// runner) memory stays flat, and a process's mappings outlive it by
+/// thousands of exits, many seconds.
+pub(crate) const MAX_EXITED: usize = 4096;
 
 /// The most descriptors kept open: past this, files are recorded by
 /// identity and path only.
@@ -339,12 +348,43 @@ impl MappedFiles {
         }
         self.mappings += 1;
         while self.mappings > MAX_MAPPINGS && self.order.len() > 1 {
-            let Some(old) = self.order.pop_front() else {
-                break;
+            // Exited processes first: a live one's mappings name what it
+            // runs now.
+            let old = match self.exited.pop_front() {
+                Some(p) => p,
+                None => match self.order.pop_front() {
+                    Some(p) => p,
+                    None => break,
+                },
             };
-            if let Some(v) = self.pids.remove(&old) {
-                self.mappings -= v.len();
+            self.drop_process(old);
+        }
+    }
+
+    /// Records that process `pid` exited: the oldest exited process's
+    /// mappings go past [`MAX_EXITED`].
+    pub(crate) fn note_exit(&mut self, pid: u32) {
+        if !self.pids.contains_key(&pid) && !self.vdso.contains_key(&pid) {
+            return;
+        }
+        self.exited.push_back(pid);
+        if self.exited.len() > MAX_EXITED {
+            if let Some(old) = self.exited.pop_front() {
+                self.drop_process(old);
             }
+        }
+    }
+
+    /// Forgets one process's mappings; `order` drops it lazily, and is
+    /// compacted once it holds twice the processes there are.
+    fn drop_process(&mut self, pid: u32) {
+        if let Some(v) = self.pids.remove(&pid) {
+            self.mappings -= v.len();
+        }
+        self.vdso.remove(&pid);
+        if self.order.len() > 2 * self.pids.len() + 1024 {
+            let pids = &self.pids;
+            self.order.retain(|p| pids.contains_key(p));
         }
     }
 
@@ -590,6 +630,7 @@ impl MappedFiles {
     pub fn forget(&mut self, gone: &std::collections::HashSet<u32>) {
         self.pids.retain(|p, _| !gone.contains(p));
         self.order.retain(|p| !gone.contains(p));
+        self.exited.retain(|p| !gone.contains(p));
         self.mappings = self.pids.values().map(Vec::len).sum();
         self.vdso.retain(|p, _| !gone.contains(p));
         // Held only by the indexes here: no mapping of a known process.
@@ -868,6 +909,44 @@ mod tests {
         files.forget(&[4_000_002].into_iter().collect());
         assert_eq!((files.len(), files.kept()), (0, 0));
         assert!(files.resolve(key, 4_000_002).is_none());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Under churn an exited process's mappings go once MAX_EXITED others
+    /// exited after it; a live process's stay, and the file stays known
+    /// by its key.
+    #[test]
+    fn exited_processes_mappings_go_past_the_exited_limit() {
+        let d = scratch("exited");
+        let p = d.join("prog");
+        std::fs::write(&p, b"x").unwrap();
+        let key = FileKey::of(&std::fs::metadata(&p).unwrap());
+        let mut files = MappedFiles::default();
+        let learn = |files: &mut MappedFiles, pid: u32| {
+            files.learn(&Learned {
+                pid,
+                start: 0x1000,
+                end: 0x2000,
+                off: 0,
+                path: &p,
+                in_root: false,
+                known: Known::Key(key),
+            });
+        };
+        let (live, first) = (4_100_000, 4_100_001);
+        learn(&mut files, live);
+        for pid in first..=first + MAX_EXITED as u32 {
+            learn(&mut files, pid);
+            files.note_exit(pid);
+        }
+        assert!(files.at(first, 0x1800).is_none());
+        assert!(files.at(first + 1, 0x1800).is_some());
+        assert!(files.at(live, 0x1800).is_some());
+        assert_eq!(files.pids.len(), MAX_EXITED + 1);
+        assert!(files.resolve(key, first).is_some());
+        // An exit of a process never seen mapping anything is not queued.
+        files.note_exit(4_200_000);
+        assert_eq!(files.exited.len(), MAX_EXITED);
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use crate::fasthash::{HashMap, HashSet};
 
 /// A file some process mapped, as that process named it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -13,6 +15,83 @@ pub struct Mapping {
     pub pid: u32,
     /// Path as seen inside that process.
     pub path: PathBuf,
+}
+
+/// Files some processes mapped: each path kept once, with the processes
+/// that mapped it. A machine that keeps starting processes maps the same
+/// few files hundreds of thousands of times; a mapping costs its pid here,
+/// not a path of its own.
+#[derive(Debug, Default, Clone)]
+pub struct Mappings {
+    by_path: HashMap<PathBuf, HashSet<u32>>,
+}
+
+impl Mappings {
+    /// Adds `m`; whether it was new.
+    pub fn insert(&mut self, m: Mapping) -> bool {
+        match self.by_path.get_mut(m.path.as_path()) {
+            Some(pids) => pids.insert(m.pid),
+            None => {
+                self.by_path.insert(m.path, HashSet::from_iter([m.pid]));
+                true
+            }
+        }
+    }
+
+    /// Whether process `pid` was seen mapping `path`.
+    pub fn contains(&self, pid: u32, path: &Path) -> bool {
+        self.by_path.get(path).is_some_and(|p| p.contains(&pid))
+    }
+
+    /// The mappings (process, path pairs).
+    pub fn len(&self) -> usize {
+        self.by_path.values().map(|p| p.len()).sum()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.by_path.is_empty()
+    }
+
+    /// Each path with the processes that mapped it.
+    pub(crate) fn paths(&self) -> impl Iterator<Item = (&Path, &HashSet<u32>)> {
+        self.by_path.iter().map(|(p, pids)| (p.as_path(), pids))
+    }
+
+    /// The paths process `pid` mapped.
+    pub fn of_pid(&self, pid: u32) -> impl Iterator<Item = &Path> {
+        self.paths()
+            .filter(move |(_, pids)| pids.contains(&pid))
+            .map(|(p, _)| p)
+    }
+
+    /// Every process that mapped one of them.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.by_path.values().flatten().copied()
+    }
+
+    /// The first path in byte order: the one named when no file could be
+    /// opened.
+    pub fn first_path(&self) -> Option<&Path> {
+        self.by_path.keys().min().map(PathBuf::as_path)
+    }
+
+    /// Forgets which of the processes `keep` refuses mapped each path, and
+    /// keeps the paths: a file's path still names it once its processes
+    /// are forgotten.
+    pub fn forget_pids(&mut self, keep: impl Fn(u32) -> bool) {
+        for pids in self.by_path.values_mut() {
+            pids.retain(|&p| keep(p));
+        }
+    }
+
+    /// Forgets the mappings of the processes `keep` refuses.
+    pub fn retain_pids(&mut self, keep: impl Fn(u32) -> bool) {
+        self.by_path.retain(|_, pids| {
+            pids.retain(|&p| keep(p));
+            !pids.is_empty()
+        });
+    }
 }
 
 /// One line of /proc/PID/maps, split at its whitespace.
@@ -180,5 +259,32 @@ truncated r-xp
         assert!(mine.iter().any(|m| m.path == exe), "{mine:?}");
         assert!(mine.iter().all(|m| m.pid == std::process::id()));
         assert!(read_own().is_some_and(|t| lines(&t).any(|l| l.path == "[vdso]")));
+    }
+
+    fn m(pid: u32, path: &str) -> Mapping {
+        Mapping {
+            pid,
+            path: path.into(),
+        }
+    }
+
+    /// A path is kept once however many processes map it.
+    #[test]
+    fn mappings_keep_each_path_once_with_its_processes() {
+        let mut ms = Mappings::default();
+        assert!(ms.insert(m(1, "/bin/b")));
+        assert!(ms.insert(m(2, "/bin/b")));
+        assert!(!ms.insert(m(2, "/bin/b")));
+        assert!(ms.insert(m(2, "/bin/a")));
+        assert_eq!((ms.len(), ms.paths().count()), (3, 2));
+        assert!(ms.contains(1, Path::new("/bin/b")) && !ms.contains(1, Path::new("/bin/a")));
+        let mut of2: Vec<&Path> = ms.of_pid(2).collect();
+        of2.sort();
+        assert_eq!(of2, [Path::new("/bin/a"), Path::new("/bin/b")]);
+        assert_eq!(ms.first_path(), Some(Path::new("/bin/a")));
+        ms.forget_pids(|p| p != 2);
+        assert_eq!((ms.len(), ms.paths().count()), (1, 2));
+        ms.retain_pids(|p| p != 1);
+        assert!(ms.is_empty());
     }
 }

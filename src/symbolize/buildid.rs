@@ -1,7 +1,7 @@
 //! Build ID → ELF file: which file on this machine a user frame's build ID
 //! names, so it can be symbolized even after its process exited.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::collect::sideband::MmapIndex;
 use crate::process::buildid::BuildId;
 use crate::process::mapped::MappedFile;
-use crate::process::maps::{executable_mappings, Mapping};
+use crate::process::maps::executable_mappings;
 use crate::symbolize::files::ElfFile;
 
 /// Reads a file's build ID, padded like the kernel's.
@@ -40,17 +40,19 @@ pub(crate) struct FileFinder<'a> {
     /// The files kept open for mappings, opened and checked once each: a
     /// file thousands of processes mapped is parsed once, not per process.
     kept: HashMap<usize, (Arc<MappedFile>, Option<Rc<ElfFile>>)>,
-    /// Per build ID, the side band's mappings by process and every other
-    /// candidate path with its owner, gathered once: under process churn
-    /// thousands of processes map the same file.
-    by_id: HashMap<BuildId, Rc<IdPaths<'a>>>,
-    /// The side band's mappings without a build ID, by process.
-    unknown_by_pid: Option<HashMap<u32, Vec<&'a Mapping>>>,
+    /// Per build ID, every candidate path of the side band's mappings with
+    /// its owner, gathered once: under process churn thousands of processes
+    /// map the same file.
+    by_id: HashMap<BuildId, Rc<IdPaths>>,
+    /// The processes alive when the first search began: only theirs have a
+    /// `/proc/PID/root` to look through.
+    live: Option<Rc<HashSet<u32>>>,
+    /// The files at paths processes mapped themselves, opened once each.
+    own: HashMap<PathBuf, Option<Rc<ElfFile>>>,
 }
 
 /// The side band's knowledge of one build ID (see [`FileFinder::by_id`]).
-struct IdPaths<'a> {
-    by_pid: HashMap<u32, Vec<&'a Mapping>>,
+struct IdPaths {
     /// Each candidate path of every mapping, with its owner (u32::MAX:
     /// gone), root's first.
     owned: Vec<(u32, PathBuf)>,
@@ -74,23 +76,32 @@ fn uid_of(pid: u32) -> Option<u32> {
         .ok()
 }
 
-/// Paths under which bprof may open `m.path`: as named, and through the
-/// process's root (`/proc/PID/root/...`) while it lives, which reaches files
-/// of other mount namespaces (containers). `all` also keeps the root path
-/// when the plain one exists, for when the expected build ID is known.
-fn candidates(m: &Mapping, all: bool) -> Vec<PathBuf> {
+/// Paths under which bprof may open `path`, which the processes `pids`
+/// mapped: as named, and through each live one's root (`/proc/PID/root/...`),
+/// which reaches files of other mount namespaces (containers). `all` also
+/// keeps the root paths when the plain one exists, for when the expected
+/// build ID is known. An exited process has no root to look through.
+fn candidates(
+    path: &Path,
+    pids: impl IntoIterator<Item = u32>,
+    live: &HashSet<u32>,
+    all: bool,
+) -> Vec<PathBuf> {
     let mut out = Vec::with_capacity(2);
-    let plain_exists = m.path.exists();
+    let plain_exists = path.exists();
     if plain_exists {
-        out.push(m.path.clone());
+        out.push(path.to_path_buf());
     }
-    let root = PathBuf::from(format!("/proc/{}/root", m.pid));
-    let other_root = match (fs::metadata(&root), fs::metadata("/")) {
-        (Ok(a), Ok(b)) => a.dev() != b.dev() || a.ino() != b.ino(),
-        _ => false,
-    };
-    if root.exists() && (all || !plain_exists || other_root) {
-        out.push(root.join(m.path.strip_prefix("/").unwrap_or(&m.path)));
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    for pid in pids.into_iter().filter(|p| live.contains(p)) {
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        let other_root = match (fs::metadata(&root), fs::metadata("/")) {
+            (Ok(a), Ok(b)) => a.dev() != b.dev() || a.ino() != b.ino(),
+            _ => false,
+        };
+        if root.exists() && (all || !plain_exists || other_root) {
+            out.push(root.join(rel));
+        }
     }
     out
 }
@@ -106,7 +117,8 @@ impl<'a> FileFinder<'a> {
             found: HashMap::new(),
             kept: HashMap::new(),
             by_id: HashMap::new(),
-            unknown_by_pid: None,
+            live: None,
+            own: HashMap::new(),
         }
     }
 
@@ -132,24 +144,49 @@ impl<'a> FileFinder<'a> {
         p
     }
 
-    /// The side band's mappings of build ID `id` by process, and the
-    /// candidate paths of all of them with their owners, root's first.
-    fn id_paths(&mut self, id: &BuildId) -> Rc<IdPaths<'a>> {
+    /// The candidate paths of the side band's mappings of build ID `id`,
+    /// with their owners, root's first.
+    fn id_paths(&mut self, id: &BuildId) -> Rc<IdPaths> {
         if let Some(ix) = self.by_id.get(id) {
             return ix.clone();
         }
-        let mut by_pid: HashMap<u32, Vec<&'a Mapping>> = HashMap::new();
+        let live = self.live();
         let mut paths: BTreeSet<PathBuf> = BTreeSet::new();
-        let index = self.index;
-        for m in index.by_build_id.get(id).into_iter().flatten() {
-            by_pid.entry(m.pid).or_default().push(m);
-            paths.extend(candidates(m, true));
+        for (path, pids) in self
+            .index
+            .by_build_id
+            .get(id)
+            .into_iter()
+            .flat_map(|m| m.paths())
+        {
+            paths.extend(candidates(path, pids.iter().copied(), &live, true));
         }
         let mut owned: Vec<(u32, PathBuf)> = paths.into_iter().map(owned).collect();
         owned.sort_by_key(|&(o, _)| o);
-        let ix = Rc::new(IdPaths { by_pid, owned });
+        let ix = Rc::new(IdPaths { owned });
         self.by_id.insert(*id, ix.clone());
         ix
+    }
+
+    /// The processes alive now, read once.
+    fn live(&mut self) -> Rc<HashSet<u32>> {
+        self.live
+            .get_or_insert_with(|| Rc::new(crate::target::running_pids().into_iter().collect()))
+            .clone()
+    }
+
+    /// The file at `p`, which a process mapped itself, if it has build ID
+    /// `id` (whoever owns it); opened once however many processes mapped it.
+    fn accept_own(&mut self, p: &Path, id: &BuildId) -> Option<Rc<ElfFile>> {
+        let f = match self.own.get(p) {
+            Some(f) => f.clone(),
+            None => {
+                let f = ElfFile::open(p).ok().map(Rc::new);
+                self.own.insert(p.to_path_buf(), f.clone());
+                f
+            }
+        };
+        f.filter(|f| f.build_id().as_ref() == Some(id))
     }
 
     /// Opens `p` and keeps it if it has build ID `id` and, unless the
@@ -186,30 +223,19 @@ impl<'a> FileFinder<'a> {
         // The process's own files first, with or without an ID from the side
         // band (a process running before the profile is known from /proc).
         let index = self.index;
-        let unknown = self
-            .unknown_by_pid
-            .get_or_insert_with(|| {
-                let mut by: HashMap<u32, Vec<&Mapping>> = HashMap::new();
-                for m in &index.without_build_id {
-                    by.entry(m.pid).or_default().push(m);
-                }
-                by
-            })
-            .get(&tgid)
-            .cloned()
-            .unwrap_or_default();
-        let own: Vec<PathBuf> = ix
-            .by_pid
-            .get(&tgid)
+        let live = self.live();
+        let mine = index
+            .by_build_id
+            .get(id)
             .into_iter()
-            .flatten()
-            .copied()
-            .chain(unknown)
-            .flat_map(|m| candidates(m, true))
+            .flat_map(|m| m.of_pid(tgid));
+        let own: Vec<PathBuf> = mine
+            .chain(index.without_build_id.of_pid(tgid))
+            .flat_map(|p| candidates(p, [tgid], &live, true))
             .collect();
         for p in own {
             if self.build_id_of(&p).as_ref() == Some(id) {
-                if let Some(f) = Self::accept(&p, id, true, None) {
+                if let Some(f) = self.accept_own(&p, id) {
                     return Some(f);
                 }
             }
@@ -254,17 +280,20 @@ impl<'a> FileFinder<'a> {
 
     /// Reads the build ID of every other known file once.
     fn build_table(&mut self) {
-        let mut mappings: Vec<Mapping> = self.index.without_build_id.iter().cloned().collect();
-        let live: Vec<u32> = self
+        let live = self.live();
+        let mut paths: BTreeSet<PathBuf> = BTreeSet::new();
+        for (path, pids) in self.index.without_build_id.paths() {
+            paths.extend(candidates(path, pids.iter().copied(), &live, false));
+        }
+        let targets: Vec<u32> = self
             .pids
             .iter()
             .copied()
             .chain([std::process::id()])
             .collect();
-        for pid in live {
-            mappings.extend(executable_mappings(pid));
+        for m in targets.into_iter().flat_map(executable_mappings) {
+            paths.extend(candidates(&m.path, [m.pid], &live, false));
         }
-        let paths: BTreeSet<PathBuf> = mappings.iter().flat_map(|m| candidates(m, false)).collect();
         let mut table: HashMap<BuildId, Vec<PathBuf>> = HashMap::new();
         for p in paths {
             if let Some(id) = self.build_id_of(&p) {

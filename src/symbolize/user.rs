@@ -4,7 +4,7 @@
 //! the named stacks.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -155,17 +155,16 @@ impl<'a> Pass<'a> {
         }
         // The file found, else the one the side band saw mapped (the
         // process may have exited and the file be gone).
-        let seen = self
-            .index
-            .by_build_id
-            .get(&id)
-            .and_then(|ms| ms.iter().map(|m| m.path.clone()).min());
+        let seen = || {
+            let ms = self.index.by_build_id.get(&id)?;
+            ms.first_path().map(Path::to_path_buf)
+        };
         let why = if file.is_some() {
             Unnamed::NoSymbols
         } else {
             Unnamed::Gone
         };
-        let path = file.as_ref().map(|f| f.path.clone()).or(seen);
+        let path = file.as_ref().map(|f| f.path.clone()).or_else(seen);
         // Where the file came from, even if it could not be opened.
         let module = path.as_deref().map(module_name);
         let module_id = self.frames.module(Module::File {
