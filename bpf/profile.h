@@ -34,6 +34,9 @@ enum frame_status {
 	FRAME_TRUNCATED = 3, /* the unwinder stopped early: offset holds enum unwind_end */
 	FRAME_IN_KEY = 4,    /* a stored unwound stack's record 0: its leaf is the count key's user_leaf */
 	FRAME_FILE_KEY = 5,  /* a file without a build ID: build_id holds a struct file_key, offset a file offset */
+	FRAME_ELIDED = 6,    /* a deep walk's middle left out: offset holds how many frames; the records
+			      * after it are a ring of the outermost ones, the first __u32 of build_id
+			      * the index in it of the innermost (see unwind_user) */
 };
 
 /* A mapped file as the kernel names it, for a file without a GNU build ID
@@ -143,6 +146,7 @@ struct profile_stats {
 	__u64 unwind_learned_early; /* target mappings learned at their mmap or exec */
 	__u64 unwind_reads;      /* bpf_probe_read_user calls of the walks (stack window refills) */
 	__u64 unwind_memo_walks; /* walks whose frames past the leaf came from the walk memo */
+	__u64 unwind_elided;     /* frames walked and left out of deep stacks' middles (FRAME_ELIDED) */
 	struct py_stats py;      /* Python frames (pyframes.bpf.h) */
 };
 

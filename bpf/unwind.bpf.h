@@ -38,6 +38,24 @@ static __always_inline long stop(struct unwind_ctx *c, enum unwind_end why)
 }
 
 /* One frame: records c->s->ip, then moves ip/sp/bp to the caller. 1 ends. */
+/* The slot of walked frame n: the innermost frames in order, then (past
+ * the slot of the FRAME_ELIDED record) a ring of the outermost. */
+static __always_inline __u32 frame_slot(__u32 n)
+{
+	if (n < UNWIND_INNER)
+		return n;
+	return UNWIND_INNER + 1 + ((n - UNWIND_INNER) & (UNWIND_OUTER - 1));
+}
+
+/* Records kept once n frames were walked. */
+static __always_inline __u32 frames_kept(__u32 n)
+{
+	if (n <= UNWIND_INNER)
+		return n;
+	n -= UNWIND_INNER;
+	return UNWIND_INNER + 1 + (n < UNWIND_OUTER ? n : UNWIND_OUTER);
+}
+
 static long unwind_step(__u32 i, struct unwind_ctx *c)
 {
 	struct frame_record *rec;
@@ -45,15 +63,18 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 	int found;
 	struct user_stack *us = c->us;
 	__u64 cfa, ra;
-	__u32 n = us->nr;
+	__u32 n = c->s->walked, slot;
 	long err;
 
-	if (n >= BPROF_UNWIND_DEPTH)
+	if (n >= UNWIND_STEPS)
 		return stop(c, UNWIND_END_DEPTH);
 	if (c->s->ip == 0)
 		return stop(c, UNWIND_END_ROOT);
 	if (n == 1 && walk_memo_hit(c->s, c->wm, c->win, c->last->tgid))
 		return 1;
+	slot = frame_slot(n);
+	if (slot >= BPROF_UNWIND_DEPTH)
+		return stop(c, UNWIND_END_DEPTH);
 	if (c->s->ip < c->s->vma.start || c->s->ip >= c->s->vma.end) {
 		err = map_frame(c->s, c->maps);
 		if (err) {
@@ -62,17 +83,19 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 			 * a sample in exec between two images): not a frame. One
 			 * the kernel could not look up is kept by its address. */
 			if (err == -EBUSY) {
-				rec = &us->frames[n];
+				rec = &us->frames[slot];
 				ip_record(rec, c->s->ip);
-				us->nr = n + 1;
+				c->s->walked = n + 1;
+				us->nr = frames_kept(n + 1);
 				hash_frame(c->s, n, rec);
 			}
 			return stop(c, err == -EBUSY ? UNWIND_END_VMA_BUSY : UNWIND_END_NO_MAPPING);
 		}
 	}
-	rec = &us->frames[n];
+	rec = &us->frames[slot];
 	found = frame_rule(c->s, rec, c->last, c->memo, n);
-	us->nr = n + 1;
+	c->s->walked = n + 1;
+	us->nr = frames_kept(n + 1);
 	r = c->s->rule;
 	c->s->exact = 0;
 
@@ -228,7 +251,7 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	s->vma.end = 0;
 	us->nr = 0;
 	s->learn = 0;
-	bpf_loop(BPROF_UNWIND_DEPTH + 1, unwind_step, &c, 0);
+	bpf_loop(UNWIND_STEPS + 1, unwind_step, &c, 0);
 	if (s->learn && learn(&s->learn_key, &s->learn_vma, s->mm))
 		__sync_fetch_and_add(&st->unwind_learned, 1);
 	if (s->wm_state == WALK_MEMO_HIT) {
@@ -250,16 +273,28 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	if (s->wm_state == WALK_MEMO_RECORDING &&
 	    (end > UNWIND_END_FP_END || s->wm_words > WALK_MEMO_WORDS || s->wm_skip || s->find_vma || us->nr < 2))
 		s->wm_state = WALK_MEMO_OFF;
-	s->wm_frames = us->nr;
+	s->wm_frames = s->walked;
 	s->wm_fp_frames = s->fp_frames - s->wm_fp_frames;
 	s->wm_end = end;
-	__sync_fetch_and_add(&st->unwind_frames, us->nr); /* before a truncation mark */
+	__sync_fetch_and_add(&st->unwind_frames, s->walked); /* before a truncation mark */
 	__sync_fetch_and_add(&st->unwind_fp_frames, s->fp_frames);
 	__sync_fetch_and_add(&st->unwind_reads, c.win->reads);
 	if (s->find_vma)
 		__sync_fetch_and_add(&st->unwind_find_vma, s->find_vma);
 	if (end < UNWIND_END_KINDS)
 		__sync_fetch_and_add(&st->unwind_end[end], 1);
+	if (s->walked > UNWIND_INNER) {
+		/* A deep walk: its innermost frames, how many were left out,
+		 * and its outermost, so its stack still ends at the root. */
+		struct frame_record *rec = &us->frames[UNWIND_INNER];
+		__u32 past = s->walked - UNWIND_INNER;
+
+		rec->status = FRAME_ELIDED;
+		__builtin_memset(rec->build_id, 0, sizeof(rec->build_id));
+		rec->offset = past > UNWIND_OUTER ? past - UNWIND_OUTER : 0;
+		*(__u32 *)rec->build_id = past > UNWIND_OUTER ? past & (UNWIND_OUTER - 1) : 0;
+		__sync_fetch_and_add(&st->unwind_elided, rec->offset);
+	}
 	n = us->nr;
 	if (end > UNWIND_END_FP_END && n < BPROF_UNWIND_DEPTH + 1) {
 		struct frame_record *rec = &us->frames[n];

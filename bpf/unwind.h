@@ -7,8 +7,10 @@
 #ifndef BPROF_UNWIND_H
 #define BPROF_UNWIND_H
 
-/* Frames of one unwound user stack (perf's --call-graph dwarf has no fixed
- * bound; 256 covers deep recursion and is what the stored stack holds). */
+/* Frames of one unwound user stack kept (what the stored stack holds):
+ * the innermost UNWIND_INNER, then, past that, one FRAME_ELIDED record and
+ * the outermost UNWIND_OUTER, so a deep recursion's stack still ends at
+ * its root. A walk takes at most UNWIND_STEPS frames. */
 #define BPROF_UNWIND_DEPTH 256
 
 /* Constants Rust reads too: enum members, so they reach BTF. */
@@ -27,6 +29,11 @@ enum unwind_limits {
 	UNWIND_MAX_RULES = 65536,
 	/* Table segments unwind_segs holds. */
 	UNWIND_SEGMENTS = 32,
+	/* A deep walk's frames kept (see BPROF_UNWIND_DEPTH); OUTER is a ring,
+	 * a power of two. */
+	UNWIND_OUTER = 64,
+	UNWIND_INNER = BPROF_UNWIND_DEPTH - 64 - 1,
+	UNWIND_STEPS = 8192,
 };
 
 /* How the canonical frame address (the caller's rsp) is found. */
@@ -143,7 +150,7 @@ enum unwind_end {
 	UNWIND_END_READ_FAULT,  /* the stack could not be read */
 	UNWIND_END_BAD_CFA,     /* the CFA did not move up the stack, or needed an unknown rbp */
 	UNWIND_END_UNSUPPORTED, /* a rule this unwinder cannot follow */
-	UNWIND_END_DEPTH,       /* BPROF_UNWIND_DEPTH frames taken */
+	UNWIND_END_DEPTH,       /* BPROF_UNWIND_STEPS frames walked */
 	UNWIND_END_VMA_BUSY,    /* bpf_find_vma could not take the mm lock */
 	UNWIND_END_KINDS,
 };

@@ -159,6 +159,7 @@ struct walk_state {
 	struct unwind_rule rule; /* the frame's, from frame_rule */
 	__u32 have_file;
 	__u32 fp_frames; /* frames left by frame pointer */
+	__u32 walked;    /* frames walked (kept or not) */
 	__u64 r[16];       /* the sample's registers (DWARF numbers): first frame only */
 	__u64 hash, hash2; /* of the records written (hash_record) */
 	__u64 gen;         /* unwind_gen at the walk's start */

@@ -45,6 +45,14 @@ pub(crate) const FRAME_TRUNCATED: i32 = profile::frame_status::FRAME_TRUNCATED.0
 /// is the count key's `user_leaf`.
 pub(crate) const FRAME_IN_KEY: i32 = profile::frame_status::FRAME_IN_KEY.0 as i32;
 
+/// `frame_record.status`: a deep walk's middle left out; offset says how
+/// many frames, and a ring of the outermost follows.
+pub(crate) const FRAME_ELIDED: i32 = profile::frame_status::FRAME_ELIDED.0 as i32;
+/// A deep walk keeps its innermost this many frames...
+pub(crate) const UNWIND_INNER: u32 = profile::unwind_limits::UNWIND_INNER.0;
+/// ...and its outermost this many (a ring).
+pub(crate) const UNWIND_OUTER: u32 = profile::unwind_limits::UNWIND_OUTER.0;
+
 /// `frame_record.status`: a file without a build ID, by its key
 /// (`struct file_key`), and a file offset.
 pub(crate) const FRAME_FILE_KEY: i32 = profile::frame_status::FRAME_FILE_KEY.0 as i32;

@@ -169,6 +169,7 @@ pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
         s.unwind_learned_early += c.unwind_learned_early;
         s.unwind_reads += c.unwind_reads;
         s.unwind_memo_walks += c.unwind_memo_walks;
+        s.unwind_elided += c.unwind_elided;
         s.py.add(&c.py);
     }
     Ok(s)
@@ -196,6 +197,8 @@ pub fn parse_user_stack(bytes: &[u8]) -> Vec<UserFrame> {
     // nr is the kernel's, but never trusted past what the bytes hold.
     let fit = bytes.len().saturating_sub(start) / record;
     let mut frames = Vec::with_capacity(nr.min(fit));
+    // A deep walk's outermost frames: a ring, from this index of it.
+    let mut ring: Option<(usize, usize)> = None;
     for (i, rec) in bytes
         .get(start..)
         .unwrap_or_default()
@@ -210,6 +213,14 @@ pub fn parse_user_stack(bytes: &[u8]) -> Vec<UserFrame> {
         if f.status == abi::FRAME_IN_KEY && i == 0 {
             continue;
         }
+        if f.status == abi::FRAME_ELIDED && ring.is_none() {
+            if f.offset > 0 {
+                frames.push(UserFrame::Elided(f.offset.min(u32::MAX as u64) as u32));
+            }
+            let head = u32::from_ne_bytes(f.build_id[..4].try_into().unwrap_or_default());
+            ring = Some((frames.len(), head as usize));
+            continue;
+        }
         match leaf_frame(&f) {
             Some(t @ UserFrame::Truncated(_)) => {
                 frames.push(t);
@@ -217,6 +228,18 @@ pub fn parse_user_stack(bytes: &[u8]) -> Vec<UserFrame> {
             }
             Some(frame) => frames.push(frame),
             None => break,
+        }
+    }
+    // The ring in order, innermost first (a truncation mark stays last).
+    if let Some((from, head)) = ring {
+        let end = match frames.last() {
+            Some(UserFrame::Truncated(_)) => frames.len() - 1,
+            _ => frames.len(),
+        };
+        if let Some(outer) = frames.get_mut(from..end) {
+            if head < outer.len() {
+                outer.rotate_left(head);
+            }
         }
     }
     frames

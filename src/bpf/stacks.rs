@@ -89,6 +89,9 @@ pub enum UserFrame {
     /// The unwinder stopped early here (`--call-graph dwarf`); the value is
     /// why (`enum unwind_end`, see `unwind::END_NAMES`).
     Truncated(u8),
+    /// A deep stack's frames left out between its innermost and its
+    /// outermost (`--call-graph dwarf`): how many.
+    Elided(u32),
 }
 
 /// One distinct (thread, kernel stack, user stack) and how often it was seen.
@@ -178,6 +181,9 @@ pub struct Stats {
     /// `--call-graph dwarf`: walks whose frames past the leaf came from the
     /// walk memo (their stack words matched a recent walk's).
     pub unwind_memo_walks: u64,
+    /// `--call-graph dwarf`: frames walked and left out of deep stacks'
+    /// middles (an `[elided N]` frame stands for them).
+    pub unwind_elided: u64,
     /// Python frames (`struct py_stats`).
     pub py: PyStats,
 }

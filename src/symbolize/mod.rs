@@ -314,6 +314,8 @@ enum UserKey {
     Ip(u32, u64),
     /// The unwinder stopped early: shown as `[truncated]`.
     Truncated,
+    /// A deep stack's middle, this many frames: shown as `[elided N]`.
+    Elided(u32),
 }
 
 /// Return addresses point after the call; step back one byte so that the
@@ -338,6 +340,7 @@ fn user_keys(s: &RawStack) -> impl Iterator<Item = UserKey> + '_ {
             UserFrame::FileKey { key, offset } => UserKey::Key(key, s.tgid, caller(offset, leaf)),
             UserFrame::Ip(ip) => UserKey::Ip(s.tgid, caller(ip, leaf)),
             UserFrame::Truncated(_) => UserKey::Truncated,
+            UserFrame::Elided(n) => UserKey::Elided(n),
         }
     })
 }
@@ -609,6 +612,13 @@ pub(crate) fn symbolize_frames(
                     .frames
                     .add(0, None, vec![plain_line("[truncated]".to_string())]);
                 pass.user_locs.insert(UserKey::Truncated, loc);
+            }
+            // A deep stack's middle, left out: a visible frame too.
+            UserKey::Elided(n) => {
+                let loc = pass
+                    .frames
+                    .add(0, None, vec![plain_line(format!("[elided {n}]"))]);
+                pass.user_locs.insert(UserKey::Elided(n), loc);
             }
         }
     }

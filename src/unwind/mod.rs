@@ -473,5 +473,14 @@ pub fn describe_ends(stats: &crate::bpf::stacks::Stats) -> String {
         stats.unwind_learned_early,
         stats.unwind_learned,
         if parts.is_empty() { "-".to_string() } else { parts.join(", ") }
-    )
+    ) + &if stats.unwind_elided > 0 {
+        format!(
+            "; {} frames of deep stacks left out between their innermost {} and outermost {} ([elided N])",
+            stats.unwind_elided,
+            crate::bpf::abi::UNWIND_INNER,
+            crate::bpf::abi::UNWIND_OUTER
+        )
+    } else {
+        String::new()
+    }
 }
