@@ -1,9 +1,10 @@
 //! Side-band mmap records: which file every executable mapping came from,
 //! with its build ID, for processes that may exit before the profile ends.
 //!
-//! One software "dummy" perf event per CPU with `mmap2` and `build_id` set
-//! makes the kernel write a PERF_RECORD_MMAP2 for every executable mmap
-//! system-wide (what `perf record` does too). Only these small records go
+//! One software "dummy" perf event per CPU with `mmap2` set makes the
+//! kernel write a PERF_RECORD_MMAP2 for every executable mmap system-wide
+//! (what `perf record` does too); each file's build ID is read from the
+//! file, opened as its process maps it. Only these small records go
 //! through the ring buffers; samples never do. With `task` set it also
 //! reports process exits, when a JIT process's perf map must be opened
 //! before it is gone (see `jit`).
@@ -142,7 +143,11 @@ impl Sideband {
                 sampling::base_attr(pb::PERF_TYPE_SOFTWARE, pb::PERF_COUNT_SW_DUMMY as u64);
             attr.set_mmap(1);
             attr.set_mmap2(1);
-            attr.set_build_id(1);
+            // No build_id: while any session asks for build IDs in its
+            // mmap records, 6.18 marks other sessions' records as carrying
+            // them over their device and inode, and `perf script` of a
+            // `perf record` beside bprof aborts on them. Records carry the
+            // file's key; its build ID is read from the file opened.
             // PERF_RECORD_EXIT and FORK: a JIT's files are opened at its
             // exit, and a forked child has its parent's mappings.
             attr.set_task(1);
@@ -488,15 +493,21 @@ fn on_mmap2(rec: &[u8], misc: u16, time: u64, index: &mut MmapIndex) {
             start: addr,
             end,
             off: pgoff,
-            file,
+            file: file.clone(),
         };
         index.changes.push((time, change));
     }
-    match known {
-        Known::BuildId(id) => {
+    // The kernel's (a record marked with one by another session's
+    // request), else the opened file's.
+    let build_id = match known {
+        Known::BuildId(id) => Some(id),
+        Known::Key(_) => file.as_ref().and_then(|f| index.files.build_id_of(f)),
+    };
+    match build_id {
+        Some(id) => {
             index.by_build_id.entry(id).or_default().insert(mapping);
         }
-        _ => {
+        None => {
             index.without_build_id.insert(mapping);
         }
     }

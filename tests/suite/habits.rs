@@ -1230,3 +1230,77 @@ fn check_example(line: &str, cwd: &Path, text: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// A `perf record` taken while bprof profiles the whole machine reads back
+/// whole. bprof's side band does not ask for build IDs in mmap records:
+/// on 6.18 that marks other sessions' records as carrying them over their
+/// device and inode, and perf 6.1's `perf script` aborts on such a
+/// recording. Both see the same work631 run, in the same shares.
+#[test]
+fn a_perf_record_beside_bprof_reads_back_whole() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("beside_perf");
+    let bin = fixture("work631");
+    let folded = dir.join("bprof.folded");
+    let bprof_run = bprof()
+        .args(["-a", "-F", "99", "-f", "-o"])
+        .arg(&folded)
+        .arg("5")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn bprof");
+    // Its side band open before perf starts.
+    std::thread::sleep(Duration::from_millis(1500));
+    let data = dir.join("perf.data");
+    // perf's defaults otherwise (build IDs collected at the end); no BPF
+    // events: perf aborts reading some loaded programs' info.
+    let rec = Command::new("perf")
+        .args(["record", "-q", "--no-bpf-event", "-g", "-F", "999", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&bin)
+        .arg("1")
+        .output()
+        .expect("perf record");
+    assert!(
+        rec.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
+    let out = bprof_run.wait_with_output().expect("bprof");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let script = Command::new("perf")
+        .args(["script", "-F", "comm,ip,sym", "-i"])
+        .arg(&data)
+        .output()
+        .expect("perf script");
+    let text = String::from_utf8_lossy(&script.stdout);
+    assert!(
+        script.status.success(),
+        "perf script failed: {}",
+        String::from_utf8_lossy(&script.stderr)
+    );
+    let perf_heavy = text.split("\n\n").filter(|s| s.contains("heavy")).count();
+    let perf_total = text
+        .split("\n\n")
+        .filter(|s| s.contains("fx_work631"))
+        .count();
+    assert!(perf_total > 300, "{perf_total} perf samples of work631");
+    let lines = parse_folded(&std::fs::read_to_string(&folded).expect("bprof's output"));
+    let mine: Vec<_> = lines
+        .iter()
+        .filter(|l| l.frames[0] == "fx_work631")
+        .collect();
+    let total: u64 = mine.iter().map(|l| l.count).sum();
+    let heavy: u64 = mine
+        .iter()
+        .filter(|l| l.frames.iter().any(|f| f == "heavy"))
+        .map(|l| l.count)
+        .sum();
+    assert!(total > 30, "{total} bprof samples of work631");
+    let (p, b) = (pct(perf_heavy as u64, perf_total as u64), pct(heavy, total));
+    assert!((p - b).abs() < 15.0, "heavy: perf {p:.1}%, bprof {b:.1}%");
+    let _ = std::fs::remove_dir_all(&dir);
+}
