@@ -37,7 +37,6 @@ static __always_inline long stop(struct unwind_ctx *c, enum unwind_end why)
 	return 1;
 }
 
-/* One frame: records c->s->ip, then moves ip/sp/bp to the caller. 1 ends. */
 /* The slot of walked frame n: the innermost frames in order, then (past
  * the slot of the FRAME_ELIDED record) a ring of the outermost. */
 static __always_inline __u32 frame_slot(__u32 n)
@@ -56,6 +55,7 @@ static __always_inline __u32 frames_kept(__u32 n)
 	return UNWIND_INNER + 1 + (n < UNWIND_OUTER ? n : UNWIND_OUTER);
 }
 
+/* One frame: records c->s->ip, then moves ip/sp/bp to the caller. 1 ends. */
 static long unwind_step(__u32 i, struct unwind_ctx *c)
 {
 	struct frame_record *rec;

@@ -32,7 +32,7 @@ enum unwind_limits {
 	/* A deep walk's frames kept (see BPROF_UNWIND_DEPTH); OUTER is a ring,
 	 * a power of two. */
 	UNWIND_OUTER = 64,
-	UNWIND_INNER = BPROF_UNWIND_DEPTH - 64 - 1,
+	UNWIND_INNER = BPROF_UNWIND_DEPTH - UNWIND_OUTER - 1,
 	UNWIND_STEPS = 8192,
 };
 
@@ -150,7 +150,7 @@ enum unwind_end {
 	UNWIND_END_READ_FAULT,  /* the stack could not be read */
 	UNWIND_END_BAD_CFA,     /* the CFA did not move up the stack, or needed an unknown rbp */
 	UNWIND_END_UNSUPPORTED, /* a rule this unwinder cannot follow */
-	UNWIND_END_DEPTH,       /* BPROF_UNWIND_STEPS frames walked */
+	UNWIND_END_DEPTH,       /* UNWIND_STEPS frames walked */
 	UNWIND_END_VMA_BUSY,    /* bpf_find_vma could not take the mm lock */
 	UNWIND_END_KINDS,
 };

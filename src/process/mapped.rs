@@ -468,8 +468,6 @@ impl MappedFiles {
         Some(f)
     }
 
-    /// Records `file`'s build ID (read by a record or from the file): a
-    /// root-owned file then serves every later mapping with that ID.
     /// The build ID of `file`, read from it once (its headers and notes)
     /// if nobody noted it yet; `None` without one or when it is not open.
     pub(crate) fn build_id_of(&mut self, file: &Arc<MappedFile>) -> Option<BuildId> {
@@ -481,6 +479,8 @@ impl MappedFiles {
         id
     }
 
+    /// Records `file`'s build ID (read by a record or from the file): a
+    /// root-owned file then serves every later mapping with that ID.
     pub(crate) fn note_build_id(&mut self, file: &Arc<MappedFile>, id: Option<BuildId>) {
         let _ = file.build_id.set(id);
         if let (Some(id), Some(0)) = (file.build_id(), file.uid) {

@@ -87,10 +87,8 @@ impl Mappings {
 
     /// Forgets the mappings of the processes `keep` refuses.
     pub fn retain_pids(&mut self, keep: impl Fn(u32) -> bool) {
-        self.by_path.retain(|_, pids| {
-            pids.retain(|&p| keep(p));
-            !pids.is_empty()
-        });
+        self.forget_pids(keep);
+        self.by_path.retain(|_, pids| !pids.is_empty());
     }
 }
 

@@ -47,8 +47,9 @@ pub(crate) struct FileFinder<'a> {
     /// The processes alive when the first search began: only theirs have a
     /// `/proc/PID/root` to look through.
     live: Option<Rc<HashSet<u32>>>,
-    /// The files at paths processes mapped themselves, opened once each.
-    own: HashMap<PathBuf, Option<Rc<ElfFile>>>,
+    /// The files at candidate paths, opened once each (their build ID and
+    /// owner read on that descriptor).
+    opened: HashMap<PathBuf, Option<Rc<ElfFile>>>,
 }
 
 /// The side band's knowledge of one build ID (see [`FileFinder::by_id`]).
@@ -93,10 +94,12 @@ fn candidates(
         out.push(path.to_path_buf());
     }
     let rel = path.strip_prefix("/").unwrap_or(path);
+    let mut ours = None;
     for pid in pids.into_iter().filter(|p| live.contains(p)) {
         let root = PathBuf::from(format!("/proc/{pid}/root"));
-        let other_root = match (fs::metadata(&root), fs::metadata("/")) {
-            (Ok(a), Ok(b)) => a.dev() != b.dev() || a.ino() != b.ino(),
+        let ours = ours.get_or_insert_with(|| fs::metadata("/").ok());
+        let other_root = match (fs::metadata(&root), ours) {
+            (Ok(a), Some(b)) => a.dev() != b.dev() || a.ino() != b.ino(),
             _ => false,
         };
         if root.exists() && (all || !plain_exists || other_root) {
@@ -118,7 +121,7 @@ impl<'a> FileFinder<'a> {
             kept: HashMap::new(),
             by_id: HashMap::new(),
             live: None,
-            own: HashMap::new(),
+            opened: HashMap::new(),
         }
     }
 
@@ -175,26 +178,26 @@ impl<'a> FileFinder<'a> {
             .clone()
     }
 
-    /// The file at `p`, which a process mapped itself, if it has build ID
-    /// `id` (whoever owns it); opened once however many processes mapped it.
-    fn accept_own(&mut self, p: &Path, id: &BuildId) -> Option<Rc<ElfFile>> {
-        let f = match self.own.get(p) {
+    /// The file at `p` if it has build ID `id` and, unless the process
+    /// mapped it itself (`own`), is root's or `uid`'s; opened once however
+    /// many processes mapped it.
+    fn accept(
+        &mut self,
+        p: &Path,
+        id: &BuildId,
+        own: bool,
+        uid: Option<u32>,
+    ) -> Option<Rc<ElfFile>> {
+        let f = match self.opened.get(p) {
             Some(f) => f.clone(),
             None => {
                 let f = ElfFile::open(p).ok().map(Rc::new);
-                self.own.insert(p.to_path_buf(), f.clone());
+                self.opened.insert(p.to_path_buf(), f.clone());
                 f
             }
-        };
-        f.filter(|f| f.build_id().as_ref() == Some(id))
-    }
-
-    /// Opens `p` and keeps it if it has build ID `id` and, unless the
-    /// process mapped it itself (`own`), is root's or `uid`'s.
-    fn accept(p: &Path, id: &BuildId, own: bool, uid: Option<u32>) -> Option<Rc<ElfFile>> {
-        let f = ElfFile::open(p).ok()?;
+        }?;
         let owner_ok = own || f.uid == 0 || Some(f.uid) == uid;
-        (owner_ok && f.build_id().as_ref() == Some(id)).then(|| Rc::new(f))
+        (owner_ok && f.build_id().as_ref() == Some(id)).then_some(f)
     }
 
     fn search(&mut self, id: &BuildId, tgid: u32) -> Option<Rc<ElfFile>> {
@@ -235,7 +238,7 @@ impl<'a> FileFinder<'a> {
             .collect();
         for p in own {
             if self.build_id_of(&p).as_ref() == Some(id) {
-                if let Some(f) = self.accept_own(&p, id) {
+                if let Some(f) = self.accept(&p, id, true, None) {
                     return Some(f);
                 }
             }
@@ -252,7 +255,7 @@ impl<'a> FileFinder<'a> {
             .collect();
         for p in roots {
             if self.build_id_of(&p).as_ref() == Some(id) {
-                if let Some(f) = Self::accept(&p, id, false, uid) {
+                if let Some(f) = self.accept(&p, id, false, uid) {
                     return Some(f);
                 }
             }
@@ -270,7 +273,7 @@ impl<'a> FileFinder<'a> {
         paths.sort_by_key(|&(o, _)| o);
         for (o, p) in paths {
             if (o == 0 || Some(o) == uid) && self.build_id_of(&p).as_ref() == Some(id) {
-                if let Some(f) = Self::accept(&p, id, false, uid) {
+                if let Some(f) = self.accept(&p, id, false, uid) {
                     return Some(f);
                 }
             }

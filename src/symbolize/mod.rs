@@ -578,17 +578,16 @@ pub(crate) fn symbolize_frames(
     let (kernel, live) = symbolize_kernel(symbolizer, &kaddrs);
     pass.names.stats.kallsyms_live = (!kernel.is_empty()).then_some(live.is_some());
     if let Some(live) = live {
-        let names: HashMap<u64, String> = kernel
-            .iter()
-            .filter_map(|(a, s)| {
-                let s = s.as_ref()?.as_sym()?;
-                Some((*a, format!("{}+{:#x}", s.name, s.offset)))
-            })
-            .collect();
+        // `kernel` is in `kaddrs`' order: sorted.
+        let name = |a: u64| {
+            let i = kernel.binary_search_by_key(&a, |(k, _)| *k).ok()?;
+            let s = kernel[i].1.as_ref()?.as_sym()?;
+            Some(format!("{}+{:#x}", s.name, s.offset))
+        };
         pass.names.stats.live_kallsyms_frames = live
             .iter()
             .take(LIVE_FRAMES_SHOWN)
-            .map(|a| (*a, names.get(a).cloned().unwrap_or_else(|| "?".into())))
+            .map(|&a| (a, name(a).unwrap_or_else(|| "?".into())))
             .collect();
     }
 

@@ -456,6 +456,14 @@ impl Unwinder {
 /// The `-v` line of how walks ended.
 pub fn describe_ends(stats: &crate::bpf::stacks::Stats) -> String {
     let walks: u64 = stats.unwind_end.iter().sum();
+    let elided = match stats.unwind_elided {
+        0 => String::new(),
+        n => format!(
+            "; {n} frames of deep stacks left out between their innermost {} and outermost {} ([elided N])",
+            crate::bpf::abi::UNWIND_INNER,
+            crate::bpf::abi::UNWIND_OUTER
+        ),
+    };
     let mut parts = Vec::new();
     for (n, name) in stats.unwind_end.iter().zip(END_NAMES) {
         if *n > 0 {
@@ -463,7 +471,7 @@ pub fn describe_ends(stats: &crate::bpf::stacks::Stats) -> String {
         }
     }
     format!(
-        "bprof: dwarf unwinding: {walks} walks ({} past their leaf from the walk memo), {} frames ({} by frame pointer), {} stack reads, {} from the task's saved registers, {} mappings asked of the kernel by walks and {} at a target's mmap or exec ({} kept); ended: {}",
+        "bprof: dwarf unwinding: {walks} walks ({} past their leaf from the walk memo), {} frames ({} by frame pointer), {} stack reads, {} from the task's saved registers, {} mappings asked of the kernel by walks and {} at a target's mmap or exec ({} kept); ended: {}{}",
         stats.unwind_memo_walks,
         stats.unwind_frames,
         stats.unwind_fp_frames,
@@ -472,15 +480,7 @@ pub fn describe_ends(stats: &crate::bpf::stacks::Stats) -> String {
         stats.unwind_find_vma,
         stats.unwind_learned_early,
         stats.unwind_learned,
-        if parts.is_empty() { "-".to_string() } else { parts.join(", ") }
-    ) + &if stats.unwind_elided > 0 {
-        format!(
-            "; {} frames of deep stacks left out between their innermost {} and outermost {} ([elided N])",
-            stats.unwind_elided,
-            crate::bpf::abi::UNWIND_INNER,
-            crate::bpf::abi::UNWIND_OUTER
-        )
-    } else {
-        String::new()
-    }
+        if parts.is_empty() { "-".to_string() } else { parts.join(", ") },
+        elided
+    )
 }
