@@ -599,18 +599,10 @@ fn recursion_5000_deep_reaches_main_where_perf_dwarf_does_not() {
         hot.frames
     );
     // perf on the same work: its 8 KiB copies hold ~500 of the frames.
-    let rec = Command::new("perf")
-        .args(["record", "-q", "-F", "499", "--call-graph", "dwarf", "-o"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .args(["2", "5000"])
-        .output()
-        .expect("perf record");
-    assert!(
-        rec.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rec.stderr)
+    perf_record_with(
+        &data,
+        &["-F", "499", "--call-graph", "dwarf"],
+        &[exe.as_os_str(), "2".as_ref(), "5000".as_ref()],
     );
     let script = Command::new("perf")
         .args(["script", "-F", "ip,sym", "-i"])
