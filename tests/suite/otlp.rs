@@ -740,8 +740,14 @@ fn otlp_the_systemd_units_command_runs_and_sends() {
     assert!(args.iter().any(|a| a == &url), "{exec}");
     let dir = scratch("otlp-unit");
     let json = dir.join("stats.json");
+    // Two busy processes, so "the whole machine" is known to hold more than
+    // one (an idle machine may run only a kernel thread in 12 s at -F 49).
+    let a = Workload::start(Command::new(fixture("work631")).arg("60"));
+    let b = Workload::start(Command::new(fixture("rust_work")).arg("60"));
     // The unit's command for 12 s: one 10-s interval and a short last one.
     let out = run(bprof().args(&args).arg("--stats-json").arg(&json).arg("12"));
+    let busy = [u64::from(a.id()), u64::from(b.id())];
+    drop((a, b));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{exec}: {stderr}");
     let st = stats(&json);
@@ -755,6 +761,9 @@ fn otlp_the_systemd_units_command_runs_and_sends() {
         .iter()
         .filter_map(|s| s.0["process.pid"].as_u64())
         .collect();
-    assert!(pids.len() > 1, "{pids:?}");
+    assert!(
+        busy.iter().all(|p| pids.contains(p)),
+        "{busy:?} in {pids:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
