@@ -212,7 +212,7 @@ fn python_631_has_its_shares_order_and_lines_on_every_interpreter_as_py_spy_sees
         let spy_out = dir.join("spy.txt");
         let spy_run = Command::new(&spy)
             .args([
-                "record", "-p", &pid, "-d", "4", "-r", "99", "-f", "raw", "-o",
+                "record", "-p", &pid, "-d", "4", "-r", "199", "-f", "raw", "-o",
             ])
             .arg(&spy_out)
             .stdout(Stdio::null())
@@ -277,10 +277,15 @@ fn python_631_has_its_shares_order_and_lines_on_every_interpreter_as_py_spy_sees
         // py-spy on the same process over the same seconds.
         let spy_lines = py_spy_lines(&spy_out);
         let theirs = shares_631(&spy_lines);
-        for (a, b) in ours.iter().zip(theirs) {
+        // Two samplings of one split differ by chance too: 6 points, or
+        // 3.5 standard deviations of the difference where the samples are
+        // few (py-spy's ~800 and bprof's ~2000 give about 6.6 for 60 %).
+        let spied = spy_lines.iter().map(|l| l.count).sum::<u64>() as f64;
+        for ((a, b), want) in ours.iter().zip(theirs).zip([0.6, 0.3, 0.1]) {
+            let sd = (want * (1.0 - want) * (1.0 / spied + 1.0 / total as f64)).sqrt() * 100.0;
             assert!(
-                (a - b).abs() < 6.0,
-                "bprof {ours:?}, py-spy {theirs:?}: {what}"
+                (a - b).abs() < f64::max(6.0, 3.5 * sd),
+                "bprof {ours:?}, py-spy {theirs:?} ({spied} samples): {what}"
             );
         }
         // The same line, most often, for each function.
