@@ -758,14 +758,32 @@ pub fn nobody_sh(script: &str) {
 
 /// Runs a command to completion (at most 120 s, then SIGKILL) and returns
 /// its output, wall time and peak resident set in KiB (of it and of every
-/// process it waited for, as wait4 reports).
-// Reaped by wait4 below, which also gives its resources.
+/// process it waited for, as GNU time reports it: the rusage of a process
+/// this test spawns would hold the test's own, which a child inherits at
+/// exec, however small the child).
+// Reaped by wait4 below.
 #[allow(clippy::zombie_processes)]
 pub fn measured(cmd: &mut Command) -> (Output, std::time::Duration, u64) {
     use std::io::Read;
     use std::os::unix::process::ExitStatusExt;
+    let rss = fresh_path("maxrss");
+    let mut timed = Command::new("/usr/bin/time");
+    timed
+        .args(["-f", "%M", "-o"])
+        .arg(&rss)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => timed.env(k, v),
+            None => timed.env_remove(k),
+        };
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        timed.current_dir(d);
+    }
     let t = std::time::Instant::now();
-    let mut child = cmd
+    let mut child = timed
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -796,11 +814,9 @@ pub fn measured(cmd: &mut Command) -> (Output, std::time::Duration, u64) {
         unsafe { libc::kill(pid, libc::SIGKILL) };
     });
     let mut status = 0;
-    // SAFETY: rusage is plain data, filled by the kernel.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child, with valid out-pointers.
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-    assert_eq!(r, pid, "wait4");
+    // SAFETY: waits for our own child, with a valid out-pointer.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(r, pid, "waitpid");
     let elapsed = t.elapsed();
     let _ = killer.join();
     let output = Output {
@@ -808,7 +824,16 @@ pub fn measured(cmd: &mut Command) -> (Output, std::time::Duration, u64) {
         stdout: out.join().unwrap(),
         stderr: err.join().unwrap(),
     };
-    (output, elapsed, ru.ru_maxrss as u64)
+    let text = std::fs::read_to_string(&rss).unwrap_or_default();
+    let _ = std::fs::remove_file(&rss);
+    // GNU time's last line is the figure (a "Command exited with non-zero
+    // status" line may come first).
+    let kib = text
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak RSS from GNU time: {text:?}"));
+    (output, elapsed, kib)
 }
 
 /// Bytes that would act on a terminal or break XML: control characters
