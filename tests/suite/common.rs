@@ -901,3 +901,22 @@ pub fn hostile_named_work631(dir: &Path) -> PathBuf {
     assert!(st.success(), "objcopy");
     bin
 }
+
+/// Removes the perf maps in /tmp that name this script when the test ends.
+pub struct NodeMaps(pub PathBuf);
+
+impl Drop for NodeMaps {
+    fn drop(&mut self) {
+        let script = self.0.to_string_lossy().into_owned();
+        for e in std::fs::read_dir("/tmp").into_iter().flatten().flatten() {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            if n.starts_with("perf-")
+                && n.ends_with(".map")
+                && std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(&script))
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}

@@ -692,13 +692,22 @@ fn node_jit_frames_say_which_flag_names_them() {
         eprintln!("node is not installed: skipped");
         return;
     }
-    let script = "function fib(n){return n<2?n:fib(n-1)+fib(n-2)}\
-                  const end=Date.now()+2000; let s=0; while(Date.now()<end){s+=fib(22)}";
+    let dir = scratch("node_flag");
+    let script = dir.join("fib_flag.js");
+    std::fs::write(
+        &script,
+        "function fib(n){return n<2?n:fib(n-1)+fib(n-2)}\n\
+         const end=Date.now()+2000; let s=0; while(Date.now()<end){s+=fib(22)}\n",
+    )
+    .unwrap();
+    // node leaves /tmp/perf-PID.map behind: the one naming this script goes.
+    let _maps = NodeMaps(script.clone());
     let jit_share = |flags: &[&str]| -> (f64, String) {
         let out = ok(bprof()
             .args(["--no-counts", "-f", "--", "node"])
             .args(flags)
-            .args(["-e", script]));
+            .arg(&script)
+            .current_dir(&dir));
         let err = stderr(&out);
         let lines = parse_folded(&stdout(&out));
         let total = assert_totals(&err, &lines);
@@ -727,6 +736,8 @@ fn node_jit_frames_say_which_flag_names_them() {
         !err.contains("[jit] is JIT code without a perf map"),
         "{err}"
     );
+    drop(_maps);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

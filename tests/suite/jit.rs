@@ -543,25 +543,6 @@ fn node_perf_basic_prof_frames_named_after_exit() {
     );
 }
 
-/// Removes the perf maps in /tmp that name this script when the test ends.
-struct NodeMaps(std::path::PathBuf);
-
-impl Drop for NodeMaps {
-    fn drop(&mut self) {
-        let script = self.0.to_string_lossy().into_owned();
-        for e in std::fs::read_dir("/tmp").into_iter().flatten().flatten() {
-            let n = e.file_name();
-            let n = n.to_string_lossy();
-            if n.starts_with("perf-")
-                && n.ends_with(".map")
-                && std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(&script))
-            {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
-}
-
 #[test]
 fn hostile_a_fifo_does_not_hang_a_profile_of_a_live_pid() {
     root_or_skip!();
