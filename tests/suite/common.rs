@@ -463,14 +463,30 @@ pub fn cpu_ms_of(pid: u32) -> f64 {
         / 1e6
 }
 
+/// Time (ms) the hypervisor took from this machine's CPUs so far (the
+/// steal column of /proc/stat, in USER_HZ ticks).
+pub fn steal_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").expect("read /proc/stat");
+    let ticks: f64 = stat
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(8)?.parse().ok())
+        .expect("a steal column in /proc/stat");
+    // SAFETY: sysconf has no memory-safety preconditions.
+    ticks * 1000.0 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
 /// Runs bprof `cmd` with `--ready-file` and then `duration` (seconds)
 /// while process `pid` runs; asserts it succeeded. Returns its output, and
 /// the CPU time (ms) the kernel gave `pid` from bprof's start to its exit
 /// and over the nine tenths of the recording after bprof's readiness:
 /// whatever the machine's load, the recording lies within the first and
-/// holds the second.
+/// holds the second. The first also holds the time the hypervisor stole
+/// meanwhile: task-clock counts it while the task is current, the kernel's
+/// run time (schedstat) leaves it out.
 pub fn run_beside(pid: u32, cmd: &mut Command, duration: &str) -> (Output, f64, f64) {
     let secs: f64 = duration.parse().expect("a duration in seconds");
+    let stolen = steal_ms();
     let before = cpu_ms_of(pid);
     let ready = ready_path();
     let mut child = cmd
@@ -486,12 +502,13 @@ pub fn run_beside(pid: u32, cmd: &mut Command, duration: &str) -> (Output, f64, 
     let inside = cpu_ms_of(pid) - at_ready;
     let out = child.wait_with_output().expect("wait for bprof");
     let after = cpu_ms_of(pid);
+    let stolen = steal_ms() - stolen;
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    (out, after - before, inside)
+    (out, after - before + stolen, inside)
 }
 
 /// The CPU time (ms) a shell wrote of itself and of the children it
