@@ -778,7 +778,7 @@ pub fn nobody_sh(script: &str) {
 /// process it waited for, as GNU time reports it: the rusage of a process
 /// this test spawns would hold the test's own, which a child inherits at
 /// exec, however small the child).
-// Reaped by wait4 below.
+// Reaped by waitpid below.
 #[allow(clippy::zombie_processes)]
 pub fn measured(cmd: &mut Command) -> (Output, std::time::Duration, u64) {
     use std::io::Read;
