@@ -87,6 +87,15 @@ fn perf_share(report: &str, sym: &str) -> f64 {
         .sum()
 }
 
+/// perf's self samples in `sym` from a report made with `-n`.
+fn perf_samples(report: &str, sym: &str) -> u64 {
+    report
+        .lines()
+        .filter(|l| l.trim_end().ends_with(&format!("[.] {sym}")))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
 /// A Go program is named under `-p` while it lives, from its symbols (as
 /// perf names it on the same run) and, stripped of them, from its own
 /// function table (which perf cannot read), inlined calls included.
@@ -235,6 +244,7 @@ fn with_perf_on(pid: u32, dir: &Path, prof: impl FnOnce() -> Output) -> (Output,
             "report",
             "--stdio",
             "--no-children",
+            "-n",
             "-s",
             "sym",
             "-q",
@@ -299,10 +309,15 @@ fn files_without_a_build_id_are_named_when_their_process_exits_during_p() {
         pct(lib, total) > 35.0 && pct(lib + tail, total) >= 95.0,
         "{lines:?}"
     );
-    let perf = perf_share(&report, "dlnoid_hot");
+    // The two profilers attach at different moments of the library's
+    // phase, so their shares of it differ by that gap; the closing phase
+    // is seen whole by both: its samples agree, and perf names the
+    // library too.
+    let perf_tail = perf_samples(&report, "main_tail");
     assert!(
-        (pct(lib, total) - perf).abs() < 5.0,
-        "bprof {lib}/{total}, perf {perf}%\n{report}"
+        perf_share(&report, "dlnoid_hot") > 20.0
+            && (tail as f64 - perf_tail as f64).abs() <= 6.0 + 0.06 * perf_tail as f64,
+        "bprof {lib} + {tail} of {total}, perf {perf_tail} in main_tail\n{report}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
