@@ -316,10 +316,13 @@ impl Collector {
         if due(keys, grew[0]) || stacks_full {
             // Growth since now is measured from the fresh map.
             self.last_tick[0] = 0;
-            self.drain(maps, stats.count_keys, Drain::Room)?;
+            // Stacks first: the map nearest full empties soonest, and the
+            // drained keys then find their stacks copied (one batch, not a
+            // lookup per new id).
             if stacks_full {
                 self.purge_stacks(maps)?;
             }
+            self.drain(maps, stats.count_keys, Drain::Room)?;
         }
         Ok(())
     }
