@@ -836,7 +836,7 @@ fn more_than_20000_distinct_stacks_all_counted() {
     let bin = fixture("manystacks");
     let dir = scratch("manystacks");
     let out_file = dir.join("out.folded");
-    // 2^17 paths, two threads at 4999 Hz: nearly every sample is a new
+    // 2^17 paths, two threads at 2999 Hz: nearly every sample is a new
     // stack, more than the default 16384-entry maps hold at once. perf
     // records the same run, so both see the same machine load.
     // Killed when dropped: it outlives both 16-s recordings however slow
@@ -862,7 +862,7 @@ fn more_than_20000_distinct_stacks_all_counted() {
     // 16 s: with another busy CPU the two threads share one, and still
     // make more than 20 000 distinct stacks.
     let out = run(bprof()
-        .args(["-v", "-F", "4999", "-d", "16", "-p", &pid, "-o"])
+        .args(["-v", "-F", "2999", "-d", "16", "-p", &pid, "-o"])
         .arg(&out_file));
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{stderr}");
