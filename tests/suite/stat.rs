@@ -193,11 +193,8 @@ fn software_counts_agree_with_perf_stat() {
         counts_run(perf_tc, perf_own),
         "perf {perf_tc} ms of {perf_own} ms: {perf:?}"
     );
-    // Each ratio moves with its run's exit (see counts_run).
-    assert!(
-        within(ours_tc / ours_own, perf_tc / perf_own, 15.0),
-        "{ours:?} vs {perf:?}"
-    );
+    // (Their ratios are not compared with each other: each moves with its
+    // own run's exit, by up to the whole width of counts_run.)
     assert!(
         within(
             value(&ours, "page-faults"),
@@ -406,15 +403,15 @@ fn counts_with_and_without_sharing_agree() {
     let (shared, shared_own) = task_clock_of(&bin, &["0", "100"]);
     interrupt(other.id());
     let _ = other.wait();
-    // Each ratio moves with its run's exit (see counts_run).
+    // Each against the kernel's figure for its own run: two ratios moving
+    // with their runs' exits (see counts_run) are not compared.
     assert!(
-        within(shared / shared_own, alone / alone_own, 15.0),
+        counts_run(alone, alone_own),
         "alone {alone} of {alone_own} ms, shared {shared} of {shared_own} ms"
     );
-    assert!(counts_run(alone, alone_own), "{alone} of {alone_own} ms");
     assert!(
         counts_run(shared, shared_own),
-        "{shared} of {shared_own} ms"
+        "alone {alone} of {alone_own} ms, shared {shared} of {shared_own} ms"
     );
 }
 
