@@ -10,13 +10,15 @@
 #     and the walk's own time (-v: the walker times itself). Medians of 3
 #     alternating runs.
 #  2. Shares of heavy / medium / light against the design (60/30/10) and
-#     against py-spy 0.4 on the same process over the same seconds.
+#     against py-spy 0.4 on the same process over the same seconds (py-spy
+#     at 199 Hz, bprof at 499, 10 s; BENCH_PY_SPY_RATE, BENCH_PY_SPY_SECS).
 #  3. The target's slowdown at 999 Hz: fixed work (py631.py rounds N) alone,
 #     under bprof -F 999 and under py-spy record -r 999 (which pauses the
 #     process for each sample), the fastest of 5 alternating runs each
 #     (other work on a shared machine only ever adds time).
 #  4. Peak RSS of bprof and samples lost over a 60 s profile (-F 999 -p) of
-#     a Python process, with and without the Python walk (--no-python), and
+#     a Python process, with and without the Python walk (--no-python) and
+#     without DWARF's inlined frames (--no-inline), and
 #     of the native fixtures/work631.c (BENCH_PY_LONG=0 skips it).
 # Usage: scripts/bench-python.sh [BPROF]   (sections: BENCH_PY=1,2,3,4)
 # On a machine shared with others, wrap it in their lock (here:
@@ -91,22 +93,26 @@ shares() { # FOLDED-ISH FILE (frames; count) -> "heavy medium light" in percent
 }
 
 if want 2; then
+    # py-spy's rate and the seconds of both (BENCH_PY_SPY_RATE, _SECS).
+    SPY_RATE=${BENCH_PY_SPY_RATE:-199}
+    SPY_SECS=${BENCH_PY_SPY_SECS:-10}
     echo
-    echo "| interpreter | samples | bprof heavy/medium/light % | py-spy % | largest gap to 60/30/10 | largest gap to py-spy |"
+    echo "| interpreter | samples (bprof, py-spy) | bprof heavy/medium/light % | py-spy % | largest gap to 60/30/10 | largest gap to py-spy |"
     echo "|---|---:|---|---|---:|---:|"
     for py in "${pythons[@]}"; do
-        "$py" "$FIX" 631 20 &
+        "$py" "$FIX" 631 $((SPY_SECS + 10)) &
         w=$!
         bg+=("$w")
         sleep 1
-        "$pyspy" record -p "$w" -d 10 -r 99 -f raw -o "$tmp/spy.txt" >/dev/null 2>&1 &
+        "$pyspy" record -p "$w" -d "$SPY_SECS" -r "$SPY_RATE" -f raw -o "$tmp/spy.txt" >/dev/null 2>&1 &
         s=$!
-        "$BPROF" -p "$w" -F 499 --no-counts -o "$tmp/bprof.folded" 10 2>"$tmp/bprof.err"
+        "$BPROF" -p "$w" -F 499 --no-counts -o "$tmp/bprof.folded" "$SPY_SECS" 2>"$tmp/bprof.err"
         wait "$s" || true
         kill "$w" 2>/dev/null || true
         read -r bh bm bl < <(shares "$tmp/bprof.folded")
         read -r sh sm sl < <(shares "$tmp/spy.txt")
         n=$(grep -o "^bprof: [0-9]* samples" "$tmp/bprof.err" | grep -o "[0-9]*")
+        n="$n, $(awk '{ t += $NF } END { print t + 0 }' "$tmp/spy.txt")"
         gap=$(echo "$bh $bm $bl" | awk '{ a = $1 - 60; b = $2 - 30; c = $3 - 10; m = a < 0 ? -a : a;
             if ((b < 0 ? -b : b) > m) m = b < 0 ? -b : b; if ((c < 0 ? -c : c) > m) m = c < 0 ? -c : c; printf "%.1f", m }')
         spy=$(echo "$bh $bm $bl $sh $sm $sl" | awk '{ m = 0; for (i = 1; i <= 3; i++) { d = $i - $(i+3); if (d < 0) d = -d; if (d > m) m = d } printf "%.1f", m }')
@@ -141,13 +147,13 @@ if want 4 && [ "${BENCH_PY_LONG:-1}" != 0 ]; then
     echo "|---|---:|---:|---:|"
     gcc -O1 -g -fno-omit-frame-pointer -Ifixtures -o "$tmp/fx_work631" fixtures/work631.c
     py=${pythons[-1]}
-    for what in python no-python native; do
+    for what in python no-python no-inline native; do
         opt=()
         if [ "$what" = native ]; then
             "$tmp/fx_work631" 70 &
         else
             "$py" "$FIX" 631 70 &
-            [ "$what" = no-python ] && opt=(--no-python)
+            [ "$what" = python ] || opt=(--"$what")
         fi
         w=$!
         bg+=("$w")
@@ -160,6 +166,7 @@ if want 4 && [ "${BENCH_PY_LONG:-1}" != 0 ]; then
         case $what in
         python) label="$py" ;;
         no-python) label="$py, --no-python" ;;
+        no-inline) label="$py, --no-inline" ;;
         native) label=fixtures/work631.c ;;
         esac
         echo "| $label | $(tail -1 "$tmp/rss") | $n | $lost |"
