@@ -118,8 +118,14 @@ impl Periodic {
         let code_info = self.symbolizer.code_info();
         let symbolizer = self.symbolizer.get();
         index.jit.prepare(&raw);
-        let (stacks, sym, frames) =
-            symbolize::symbolize_frames(symbolizer, code_info, &raw, index, settings.unknown_style);
+        let (stacks, sym, frames) = symbolize::symbolize_frames(
+            symbolizer,
+            code_info,
+            None,
+            &raw,
+            index,
+            settings.unknown_style,
+        );
         drop(raw);
         forget_gone(index, &mut self.gone);
         let lines = folded::lines(&stacks, &settings.folded);

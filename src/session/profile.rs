@@ -156,6 +156,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
     let (stacks, sym_stats, frames) = symbolize::symbolize_frames(
         &symbolizer,
         settings.code_info(),
+        Some(settings.inlined),
         &raw,
         &sideband.index,
         settings.unknown_style,

@@ -246,8 +246,14 @@ impl NameCache {
             .collect();
         if !new.is_empty() {
             index.jit.prepare(&new);
-            let (stacks, _, located) =
-                symbolize::symbolize_frames(symbolizer, self.code_info, &new, index, self.style);
+            let (stacks, _, located) = symbolize::symbolize_frames(
+                symbolizer,
+                self.code_info,
+                None,
+                &new,
+                index,
+                self.style,
+            );
             let mut labels = HashMap::new();
             for (raw, stack) in new.into_iter().zip(stacks) {
                 // The folded line's own names, so top and -f agree.

@@ -477,7 +477,7 @@ pub(crate) fn symbolize_with(
     index: &MmapIndex,
     style: UnknownStyle,
 ) -> (Vec<Stack>, SymbolStats) {
-    let (stacks, stats, _) = symbolize_frames(symbolizer, false, raw, index, style);
+    let (stacks, stats, _) = symbolize_frames(symbolizer, false, None, raw, index, style);
     (stacks, stats)
 }
 
@@ -539,9 +539,14 @@ impl Renewing {
 ///
 /// `code_info`: whether `symbolizer` gives source lines (pprof); without,
 /// names learned from debug files may come from the per-boot name cache.
+/// `per_file`: `Some(inlined)` for a profile symbolized once, whose files'
+/// DWARF is then read one file at a time, each dropped before the next
+/// (`inlined` as `symbolizer` was built); `None` where `symbolizer` will
+/// name the same files again (intervals, `bprof top`).
 pub(crate) fn symbolize_frames(
     symbolizer: &Symbolizer,
     code_info: bool,
+    per_file: Option<bool>,
     raw: &[RawStack],
     index: &MmapIndex,
     style: UnknownStyle,
@@ -561,6 +566,8 @@ pub(crate) fn symbolize_frames(
         basic,
         dwarf_left: user::MAX_CODE_INFO_DWARF,
         here: symbolizer,
+        per_file,
+        own: None,
         index,
         style,
         names: user::Names::default(),

@@ -49,6 +49,14 @@ pub(super) struct Pass<'a> {
     pub(super) dwarf_left: u64,
     /// The symbolizer for the file at hand: `symbolizer` or `basic`.
     pub(super) here: &'a Symbolizer,
+    /// A one-shot profile's (`Some(inlined)`): code information of files
+    /// with a build ID comes from a symbolizer of that file's own, kept in
+    /// `own` while the file's processes follow one another and dropped,
+    /// with the DWARF it parsed, when the next file begins. The peak is
+    /// then the largest file's DWARF, not the sum of all. (A long session
+    /// keeps one symbolizer: its later intervals name the same files.)
+    pub(super) per_file: Option<bool>,
+    pub(super) own: Option<([u8; BUILD_ID_SIZE], Symbolizer)>,
     pub(super) index: &'a MmapIndex,
     pub(super) style: UnknownStyle,
     pub(super) names: Names,
@@ -136,10 +144,20 @@ impl<'a> Pass<'a> {
                 .collect();
             if !rest.is_empty() {
                 let offs: Vec<u64> = rest.iter().map(|&i| offsets[i]).collect();
-                for (i, s) in rest.into_iter().zip(self.code_symbols(p, &offs)) {
-                    resolved[i] = s.map(Found::Sym);
+                match self.per_file.filter(|_| code_info) {
+                    Some(inlined) => {
+                        let lines = self.own_code_lines(&id, inlined, p, &offs);
+                        for (i, f) in rest.into_iter().zip(lines) {
+                            resolved[i] = f;
+                        }
+                    }
+                    None => {
+                        for (i, s) in rest.into_iter().zip(self.code_symbols(p, &offs)) {
+                            resolved[i] = s.map(Found::Sym);
+                        }
+                        self.full_own_names(p, &mut resolved);
+                    }
                 }
-                self.full_own_names(p, &mut resolved);
             }
         }
         // A stripped file's names may sit in a debug file kept by build ID
@@ -336,13 +354,36 @@ impl<'a> Pass<'a> {
     /// The code symbols at `offsets` of `file`: data objects never name an
     /// address.
     fn code_symbols(&mut self, file: &ElfFile, offsets: &[u64]) -> Vec<Option<Symbolized<'a>>> {
-        let data = file.data_symbols();
-        file.symbolize(self.here, Input::FileOffset(offsets))
+        code_symbols_in(self.here, file, offsets)
+    }
+
+    /// What `code_symbols` and `full_own_names` give, through the
+    /// symbolizer of file `id`'s own (see `per_file`), as owned lines.
+    fn own_code_lines(
+        &mut self,
+        id: &[u8; BUILD_ID_SIZE],
+        inlined: bool,
+        file: &ElfFile,
+        offsets: &[u64],
+    ) -> Vec<Option<Found<'a>>> {
+        if self.own.as_ref().is_none_or(|(k, _)| k != id) {
+            // The last file's DWARF goes before the next is read.
+            self.own = None;
+            self.own = Some((*id, super::symbolizer_with(true, inlined)));
+        }
+        let Some((_, own)) = &self.own else {
+            return vec![None; offsets.len()];
+        };
+        let mut found: Vec<Option<Found<'_>>> = code_symbols_in(own, file, offsets)
             .into_iter()
-            .map(|s| match s {
-                Symbolized::Sym(sym) if data.contains(&sym.addr) => None,
-                Symbolized::Sym(sym) => Some(Symbolized::Sym(sym)),
-                Symbolized::Unknown(_) => None,
+            .map(|s| s.map(Found::Sym))
+            .collect();
+        full_own_names_in(self.symbolizer, file, &mut found);
+        found
+            .iter()
+            .map(|f| match f {
+                Some(Found::Sym(Symbolized::Sym(sym))) => Some(Found::Lines(sym_lines(sym))),
+                _ => None,
             })
             .collect()
     }
@@ -378,31 +419,10 @@ impl<'a> Pass<'a> {
         self.full_own_names(&debug, resolved);
     }
 
-    /// Gives each function found by its DWARF under a bare name (no scope,
-    /// no parameters) the name of its symbol in `file`, the file that
-    /// named it: a function's own frame reads as perf shows it (inlined
-    /// frames have no symbol and keep DWARF's names).
+    /// Functions found under a bare DWARF name get their symbol's name
+    /// (see `full_own_names_in`).
     fn full_own_names(&self, file: &ElfFile, resolved: &mut [Option<Found<'a>>]) {
-        let bare: Vec<(usize, u64)> = resolved
-            .iter()
-            .enumerate()
-            .filter_map(|(i, f)| match f {
-                Some(Found::Sym(Symbolized::Sym(s))) if is_bare_name(&s.name) => Some((i, s.addr)),
-                _ => None,
-            })
-            .collect();
-        if bare.is_empty() {
-            return;
-        }
-        let addrs: Vec<u64> = bare.iter().map(|&(_, a)| a).collect();
-        let names = file.symtab_names(self.symbolizer, &addrs);
-        for ((i, _), name) in bare.into_iter().zip(names) {
-            if let (Some(name), Some(Found::Sym(Symbolized::Sym(s)))) = (name, &mut resolved[i]) {
-                if symtab_names_it(&s.name, &name) {
-                    s.name = name.into();
-                }
-            }
-        }
+        full_own_names_in(self.symbolizer, file, resolved);
     }
 
     /// Names (no source lines) of `offsets` in `path` from its debug file
@@ -724,6 +744,64 @@ impl AnonExec {
     }
 }
 
+/// The code symbols at `offsets` of `file` through `symbolizer`: data
+/// objects never name an address.
+fn code_symbols_in<'s>(
+    symbolizer: &'s Symbolizer,
+    file: &ElfFile,
+    offsets: &[u64],
+) -> Vec<Option<Symbolized<'s>>> {
+    let data = file.data_symbols();
+    file.symbolize(symbolizer, Input::FileOffset(offsets))
+        .into_iter()
+        .map(|s| match s {
+            Symbolized::Sym(sym) if data.contains(&sym.addr) => None,
+            Symbolized::Sym(sym) => Some(Symbolized::Sym(sym)),
+            Symbolized::Unknown(_) => None,
+        })
+        .collect()
+}
+
+/// Gives each function found by its DWARF under a bare name (no scope,
+/// no parameters) the name of its symbol in `file`, the file that named
+/// it (read through `symtab`): a function's own frame reads as perf shows
+/// it (inlined frames have no symbol and keep DWARF's names).
+fn full_own_names_in(symtab: &Symbolizer, file: &ElfFile, resolved: &mut [Option<Found<'_>>]) {
+    let bare: Vec<(usize, u64)> = resolved
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| match f {
+            Some(Found::Sym(Symbolized::Sym(s))) if is_bare_name(&s.name) => Some((i, s.addr)),
+            _ => None,
+        })
+        .collect();
+    if bare.is_empty() {
+        return;
+    }
+    let addrs: Vec<u64> = bare.iter().map(|&(_, a)| a).collect();
+    let names = file.symtab_names(symtab, &addrs);
+    for ((i, _), name) in bare.into_iter().zip(names) {
+        if let (Some(name), Some(Found::Sym(Symbolized::Sym(s)))) = (name, &mut resolved[i]) {
+            if symtab_names_it(&s.name, &name) {
+                s.name = name.into();
+            }
+        }
+    }
+}
+
+/// A function's frame lines (leaf first: its inlined callees, then itself).
+fn sym_lines(sym: &blazesym::symbolize::Sym<'_>) -> Vec<FrameLine> {
+    // blazesym lists inlined callees outermost first; we go leaf first.
+    let mut v: Vec<FrameLine> = sym
+        .inlined
+        .iter()
+        .rev()
+        .map(|f| symbol_line(&f.name, f.code_info.as_ref()))
+        .collect();
+    v.push(symbol_line(&sym.name, sym.code_info.as_deref()));
+    v
+}
+
 /// Turns one symbolization result into frame names (leaf first) and keeps
 /// the unknown count.
 #[derive(Default)]
@@ -759,17 +837,7 @@ impl Names {
     pub(super) fn of(&mut self, sym: Option<&Symbolized<'_>>) -> Vec<FrameLine> {
         self.stats.unique_frames += 1;
         match sym {
-            Some(Symbolized::Sym(sym)) => {
-                // blazesym lists inlined callees outermost first; we go leaf first.
-                let mut v: Vec<FrameLine> = sym
-                    .inlined
-                    .iter()
-                    .rev()
-                    .map(|f| symbol_line(&f.name, f.code_info.as_ref()))
-                    .collect();
-                v.push(symbol_line(&sym.name, sym.code_info.as_deref()));
-                v
-            }
+            Some(Symbolized::Sym(sym)) => sym_lines(sym),
             _ => {
                 self.stats.unknown_frames += 1;
                 vec![plain_line(UNKNOWN.to_string())]
