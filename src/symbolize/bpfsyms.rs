@@ -104,6 +104,18 @@ fn loaded_bpf_functions(addrs: &[u64]) -> Vec<BpfFunc> {
     found
 }
 
+/// The kept BPF function holding kernel frame `a`: its start, size and
+/// name. (For when the live kallsyms names the frames: it no longer lists
+/// a finished profile's programs.)
+pub(super) fn kept_function(a: u64) -> Option<(u64, u64, String)> {
+    KEPT_BPF
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|f| f.holds(a))
+        .map(|f| (f.start, f.end - f.start, f.name.clone()))
+}
+
 /// The kallsyms lines naming `addrs` (outside the core text) after their
 /// BPF functions, from those kept and then those loaded; the addresses in
 /// no BPF function (a module's or a trampoline's: the live file) if any.

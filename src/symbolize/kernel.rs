@@ -42,10 +42,16 @@ pub(super) fn symbolize_kernel(
     // program's address on a reused task stack) falls in no symbol, and
     // kallsyms, which has no sizes, names it after the last symbol below
     // it, megabytes away: unknown, not that name.
+    let live = selected.is_err();
     let named = addrs
         .iter()
         .enumerate()
         .map(|(i, &a)| {
+            // The live file no longer lists the profile's own programs
+            // (unloaded by now): their kept names.
+            if let Some(kept) = live.then(|| bpfsyms::kept_function(a)).flatten() {
+                return (a, Some(kept_sym(a, kept)));
+            }
             let s = res
                 .get(i)
                 .filter(|s| s.as_sym().is_none_or(|s| s.offset < MAX_FUNCTION))
@@ -54,6 +60,20 @@ pub(super) fn symbolize_kernel(
         })
         .collect();
     (named, selected.err())
+}
+
+/// Frame `a` in a kept BPF function `(start, size, name)`.
+fn kept_sym(a: u64, (start, size, name): (u64, u64, String)) -> Symbolized<'static> {
+    Symbolized::Sym(blazesym::symbolize::Sym {
+        name: name.into(),
+        module: None,
+        addr: start,
+        offset: a.saturating_sub(start) as usize,
+        size: Some(size as usize),
+        code_info: None,
+        inlined: Box::new([]),
+        _non_exhaustive: (),
+    })
 }
 
 /// Larger than any kernel function: an address this far past the
