@@ -312,7 +312,23 @@ pub fn assert_totals(stderr: &str, lines: &[Folded]) -> u64 {
 
 /// Runs a command to completion, capturing everything.
 pub fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null()).output().expect("run bprof")
+    cmd.stdin(Stdio::null());
+    busy_retried(|| cmd.output()).expect("run bprof")
+}
+
+/// `start` (a spawn), again while it fails with ETXTBSY: a file this
+/// process just wrote (a fixture's copy) stays open for writing in a child
+/// another test thread forked meanwhile, until that child's exec closes it.
+pub fn busy_retried<T>(mut start: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    for _ in 0..200 {
+        match start() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r => return r,
+        }
+    }
+    start()
 }
 
 /// Asserts the documented bad-input behaviour: non-zero exit, exactly one
@@ -555,11 +571,8 @@ impl Workload {
     /// creates the file named by `$BPROF_READY`; see fixtures/ready.h).
     pub fn start(cmd: &mut Command) -> Workload {
         let ready = ready_path();
-        let w = Workload(
-            cmd.env("BPROF_READY", &ready)
-                .spawn()
-                .expect("start workload"),
-        );
+        cmd.env("BPROF_READY", &ready);
+        let w = Workload(busy_retried(|| cmd.spawn()).expect("start workload"));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while !ready.exists() {
             assert!(
@@ -599,8 +612,7 @@ pub trait SpawnGuarded {
 
 impl SpawnGuarded for Command {
     fn spawn_guarded(&mut self) -> Spawned {
-        let child = self
-            .spawn()
+        let child = busy_retried(|| self.spawn())
             .unwrap_or_else(|e| panic!("spawn {:?}: {e}", self.get_program()));
         Spawned(Some(child))
     }
