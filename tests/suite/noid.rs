@@ -72,27 +72,26 @@ fn profile_live_with_perf(bin: &Path, dir: &Path) -> (Vec<Folded>, String) {
     (lines, String::from_utf8_lossy(&rep.stdout).into_owned())
 }
 
-/// perf's share (percent of self samples) of symbol `sym` in `report`.
-fn perf_share(report: &str, sym: &str) -> f64 {
+/// Column `col` of `report`'s lines for symbol `sym`.
+fn perf_column<'r>(report: &'r str, sym: &str, col: usize) -> impl Iterator<Item = &'r str> {
+    let end = format!("[.] {sym}");
     report
         .lines()
-        .filter(|l| l.trim_end().ends_with(&format!("[.] {sym}")))
-        .filter_map(|l| {
-            l.split_whitespace()
-                .next()?
-                .trim_end_matches('%')
-                .parse::<f64>()
-                .ok()
-        })
+        .filter(move |l| l.trim_end().ends_with(&end))
+        .filter_map(move |l| l.split_whitespace().nth(col))
+}
+
+/// perf's share (percent of self samples) of symbol `sym` in `report`.
+fn perf_share(report: &str, sym: &str) -> f64 {
+    perf_column(report, sym, 0)
+        .filter_map(|w| w.trim_end_matches('%').parse::<f64>().ok())
         .sum()
 }
 
 /// perf's self samples in `sym` from a report made with `-n`.
 fn perf_samples(report: &str, sym: &str) -> u64 {
-    report
-        .lines()
-        .filter(|l| l.trim_end().ends_with(&format!("[.] {sym}")))
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+    perf_column(report, sym, 1)
+        .filter_map(|w| w.parse::<u64>().ok())
         .sum()
 }
 
