@@ -250,8 +250,8 @@ static __always_inline int py_ptr_ok(__u64 p)
 }
 
 /* Where the `len` bytes of user memory at `addr` are in w->win, read now
- * if no slot holds them: into the next slot, alone or (PY_PAGE) with the
- * rest of their page when they lie in one. PY_AT_FAIL when they cannot be
+ * if no slot holds them: into the next slot, alone or (PY_PAGE) with what
+ * lies below them in their page when they lie in one. PY_AT_FAIL when they cannot be
  * read. Inline: as a function of its own it took the deepest chain of
  * calls past 6.1's 512 bytes of stack. */
 static __always_inline __u32 py_at(struct py_walk *w, __u64 addr, __u32 len, __u32 how)
@@ -267,11 +267,16 @@ static __always_inline __u32 py_at(struct py_walk *w, __u64 addr, __u32 len, __u
 	k = w->next_slot++ & (PY_SLOTS - 1);
 	w->len[k] = 0;
 	PY_COUNT(reads, 1);
-	if (how == PY_PAGE && addr + len <= page + PY_SPAN &&
-	    !bpf_probe_read_user(&w->win[k * PY_SPAN], PY_SPAN, (void *)page)) {
-		w->start[k] = page;
-		w->len[k] = PY_SPAN;
-		return k * PY_SPAN + (__u32)(addr - page);
+	if (how == PY_PAGE && addr + len <= page + PY_SPAN) {
+		/* The page up to the frame's end: its callers lie below it in
+		 * the data stack, never above (copying costs by the byte). */
+		n = (__u32)(addr - page) + len;
+		barrier_var(n);
+		if (n <= PY_SPAN && !bpf_probe_read_user(&w->win[k * PY_SPAN], n, (void *)page)) {
+			w->start[k] = page;
+			w->len[k] = n;
+			return k * PY_SPAN + (__u32)(addr - page);
+		}
 	}
 	n = len;
 	/* The checked length, not one clang merged the checks of. */
