@@ -14,8 +14,9 @@
 #     at 199 Hz, bprof at 499, 10 s; BENCH_PY_SPY_RATE, BENCH_PY_SPY_SECS).
 #  3. The target's slowdown at 999 Hz: fixed work (py631.py rounds N) alone,
 #     under bprof -F 999 and under py-spy record -r 999 (which pauses the
-#     process for each sample), the fastest of 5 alternating runs each
-#     (other work on a shared machine only ever adds time).
+#     process for each sample), in rounds of alone, bprof, py-spy, alone:
+#     the median over the rounds of each one's slowdown against its
+#     round's lone runs (BENCH_PY_ROUNDS, default 10).
 #  4. Peak RSS of bprof and samples lost over a 60 s profile (-F 999 -p) of
 #     a Python process, with and without the Python walk (--no-python) and
 #     without DWARF's inlined frames (--no-inline), and
@@ -40,7 +41,6 @@ cleanup() {
 trap cleanup EXIT
 want() { [[ ",$SECTIONS," == *",$1,"* ]]; }
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-fastest() { sort -n | head -1; }
 
 pythons=()
 [ -x /usr/bin/python3.11 ] && pythons+=(/usr/bin/python3.11)
@@ -121,23 +121,29 @@ if want 2; then
 fi
 
 if want 3; then
+    # Rounds of: alone, under bprof, under py-spy, alone again; each
+    # profiler's slowdown against the mean of its round's two lone runs,
+    # the median over the rounds (BENCH_PY_ROUNDS, default 10). The
+    # machine's speed drifts by tens of percent over minutes; within a
+    # round it mostly holds.
+    ROUNDS=${BENCH_PY_ROUNDS:-10}
     echo
-    echo "| interpreter | alone (s) | under bprof -F 999 | under py-spy -r 999 | bprof's slowdown | py-spy's |"
-    echo "|---|---:|---:|---:|---:|---:|"
+    echo "| interpreter | alone (s, median) | bprof's slowdown (median) | py-spy's | rounds |"
+    echo "|---|---:|---:|---:|---:|"
     for py in "${pythons[@]}"; do
-        : >"$tmp/alone"
-        : >"$tmp/bprof"
-        : >"$tmp/spy"
-        for _ in 1 2 3 4 5; do
-            "$py" "$FIX" rounds 800 >>"$tmp/alone"
-            "$BPROF" -F 999 --no-counts -o /dev/null -- "$py" "$FIX" rounds 800 2>/dev/null >>"$tmp/bprof"
-            "$pyspy" record -r 999 -f raw -o "$tmp/spy.txt" -- "$py" "$FIX" rounds 800 2>/dev/null |
-                grep -E '^[0-9.]+$' >>"$tmp/spy"
+        : >"$tmp/rounds"
+        for _ in $(seq "$ROUNDS"); do
+            a=$("$py" "$FIX" rounds 800)
+            b=$("$BPROF" -F 999 --no-counts -o /dev/null -- "$py" "$FIX" rounds 800 2>/dev/null)
+            s=$("$pyspy" record -r 999 -f raw -o "$tmp/spy.txt" -- "$py" "$FIX" rounds 800 2>/dev/null |
+                grep -E '^[0-9.]+$')
+            a2=$("$py" "$FIX" rounds 800)
+            echo "$a $b $s $a2" >>"$tmp/rounds"
         done
-        a=$(fastest <"$tmp/alone")
-        b=$(fastest <"$tmp/bprof")
-        s=$(fastest <"$tmp/spy")
-        echo "| $py | $a | $b | $s | $(echo "$a $b" | awk '{ printf "%.1f%%", 100 * ($2 - $1) / $1 }') | $(echo "$a $s" | awk '{ printf "%.1f%%", 100 * ($2 - $1) / $1 }') |"
+        al=$(awk '{ print ($1 + $4) / 2 }' "$tmp/rounds" | median)
+        b=$(awk '{ m = ($1 + $4) / 2; print 100 * ($2 - m) / m }' "$tmp/rounds" | median)
+        s=$(awk '{ m = ($1 + $4) / 2; print 100 * ($3 - m) / m }' "$tmp/rounds" | median)
+        printf "| %s | %.3f | %.1f%% | %.1f%% | %s |\n" "$py" "$al" "$b" "$s" "$ROUNDS"
     done
 fi
 
