@@ -251,9 +251,9 @@ static __always_inline int py_ptr_ok(__u64 p)
 
 /* Where the `len` bytes of user memory at `addr` are in w->win, read now
  * if no slot holds them: into the next slot, alone or (PY_PAGE) with what
- * lies below them in their page when they lie in one. PY_AT_FAIL when they cannot be
- * read. Inline: as a function of its own it took the deepest chain of
- * calls past 6.1's 512 bytes of stack. */
+ * lies below them in their page when they lie in one. PY_AT_FAIL when they
+ * cannot be read. Inline: as a function of its own it took the deepest
+ * chain of calls past 6.1's 512 bytes of stack. */
 static __always_inline __u32 py_at(struct py_walk *w, __u64 addr, __u32 len, __u32 how)
 {
 	__u64 page = addr & ~(__u64)(PY_SPAN - 1);
