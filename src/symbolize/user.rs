@@ -369,11 +369,11 @@ impl<'a> Pass<'a> {
         if self.own.as_ref().is_none_or(|(k, _)| k != id) {
             // The last file's DWARF goes before the next is read.
             self.own = None;
-            self.own = Some((*id, super::symbolizer_with(true, inlined)));
         }
-        let Some((_, own)) = &self.own else {
-            return vec![None; offsets.len()];
-        };
+        let (_, own) = self
+            .own
+            .get_or_insert_with(|| (*id, super::symbolizer_with(true, inlined)));
+        let own = &*own;
         let mut found: Vec<Option<Found<'_>>> = code_symbols_in(own, file, offsets)
             .into_iter()
             .map(|s| s.map(Found::Sym))

@@ -492,6 +492,15 @@ pub fn steal_ms() -> f64 {
     ticks * 1000.0 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
+/// Runs `f` and returns what it returned with the time (ms) the host took
+/// from the machine's CPUs meanwhile: task-clock counts that time on a
+/// vCPU, the kernel's CPU-time figures leave it out.
+pub fn stolen_during<T>(f: impl FnOnce() -> T) -> (T, f64) {
+    let before = steal_ms();
+    let t = f();
+    (t, steal_ms() - before)
+}
+
 /// Runs bprof `cmd` with `--ready-file` and then `duration` (seconds)
 /// while process `pid` runs; asserts it succeeded. Returns its output, and
 /// the CPU time (ms) the kernel gave `pid` from bprof's start to its exit

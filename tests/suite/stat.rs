@@ -137,9 +137,7 @@ fn counts_run(tc: f64, own: f64, stolen: f64) -> bool {
 fn task_clock_of(bin: &Path, args: &[&str]) -> (f64, f64, f64) {
     let mut a = vec!["-x", ",", "-e", "task-clock", "--", bin.to_str().unwrap()];
     a.extend(args);
-    let stolen = steal_ms();
-    let out = stat(&a);
-    let stolen = steal_ms() - stolen;
+    let (out, stolen) = stolen_during(|| stat(&a));
     (
         value(&csv(&out), "task-clock"),
         own_cpu_ms(&String::from_utf8_lossy(&out.stderr)),
@@ -181,16 +179,15 @@ fn software_counts_agree_with_perf_stat() {
     let _pins = pins();
     let bin = fixture("spinsleep");
     let ev = "task-clock,context-switches,page-faults";
-    let stolen = steal_ms();
-    let out = stat(&["-x", ",", "-e", ev, "--", bin.to_str().unwrap(), "0", "100"]);
-    let ours_stolen = steal_ms() - stolen;
+    let (out, ours_stolen) =
+        stolen_during(|| stat(&["-x", ",", "-e", ev, "--", bin.to_str().unwrap(), "0", "100"]));
     let ours = csv(&out);
     let ours_own = own_cpu_ms(&String::from_utf8_lossy(&out.stderr));
-    let stolen = steal_ms();
-    let perf_out = run(Command::new("perf")
-        .args(["stat", "-x", ",", "-e", ev, "--"])
-        .args([bin.to_str().unwrap(), "0", "100"]));
-    let perf_stolen = steal_ms() - stolen;
+    let (perf_out, perf_stolen) = stolen_during(|| {
+        run(Command::new("perf")
+            .args(["stat", "-x", ",", "-e", ev, "--"])
+            .args([bin.to_str().unwrap(), "0", "100"]))
+    });
     let perf_stderr = String::from_utf8_lossy(&perf_out.stderr);
     let perf = perf_csv_text(&perf_stderr);
     let perf_own = own_cpu_ms(&perf_stderr);
@@ -479,21 +476,9 @@ fn pid_children_and_cpu_scopes() {
         forker.display(),
         times.display()
     );
-    let stolen = steal_ms();
-    let ms = value(
-        &csv(&stat(&[
-            "-x",
-            ",",
-            "-e",
-            "task-clock",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ])),
-        "task-clock",
-    );
-    let stolen = steal_ms() - stolen;
+    let (out, stolen) =
+        stolen_during(|| stat(&["-x", ",", "-e", "task-clock", "--", "sh", "-c", &script]));
+    let ms = value(&csv(&out), "task-clock");
     let kernel = collected_cpu_ms(&times);
     assert!(kernel > 100.0, "the child barely ran: {kernel} ms");
     // The kernel's four figures are whole ticks each (and the final cat's
