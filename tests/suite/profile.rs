@@ -315,8 +315,10 @@ fn command_is_followed_into_children_and_its_status_returned() {
 fn pid_sees_only_that_process() {
     root_or_skip!();
     let _g = parallel();
-    let a = Workload::start(Command::new(fixture("work631")).arg("4"));
-    let b = Workload::start(Command::new(fixture("rust_work")).arg("4"));
+    // Long enough for two runs however slowly bprof starts on a busy
+    // machine; stopped when the test ends.
+    let a = Workload::start(Command::new(fixture("work631")).arg("60"));
+    let b = Workload::start(Command::new(fixture("rust_work")).arg("60"));
     // Up to 8 processes are compared in the program; more are looked up
     // in the target map: both ways see the one working process alone.
     let mut sleepers: Vec<std::process::Child> = (0..8)
