@@ -49,57 +49,81 @@ enum Drain {
     Last,
 }
 
-/// Where a key's stack points, after resolution.
+/// An index into one of the collector's tables, or a mark: no entry (not
+/// taken, or no stack in that mode, e.g. the kernel stack of a user-mode
+/// sample), or one wanted but lost in the kernel (map full). Four bytes, as
+/// a key holds four of them and a long profile holds many keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum StackRef {
-    /// Not taken, or no stack in that mode (e.g. the kernel stack of a
-    /// user-mode sample).
-    None,
-    /// Wanted but lost in the kernel (map full).
-    Lost,
-    /// An interned content.
-    Content(u32),
+struct Ref(u32);
+
+impl Ref {
+    const NONE: Ref = Ref(u32::MAX);
+    const LOST: Ref = Ref(u32::MAX - 1);
+
+    fn index(self) -> Option<usize> {
+        (self.0 < Ref::LOST.0).then_some(self.0 as usize)
+    }
 }
 
+/// A thread's name and cgroup: kept once, as a churn of processes brings
+/// many keys and few names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Names {
+    comm: [i8; crate::bpf::abi::COMM_LEN],
+    cgroup: u64,
+}
+
+/// A count's key in user space: 32 bytes, stacks and names by index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct AggKey {
     tgid: u32,
     tid: u32,
-    cgroup: u64,
-    comm: [i8; crate::bpf::abi::COMM_LEN],
+    names: u32,
     off_cpu: bool,
-    kernel: StackRef,
-    user: StackRef,
-    /// An unwound user stack's leaf, which its count key holds apart from
-    /// the stored callers (`user`).
-    user_leaf: Option<UserFrame>,
+    kernel: Ref,
+    /// An unwound user stack's callers.
+    user: Ref,
+    /// Its leaf, which the kernel's count key holds apart from the stored
+    /// callers.
+    user_leaf: Ref,
     /// The thread's Python frames (pyframes).
-    python: StackRef,
+    python: Ref,
 }
 
-/// Each distinct stack content once, shared by every id and key naming it.
-struct Interner<F> {
-    index: HashMap<Rc<[F]>, u32>,
-    list: Vec<Rc<[F]>>,
+// A long profile holds a key per (process, stack): keep it this small.
+const _: () = assert!(std::mem::size_of::<AggKey>() == 32);
+
+/// Each distinct value once, under a dense id.
+struct Table<T> {
+    index: HashMap<T, u32>,
+    list: Vec<T>,
 }
 
-impl<F: Eq + std::hash::Hash + Clone> Interner<F> {
+impl<T: Eq + std::hash::Hash + Clone> Table<T> {
     fn new() -> Self {
-        Interner {
+        Table {
             index: HashMap::default(),
             list: Vec::new(),
         }
     }
 
-    fn intern(&mut self, frames: Vec<F>) -> u32 {
-        let rc: Rc<[F]> = frames.into();
-        if let Some(&i) = self.index.get(&rc) {
+    fn id(&mut self, t: T) -> u32 {
+        if let Some(&i) = self.index.get(&t) {
             return i;
         }
         let i = self.list.len() as u32;
-        self.list.push(rc.clone());
-        self.index.insert(rc, i);
+        self.list.push(t.clone());
+        self.index.insert(t, i);
         i
+    }
+}
+
+/// Each distinct stack content once, shared by every id and key naming it.
+type Interner<F> = Table<Rc<[F]>>;
+
+impl<F: Eq + std::hash::Hash> Table<Rc<[F]>> {
+    fn intern(&mut self, frames: Vec<F>) -> u32 {
+        self.id(frames.into())
     }
 }
 
@@ -150,6 +174,9 @@ pub(crate) struct Collector {
     want_kernel: bool,
     want_user: bool,
     agg: HashMap<AggKey, u64>,
+    /// The names and user leaves the keys of `agg` name.
+    names: Table<Names>,
+    leaves: Table<UserFrame>,
     kernel: Interner<u64>,
     user: Interner<UserFrame>,
     python: Interner<PyFrame>,
@@ -195,6 +222,8 @@ impl Collector {
             want_kernel,
             want_user,
             agg: HashMap::default(),
+            names: Table::new(),
+            leaves: Table::new(),
             kernel: Interner::new(),
             user: Interner::new(),
             python: Interner::new(),
@@ -389,11 +418,26 @@ impl Collector {
             }
             let kernel = self.resolve_kernel(maps.kern_stacks, key.kern_stack_id)?;
             let user = if key.tgid == 0 {
-                StackRef::None
+                Ref::NONE
             } else {
                 self.resolve_user(maps, key.user_stack_id)?
             };
             let python = self.resolve_python(maps, key.py_stack_id)?;
+            let (user, python) = if self.want_user {
+                (user, python)
+            } else {
+                (Ref::NONE, Ref::NONE)
+            };
+            let names = self.names.id(Names {
+                comm: key.comm,
+                // Only pprof labels cgroups, and it keeps threads apart.
+                cgroup: if self.merge_threads { 0 } else { key.cgroup },
+            });
+            // A leaf without its stack (lost, or not wanted) is no stack.
+            let user_leaf = match (user.index(), leaf_frame(&key.user_leaf)) {
+                (Some(_), Some(leaf)) => Ref(self.leaves.id(leaf)),
+                _ => Ref::NONE,
+            };
             let k = AggKey {
                 tgid: key.tgid,
                 tid: if self.merge_threads {
@@ -401,58 +445,44 @@ impl Collector {
                 } else {
                     key.tid
                 },
-                // Only pprof labels cgroups, and it keeps threads apart.
-                cgroup: if self.merge_threads { 0 } else { key.cgroup },
-                comm: key.comm,
+                names,
                 off_cpu: key.kind == crate::bpf::abi::SAMPLE_OFF_CPU,
-                kernel: if self.want_kernel {
-                    kernel
-                } else {
-                    StackRef::None
-                },
-                user: if self.want_user { user } else { StackRef::None },
-                // A leaf without its stack (lost, or not wanted) is no stack.
-                user_leaf: match user {
-                    StackRef::Content(_) if self.want_user => leaf_frame(&key.user_leaf),
-                    _ => None,
-                },
-                python: if self.want_user {
-                    python
-                } else {
-                    StackRef::None
-                },
+                kernel: if self.want_kernel { kernel } else { Ref::NONE },
+                user,
+                user_leaf,
+                python,
             };
             *self.agg.entry(k).or_default() += count;
         }
         Ok(())
     }
 
-    fn resolve_kernel(&mut self, map: &dyn MapCore, id: i32) -> Result<StackRef> {
+    fn resolve_kernel(&mut self, map: &dyn MapCore, id: i32) -> Result<Ref> {
         if let Some(r) = negative(id) {
             return Ok(r);
         }
         if let Some(&c) = self.kern_ids.get(&id) {
-            return Ok(StackRef::Content(c));
+            return Ok(Ref(c));
         }
         match get_by_u32(map, id as u32).context("reading a kernel stack")? {
             Some(bytes) => {
                 let c = self.kernel.intern(parse_kernel_stack(&bytes));
                 self.kern_ids.insert(id, c);
-                Ok(StackRef::Content(c))
+                Ok(Ref(c))
             }
             None => {
                 self.stats.unresolved += 1;
-                Ok(StackRef::Lost)
+                Ok(Ref::LOST)
             }
         }
     }
 
-    fn resolve_user(&mut self, maps: &Maps, id: i32) -> Result<StackRef> {
+    fn resolve_user(&mut self, maps: &Maps, id: i32) -> Result<Ref> {
         if let Some(r) = negative(id) {
             return Ok(r);
         }
         if let Some(&c) = self.user_ids.get(&id) {
-            return Ok(StackRef::Content(c));
+            return Ok(Ref(c));
         }
         let map = if id & crate::bpf::abi::DEEP_STACK_ID != 0 {
             maps.user_stacks_deep
@@ -463,25 +493,25 @@ impl Collector {
             Some(bytes) => {
                 let c = self.user.intern(parse_user_stack(&bytes));
                 self.user_ids.insert(id, c);
-                Ok(StackRef::Content(c))
+                Ok(Ref(c))
             }
             None => {
                 self.stats.unresolved += 1;
-                Ok(StackRef::Lost)
+                Ok(Ref::LOST)
             }
         }
     }
 
     /// A Python stack id: none (0), lost (negative), or its content.
-    fn resolve_python(&mut self, maps: &Maps, id: i32) -> Result<StackRef> {
+    fn resolve_python(&mut self, maps: &Maps, id: i32) -> Result<Ref> {
         if id == crate::bpf::abi::PY_STACK_NONE {
-            return Ok(StackRef::None);
+            return Ok(Ref::NONE);
         }
         if id < 0 {
-            return Ok(StackRef::Lost);
+            return Ok(Ref::LOST);
         }
         if let Some(&c) = self.py_ids.get(&id) {
-            return Ok(StackRef::Content(c));
+            return Ok(Ref(c));
         }
         let map = if id & crate::bpf::abi::PY_DEEP_STACK_ID != 0 {
             maps.py_stacks_deep
@@ -492,11 +522,11 @@ impl Collector {
             Some(bytes) => {
                 let c = self.python.intern(crate::pyframes::parse_stack(&bytes));
                 self.py_ids.insert(id, c);
-                Ok(StackRef::Content(c))
+                Ok(Ref(c))
             }
             None => {
                 self.stats.unresolved += 1;
-                Ok(StackRef::Lost)
+                Ok(Ref::LOST)
             }
         }
     }
@@ -586,37 +616,28 @@ impl Collector {
     fn stacks(&mut self) -> Vec<RawStack> {
         self.stats.contents =
             (self.kernel.list.len() + self.user.list.len() + self.python.list.len()) as u64;
-        let kernel = &self.kernel.list;
-        let user = &self.user.list;
-        let python = &self.python.list;
         self.agg
             .iter()
-            .map(|(k, &count)| RawStack {
-                tgid: k.tgid,
-                tid: k.tid,
-                cgroup: k.cgroup,
-                comm: comm_string(&k.comm),
-                kernel: match k.kernel {
-                    StackRef::Content(c) => kernel[c as usize].to_vec(),
-                    _ => Vec::new(),
-                },
-                user: match k.user {
-                    StackRef::Content(c) => k
-                        .user_leaf
-                        .iter()
-                        .chain(user[c as usize].iter())
-                        .copied()
-                        .collect(),
-                    _ => Vec::new(),
-                },
-                kernel_lost: k.kernel == StackRef::Lost,
-                user_lost: k.user == StackRef::Lost,
-                off_cpu: k.off_cpu,
-                count,
-                python: match k.python {
-                    StackRef::Content(c) => python[c as usize].to_vec(),
-                    _ => Vec::new(),
-                },
+            .map(|(k, &count)| {
+                let names = &self.names.list[k.names as usize];
+                let mut user = Vec::new();
+                if let Some(i) = k.user.index() {
+                    user.extend(k.user_leaf.index().map(|l| self.leaves.list[l]));
+                    user.extend_from_slice(&self.user.list[i]);
+                }
+                RawStack {
+                    tgid: k.tgid,
+                    tid: k.tid,
+                    cgroup: names.cgroup,
+                    comm: comm_string(&names.comm),
+                    kernel: frames(k.kernel, &self.kernel.list),
+                    user,
+                    kernel_lost: k.kernel == Ref::LOST,
+                    user_lost: k.user == Ref::LOST,
+                    off_cpu: k.off_cpu,
+                    count,
+                    python: frames(k.python, &self.python.list),
+                }
             })
             .collect()
     }
@@ -648,8 +669,15 @@ impl Collector {
         let stacks = self.stacks();
         self.taken += stacks.iter().map(|s| s.count).sum::<u64>();
         self.agg = HashMap::default();
+        self.names = Table::new();
+        self.leaves = Table::new();
         Ok(stacks)
     }
+}
+
+/// The frames a key's stack reference names (none for a mark).
+fn frames<F: Clone>(r: Ref, list: &[Rc<[F]>]) -> Vec<F> {
+    r.index().map_or(Vec::new(), |i| list[i].to_vec())
 }
 
 /// The count and stack maps the collector drains, lent from the program's
@@ -700,12 +728,12 @@ pub(crate) fn describe(d: &DrainStats, stats: &Stats) -> String {
 /// -EFAULT means "no stack in that mode" (e.g. the kernel stack of a
 /// user-mode sample); -1 means "not taken"; any other negative id is a
 /// lost stack. `None` for a real id.
-fn negative(id: i32) -> Option<StackRef> {
+fn negative(id: i32) -> Option<Ref> {
     match id {
         0.. => None,
-        -1 => Some(StackRef::None),
-        e if e == -libc::EFAULT => Some(StackRef::None),
-        _ => Some(StackRef::Lost),
+        -1 => Some(Ref::NONE),
+        e if e == -libc::EFAULT => Some(Ref::NONE),
+        _ => Some(Ref::LOST),
     }
 }
 
