@@ -8,8 +8,8 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use crate::common::{
-    assert_totals, bprof, dwarf_line, exclusive, fresh_path, is_root, number_before, parallel,
-    parse_folded, pct, perf_record_with, run, scratch,
+    assert_totals, bprof, dwarf_line, exclusive, folded_form, fresh_path, is_root, number_before,
+    parallel, parse_folded, pct, perf_record_with, run, scratch,
 };
 
 /// fixtures/unwind.c and its library, built -O2 -fomit-frame-pointer:
@@ -55,13 +55,14 @@ fn fixtures() -> (PathBuf, PathBuf) {
     (exe, dl)
 }
 
-/// A frame name both tools agree on: no "(inlined)", unnamed frames alike.
+/// A frame name both tools agree on: no "(inlined)", unnamed frames alike,
+/// and as folded stacks show it (perf prints a Rust generic's `[u8; 8]`).
 fn norm(f: &str) -> String {
     let f = f.trim_end_matches(" (inlined)");
     if f == "[unknown]" || f.contains("+0x") {
         "?".into()
     } else {
-        f.to_string()
+        folded_form(f)
     }
 }
 
