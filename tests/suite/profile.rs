@@ -588,7 +588,8 @@ fn idle_is_skipped_unless_asked() {
             .args(args)
             .arg("--ready-file")
             .arg(&ready)
-            .arg("1")
+            // Long enough that perf's start-up and its 0.8 s end inside it.
+            .arg("3")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn_guarded();
