@@ -416,17 +416,21 @@ impl Collector {
                 self.stats.entries -= 1;
                 continue;
             }
-            let kernel = self.resolve_kernel(maps.kern_stacks, key.kern_stack_id)?;
-            let user = if key.tgid == 0 {
+            // Stacks of a mode not wanted are not read (-K, -U).
+            let kernel = if self.want_kernel {
+                self.resolve_kernel(maps.kern_stacks, key.kern_stack_id)?
+            } else {
                 Ref::NONE
-            } else {
-                self.resolve_user(maps, key.user_stack_id)?
             };
-            let python = self.resolve_python(maps, key.py_stack_id)?;
-            let (user, python) = if self.want_user {
-                (user, python)
+            let user = if self.want_user && key.tgid != 0 {
+                self.resolve_user(maps, key.user_stack_id)?
             } else {
-                (Ref::NONE, Ref::NONE)
+                Ref::NONE
+            };
+            let python = if self.want_user {
+                self.resolve_python(maps, key.py_stack_id)?
+            } else {
+                Ref::NONE
             };
             let names = self.names.id(Names {
                 comm: key.comm,
@@ -447,7 +451,7 @@ impl Collector {
                 },
                 names,
                 off_cpu: key.kind == crate::bpf::abi::SAMPLE_OFF_CPU,
-                kernel: if self.want_kernel { kernel } else { Ref::NONE },
+                kernel,
                 user,
                 user_leaf,
                 python,
