@@ -1052,7 +1052,10 @@ fn readme_examples() -> Vec<String> {
 
 /// Every README example, run as written in a fresh directory that holds
 /// `./my-program`, `./prog` and `app.py`; `PID` (and the example's 1234) name a
-/// running fixture. One that runs until Ctrl-C gets SIGINT after 4 s.
+/// running fixture. One that runs until Ctrl-C gets SIGINT after 10 s.
+/// The examples run three at a time (each has its own directory, target and
+/// tmux session); the OTLP ones one after another in a lane of their own,
+/// as each is checked by what the receivers got while it ran.
 #[test]
 fn readme_examples_run_as_written() {
     root_or_skip!();
@@ -1062,85 +1065,118 @@ fn readme_examples_run_as_written() {
     let dir = scratch("readme");
     std::fs::copy(fixture("work631"), dir.join("my-program")).unwrap();
     std::fs::copy(fixture("spinsleep"), dir.join("prog")).unwrap();
-    // It spins and blocks: on-CPU and off-CPU examples both have samples.
-    let bin = fixture("spinsleep");
     // The fleet examples' collector: the OTLP tests' receivers on this
     // machine (gRPC, and OTLP/HTTP without TLS, which otlp.rs tests).
     let grpc = crate::otlp::Receiver::start("grpc", 0);
     let http = crate::otlp::Receiver::start("http", 0);
-    let mut failures = Vec::new();
-    for (i, example) in examples.iter().enumerate() {
-        // A fresh target for each: examples that end with their target do.
-        let work = Workload::start(Command::new(&bin).arg("6"));
-        let pid = work.id().to_string();
-        let line = example
-            .replace("PID", &pid)
-            .replace("1234", &pid)
-            .replace(
-                "http://collector:4317",
-                &format!("http://127.0.0.1:{}", grpc.port),
-            )
-            .replace(
-                "http://127.0.0.1:4317",
-                &format!("http://127.0.0.1:{}", grpc.port),
-            )
-            .replace(
-                "https://collector:4318",
-                &format!("http://127.0.0.1:{}", http.port),
-            );
-        let received = grpc.requests().len() + http.requests().len();
-        let cwd = dir.join(format!("ex{i}"));
-        std::fs::create_dir_all(&cwd).unwrap();
-        for f in ["my-program", "prog"] {
-            std::fs::copy(dir.join(f), cwd.join(f)).unwrap();
+    let (otlp, rest): (Vec<_>, Vec<_>) = examples
+        .iter()
+        .enumerate()
+        .partition(|(_, e)| e.contains("--otlp"));
+    let queue = std::sync::Mutex::new(rest);
+    let failures = std::sync::Mutex::new(Vec::new());
+    let run = |i: usize, example: &str| {
+        if let Err(e) = run_example(&dir, i, example, &grpc, &http) {
+            failures.lock().unwrap().push(e);
         }
-        // The Python example's app.py: the 6:3:1 work, 2 s.
-        std::fs::copy(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/py631.py"),
-            cwd.join("app.py"),
-        )
-        .unwrap();
-        let script = line.replacen("bprof ", &format!("{} ", env!("CARGO_BIN_EXE_bprof")), 1);
-        // Without a duration or a target that ends, an example runs until
-        // Ctrl-C: it gets SIGINT once it has surely begun recording.
-        let ends = line.contains("-p ")
-            || line.contains(" -- ")
-            || line.starts_with("bprof --filter 'tid ===")
-            || line
-                .split_whitespace()
-                .last()
-                .is_some_and(|w| w.parse::<f64>().is_ok());
-        let (code, text) = if line.starts_with("bprof top") {
-            run_in_tmux(&cwd, &script, i)
-        } else {
-            run_shell(&cwd, &script, (!ends).then_some(Duration::from_secs(10)))
-        };
-        // The README shows one refused on purpose.
-        let want = if line.contains("tid ===") { 2 } else { 0 };
-        if code != Some(want) {
-            failures.push(format!("{line}: exit {code:?}, not {want}: {text}"));
-        } else if let Err(e) = check_example(&line, &cwd, &text) {
-            failures.push(format!("{line}: {e}"));
-        } else if line.contains("--otlp") && {
-            // The receiver prints what it decoded a moment after the answer.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while grpc.requests().len() + http.requests().len() == received
-                && Instant::now() < deadline
-            {
-                std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for (i, example) in &otlp {
+                run(*i, example);
             }
-            grpc.requests().len() + http.requests().len() == received
-        } {
-            failures.push(format!("{line}: the receiver got nothing: {text}"));
+        });
+        for _ in 0..3 {
+            s.spawn(|| loop {
+                let next = queue.lock().unwrap().pop();
+                let Some((i, example)) = next else { break };
+                run(i, example);
+            });
         }
-        drop(work);
-    }
+    });
     let _ = std::fs::remove_dir_all(&dir);
+    let failures = failures.into_inner().unwrap();
     assert!(
         failures.is_empty(),
         "README examples failed:\n{}",
         failures.join("\n")
     );
+}
+
+/// Runs README example `i` in its own directory under `dir`, against a
+/// fresh target; `Err` says what went wrong.
+fn run_example(
+    dir: &Path,
+    i: usize,
+    example: &str,
+    grpc: &crate::otlp::Receiver,
+    http: &crate::otlp::Receiver,
+) -> Result<(), String> {
+    // It spins and blocks: on-CPU and off-CPU examples both have samples.
+    // A fresh target for each: examples that end with their target do.
+    let work = Workload::start(Command::new(fixture("spinsleep")).arg("6"));
+    let pid = work.id().to_string();
+    let line = example
+        .replace("PID", &pid)
+        .replace("1234", &pid)
+        .replace(
+            "http://collector:4317",
+            &format!("http://127.0.0.1:{}", grpc.port),
+        )
+        .replace(
+            "http://127.0.0.1:4317",
+            &format!("http://127.0.0.1:{}", grpc.port),
+        )
+        .replace(
+            "https://collector:4318",
+            &format!("http://127.0.0.1:{}", http.port),
+        );
+    let received = grpc.requests().len() + http.requests().len();
+    let cwd = dir.join(format!("ex{i}"));
+    std::fs::create_dir_all(&cwd).unwrap();
+    for f in ["my-program", "prog"] {
+        std::fs::copy(dir.join(f), cwd.join(f)).unwrap();
+    }
+    // The Python example's app.py: the 6:3:1 work, 2 s.
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/py631.py"),
+        cwd.join("app.py"),
+    )
+    .unwrap();
+    let script = line.replacen("bprof ", &format!("{} ", env!("CARGO_BIN_EXE_bprof")), 1);
+    // Without a duration or a target that ends, an example runs until
+    // Ctrl-C: it gets SIGINT once it has surely begun recording.
+    let ends = line.contains("-p ")
+        || line.contains(" -- ")
+        || line.starts_with("bprof --filter 'tid ===")
+        || line
+            .split_whitespace()
+            .last()
+            .is_some_and(|w| w.parse::<f64>().is_ok());
+    let (code, text) = if line.starts_with("bprof top") {
+        run_in_tmux(&cwd, &script, i)
+    } else {
+        run_shell(&cwd, &script, (!ends).then_some(Duration::from_secs(10)))
+    };
+    // The README shows one refused on purpose.
+    let want = if line.contains("tid ===") { 2 } else { 0 };
+    if code != Some(want) {
+        return Err(format!("{line}: exit {code:?}, not {want}: {text}"));
+    }
+    check_example(&line, &cwd, &text).map_err(|e| format!("{line}: {e}"))?;
+    if line.contains("--otlp") {
+        // The receiver prints what it decoded a moment after the answer.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while grpc.requests().len() + http.requests().len() == received && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if grpc.requests().len() + http.requests().len() == received {
+            return Err(format!("{line}: the receiver got nothing: {text}"));
+        }
+    }
+    drop(work);
+    Ok(())
 }
 
 /// Runs `script` with sh in `cwd`; SIGINT after `interrupt_after` (the
