@@ -142,24 +142,26 @@ suite_apt() {
 # The Debian release that ships each series.
 declare -A suite_of=([5.10]=bullseye [6.1]=bookworm [6.12]=bookworm)
 
-# Sets pkg to the newest kernel package of a series, or to nothing if apt
-# has none; where it comes from (plain: the system's apt; else the Debian
-# release read by suite_apt) goes into apt_of[pkg].
+# Sets pkgs to the kernel packages of a series, newest first (at most 8),
+# or to nothing if apt has none; where each comes from (plain: the system's
+# apt; else the Debian release read by suite_apt) goes into apt_of[pkg]. A
+# mirror may list a security update it does not serve: the next is tried.
 declare -A apt_of
-newest_pkg() {
-    local re
+series_pkgs() {
+    local re from=plain
     case "$1" in
     6.1) re='^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$' ;;
     5.10) re='^linux-image-5\.10\.0-[0-9]+-cloud-amd64-unsigned$' ;;
     *) re="^linux-image-${1//./\\.}\\.[0-9]+\\+deb[0-9]+-cloud-amd64-unsigned\$" ;;
     esac
-    pkg=$(apt-cache pkgnames linux-image- 2>/dev/null | { grep -E "$re" || true; } | sort -V | tail -1)
-    [ -z "$pkg" ] || apt_of[$pkg]=plain
+    mapfile -t pkgs < <(apt-cache pkgnames linux-image- 2>/dev/null | { grep -E "$re" || true; } | sort -rV | head -8)
     local suite=${suite_of[$1]:-}
-    if [ -z "$pkg" ] && [ -n "$suite" ]; then
-        pkg=$(suite_apt "$suite" apt-cache pkgnames linux-image- 2>/dev/null | { grep -E "$re" || true; } | sort -V | tail -1)
-        [ -z "$pkg" ] || apt_of[$pkg]=$suite
+    if [ "${#pkgs[@]}" -eq 0 ] && [ -n "$suite" ]; then
+        mapfile -t pkgs < <(suite_apt "$suite" apt-cache pkgnames linux-image- 2>/dev/null | { grep -E "$re" || true; } | sort -rV | head -8)
+        from=$suite
     fi
+    local p
+    for p in "${pkgs[@]}"; do apt_of[$p]=$from; done
 }
 
 # Extracts the package's vmlinuz into the cache; prints its path.
@@ -190,15 +192,18 @@ fi
 
 kernels=()
 for s in "${series[@]}"; do
-    newest_pkg "$s"
-    if [ -z "$pkg" ]; then
+    series_pkgs "$s"
+    if [ "${#pkgs[@]}" -eq 0 ]; then
         echo "kernel-matrix: no linux-image for $s in the apt sources, skipped" >&2
         continue
     fi
-    k=$(kernel_of "$pkg") || {
+    k=
+    for pkg in "${pkgs[@]}"; do
+        k=$(kernel_of "$pkg") && break
+        k=
         echo "kernel-matrix: apt-get download $pkg failed" >&2
-        exit 1
-    }
+    done
+    [ -n "$k" ] || exit 1
     kernels+=("$k")
 done
 if [ "${#kernels[@]}" -eq 0 ]; then
