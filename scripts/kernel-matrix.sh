@@ -6,9 +6,10 @@
 #   scripts/kernel-matrix.sh [SERIES...]     SERIES: 6.1 (default), 6.12, 5.10, all
 #
 # Each series is the newest linux-image-<series>*-cloud-amd64-unsigned the
-# configured apt sources offer, or else that its Debian release (5.10:
-# bullseye, 6.1 and 6.12: bookworm) offers from the same mirrors; "all" is
-# every series. Packages
+# configured apt sources offer (the next older when the mirror does not
+# serve it), or else that its Debian release (5.10: bullseye, 6.1 and 6.12:
+# bookworm) offers from the same mirrors; a series named that none offers
+# fails. "all" is every series apt has. Packages
 # and extracted kernels are cached in $BPROF_KMATRIX_CACHE (default
 # /var/cache/bprof-kmatrix, root-owned: see SECURITY.md). Full guest logs go
 # to target/kmatrix/. A check is PASS, FAIL, or NOFEAT: bprof refused to
@@ -30,8 +31,11 @@ fi
 
 series=("$@")
 [ "${#series[@]}" -gt 0 ] || series=(6.1)
+# A series named (CI names its own) must boot; of "all", those apt has.
+named=1
 if [ "${series[0]}" = all ]; then
     series=(5.10 6.1 6.12)
+    named=0
 fi
 
 # qemu and a static busybox (install-deps.sh lists them too; a standalone
@@ -194,6 +198,10 @@ kernels=()
 for s in "${series[@]}"; do
     series_pkgs "$s"
     if [ "${#pkgs[@]}" -eq 0 ]; then
+        if [ "$named" = 1 ]; then
+            echo "kernel-matrix: no linux-image for $s in the apt sources" >&2
+            exit 1
+        fi
         echo "kernel-matrix: no linux-image for $s in the apt sources, skipped" >&2
         continue
     fi
