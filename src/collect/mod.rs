@@ -127,6 +127,76 @@ impl<F: Eq + std::hash::Hash> Table<Rc<[F]>> {
     }
 }
 
+/// One kind of stack (kernel, user, Python) as copied from its maps: each
+/// content once, the kernel's ids of it, and how many entries the kernel
+/// deleted from its maps.
+struct Stacks<F> {
+    contents: Interner<F>,
+    ids: HashMap<i32, u32>,
+    deleted: u64,
+    /// Parses one map value.
+    parse: fn(&[u8]) -> Vec<F>,
+    /// What the maps hold, for errors ("a kernel stack").
+    what: &'static str,
+}
+
+impl<F: Eq + std::hash::Hash> Stacks<F> {
+    fn new(parse: fn(&[u8]) -> Vec<F>, what: &'static str) -> Self {
+        Stacks {
+            contents: Interner::new(),
+            ids: HashMap::default(),
+            deleted: 0,
+            parse,
+            what,
+        }
+    }
+
+    /// The content of stack `id` (not negative), from `map` unless copied
+    /// before; `LOST`, counted in `unresolved`, when the map has none.
+    fn resolve(&mut self, map: &dyn MapCore, id: i32, unresolved: &mut u64) -> Result<Ref> {
+        if let Some(&c) = self.ids.get(&id) {
+            return Ok(Ref(c));
+        }
+        match get_by_u32(map, id as u32).with_context(|| format!("reading {}", self.what))? {
+            Some(bytes) => {
+                let c = self.contents.intern((self.parse)(&bytes));
+                self.ids.insert(id, c);
+                Ok(Ref(c))
+            }
+            None => {
+                *unresolved += 1;
+                Ok(Ref::LOST)
+            }
+        }
+    }
+
+    /// Copies every entry of `maps` not copied yet (a batch syscall per
+    /// map), and with `delete` deletes them all in the kernel: the number
+    /// of entries seen.
+    fn copy(&mut self, maps: &[&dyn MapCore], delete: bool) -> Result<u64> {
+        let (mut new, mut seen) = (Vec::new(), 0u64);
+        for map in maps {
+            let vsize = map.value_size() as usize;
+            for_each_entry(map.as_fd(), 4, vsize, delete, |k, v| {
+                seen += 1;
+                let id = i32::from_ne_bytes(k[..4].try_into().unwrap_or_default());
+                if !self.ids.contains_key(&id) {
+                    new.push((id, (self.parse)(v)));
+                }
+            })
+            .with_context(|| format!("reading the maps of {}", self.what))?;
+        }
+        if delete {
+            self.deleted += seen;
+        }
+        for (id, frames) in new {
+            let c = self.contents.intern(frames);
+            self.ids.insert(id, c);
+        }
+        Ok(seen)
+    }
+}
+
 /// What the drains did, for `-v`.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct DrainStats {
@@ -177,16 +247,10 @@ pub(crate) struct Collector {
     /// The names and user leaves the keys of `agg` name.
     names: Table<Names>,
     leaves: Table<UserFrame>,
-    kernel: Interner<u64>,
-    user: Interner<UserFrame>,
-    python: Interner<PyFrame>,
-    kern_ids: HashMap<i32, u32>,
-    user_ids: HashMap<i32, u32>,
-    py_ids: HashMap<i32, u32>,
+    kernel: Stacks<u64>,
+    user: Stacks<UserFrame>,
+    python: Stacks<PyFrame>,
     keys_at_swap: u64,
-    kern_deleted: u64,
-    user_deleted: u64,
-    py_deleted: u64,
     /// The count map in the slot now.
     current: Option<MapHandle>,
     /// The last drained one, emptied: installed at the next swap. Creating
@@ -224,16 +288,10 @@ impl Collector {
             agg: HashMap::default(),
             names: Table::new(),
             leaves: Table::new(),
-            kernel: Interner::new(),
-            user: Interner::new(),
-            python: Interner::new(),
-            kern_ids: HashMap::default(),
-            user_ids: HashMap::default(),
-            py_ids: HashMap::default(),
+            kernel: Stacks::new(parse_kernel_stack, "a kernel stack"),
+            user: Stacks::new(parse_user_stack, "a user stack"),
+            python: Stacks::new(crate::pyframes::parse_stack, "a Python stack"),
             keys_at_swap: 0,
-            kern_deleted: 0,
-            user_deleted: 0,
-            py_deleted: 0,
             current: None,
             spare: None,
             merge_threads: false,
@@ -322,9 +380,9 @@ impl Collector {
 
     fn try_tick(&mut self, maps: &Maps, stats: &Stats) -> Result<()> {
         let keys = stats.count_keys.saturating_sub(self.keys_at_swap);
-        let kern_fill = stats.kern_stacks_stored.saturating_sub(self.kern_deleted);
-        let user_fill = stats.user_stacks_stored.saturating_sub(self.user_deleted);
-        let py_fill = stats.py.stored.saturating_sub(self.py_deleted);
+        let kern_fill = stats.kern_stacks_stored.saturating_sub(self.kernel.deleted);
+        let user_fill = stats.user_stacks_stored.saturating_sub(self.user.deleted);
+        let py_fill = stats.py.stored.saturating_sub(self.python.deleted);
         // How much each map grew since the last tick: the next tick may
         // bring as much again.
         let now = [
@@ -462,22 +520,9 @@ impl Collector {
     }
 
     fn resolve_kernel(&mut self, map: &dyn MapCore, id: i32) -> Result<Ref> {
-        if let Some(r) = negative(id) {
-            return Ok(r);
-        }
-        if let Some(&c) = self.kern_ids.get(&id) {
-            return Ok(Ref(c));
-        }
-        match get_by_u32(map, id as u32).context("reading a kernel stack")? {
-            Some(bytes) => {
-                let c = self.kernel.intern(parse_kernel_stack(&bytes));
-                self.kern_ids.insert(id, c);
-                Ok(Ref(c))
-            }
-            None => {
-                self.stats.unresolved += 1;
-                Ok(Ref::LOST)
-            }
+        match negative(id) {
+            Some(r) => Ok(r),
+            None => self.kernel.resolve(map, id, &mut self.stats.unresolved),
         }
     }
 
@@ -485,25 +530,12 @@ impl Collector {
         if let Some(r) = negative(id) {
             return Ok(r);
         }
-        if let Some(&c) = self.user_ids.get(&id) {
-            return Ok(Ref(c));
-        }
         let map = if id & crate::bpf::abi::DEEP_STACK_ID != 0 {
             maps.user_stacks_deep
         } else {
             maps.user_stacks
         };
-        match get_by_u32(map, id as u32).context("reading a user stack")? {
-            Some(bytes) => {
-                let c = self.user.intern(parse_user_stack(&bytes));
-                self.user_ids.insert(id, c);
-                Ok(Ref(c))
-            }
-            None => {
-                self.stats.unresolved += 1;
-                Ok(Ref::LOST)
-            }
-        }
+        self.user.resolve(map, id, &mut self.stats.unresolved)
     }
 
     /// A Python stack id: none (0), lost (negative), or its content.
@@ -514,25 +546,12 @@ impl Collector {
         if id < 0 {
             return Ok(Ref::LOST);
         }
-        if let Some(&c) = self.py_ids.get(&id) {
-            return Ok(Ref(c));
-        }
         let map = if id & crate::bpf::abi::PY_DEEP_STACK_ID != 0 {
             maps.py_stacks_deep
         } else {
             maps.py_stacks
         };
-        match get_by_u32(map, id as u32).context("reading a Python stack")? {
-            Some(bytes) => {
-                let c = self.python.intern(crate::pyframes::parse_stack(&bytes));
-                self.py_ids.insert(id, c);
-                Ok(Ref(c))
-            }
-            None => {
-                self.stats.unresolved += 1;
-                Ok(Ref::LOST)
-            }
-        }
+        self.python.resolve(map, id, &mut self.stats.unresolved)
     }
 
     /// Copies every entry of both stack maps and deletes it in the kernel.
@@ -545,57 +564,15 @@ impl Collector {
     /// id at a time, the stacks of a profile's last drain would take a
     /// syscall each.)
     fn copy_stacks(&mut self, maps: &Maps, delete: bool) -> Result<()> {
-        let (mut kern, mut kern_seen) = (Vec::new(), 0u64);
-        let vsize = maps.kern_stacks.value_size() as usize;
-        for_each_entry(maps.kern_stacks.as_fd(), 4, vsize, delete, |k, v| {
-            kern_seen += 1;
-            let id = i32::from_ne_bytes(k[..4].try_into().unwrap_or_default());
-            if !self.kern_ids.contains_key(&id) {
-                kern.push((id, parse_kernel_stack(v)));
-            }
-        })
-        .context("reading the kernel stack map")?;
-        let (mut user, mut user_seen) = (Vec::new(), 0u64);
-        for map in [maps.user_stacks, maps.user_stacks_deep] {
-            let vsize = map.value_size() as usize;
-            for_each_entry(map.as_fd(), 4, vsize, delete, |k, v| {
-                user_seen += 1;
-                let id = i32::from_ne_bytes(k[..4].try_into().unwrap_or_default());
-                if !self.user_ids.contains_key(&id) {
-                    user.push((id, parse_user_stack(v)));
-                }
-            })
-            .context("reading the user stack maps")?;
-        }
-        let (mut python, mut py_seen) = (Vec::new(), 0u64);
-        for map in [maps.py_stacks, maps.py_stacks_deep] {
-            let vsize = map.value_size() as usize;
-            for_each_entry(map.as_fd(), 4, vsize, delete, |k, v| {
-                py_seen += 1;
-                let id = i32::from_ne_bytes(k[..4].try_into().unwrap_or_default());
-                if !self.py_ids.contains_key(&id) {
-                    python.push((id, crate::pyframes::parse_stack(v)));
-                }
-            })
-            .context("reading the Python stack maps")?;
-        }
+        let mut seen = self.kernel.copy(&[maps.kern_stacks], delete)?;
+        seen += self
+            .user
+            .copy(&[maps.user_stacks, maps.user_stacks_deep], delete)?;
+        seen += self
+            .python
+            .copy(&[maps.py_stacks, maps.py_stacks_deep], delete)?;
         if delete {
-            self.kern_deleted += kern_seen;
-            self.user_deleted += user_seen;
-            self.py_deleted += py_seen;
-            self.stats.stacks_deleted += kern_seen + user_seen + py_seen;
-        }
-        for (id, frames) in python {
-            let c = self.python.intern(frames);
-            self.py_ids.insert(id, c);
-        }
-        for (id, frames) in kern {
-            let c = self.kernel.intern(frames);
-            self.kern_ids.insert(id, c);
-        }
-        for (id, frames) in user {
-            let c = self.user.intern(frames);
-            self.user_ids.insert(id, c);
+            self.stats.stacks_deleted += seen;
         }
         Ok(())
     }
@@ -618,8 +595,9 @@ impl Collector {
     /// Every aggregated stack. The sum of the counts is what the drained
     /// maps held.
     fn stacks(&mut self) -> Vec<RawStack> {
-        self.stats.contents =
-            (self.kernel.list.len() + self.user.list.len() + self.python.list.len()) as u64;
+        self.stats.contents = (self.kernel.contents.list.len()
+            + self.user.contents.list.len()
+            + self.python.contents.list.len()) as u64;
         self.agg
             .iter()
             .map(|(k, &count)| {
@@ -627,20 +605,20 @@ impl Collector {
                 let mut user = Vec::new();
                 if let Some(i) = k.user.index() {
                     user.extend(k.user_leaf.index().map(|l| self.leaves.list[l]));
-                    user.extend_from_slice(&self.user.list[i]);
+                    user.extend_from_slice(&self.user.contents.list[i]);
                 }
                 RawStack {
                     tgid: k.tgid,
                     tid: k.tid,
                     cgroup: names.cgroup,
                     comm: comm_string(&names.comm),
-                    kernel: frames(k.kernel, &self.kernel.list),
+                    kernel: frames(k.kernel, &self.kernel.contents.list),
                     user,
                     kernel_lost: k.kernel == Ref::LOST,
                     user_lost: k.user == Ref::LOST,
                     off_cpu: k.off_cpu,
                     count,
-                    python: frames(k.python, &self.python.list),
+                    python: frames(k.python, &self.python.contents.list),
                 }
             })
             .collect()

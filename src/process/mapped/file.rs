@@ -86,11 +86,11 @@ pub struct MappedFile {
     pub in_root: bool,
     /// The descriptor, kept for the profile (none when it could not be
     /// opened, or past the descriptor budget).
-    pub(super) file: Option<File>,
+    file: Option<File>,
     /// Its owner, when opened.
     pub uid: Option<u32>,
     /// Its GNU build ID, where a record or the unwinder read one.
-    pub(super) build_id: OnceLock<Option<BuildId>>,
+    build_id: OnceLock<Option<BuildId>>,
     /// When bprof learned of the mapping: a file at `path` changed after
     /// that is not the one that was mapped.
     pub learned: SystemTime,
@@ -99,6 +99,60 @@ pub struct MappedFile {
 }
 
 impl MappedFile {
+    /// A file opened (`meta` its `fstat`), its descriptor kept when `keep`.
+    pub(super) fn opened(
+        path: &Path,
+        in_root: bool,
+        file: File,
+        meta: &std::fs::Metadata,
+        keep: bool,
+        learned: SystemTime,
+    ) -> MappedFile {
+        MappedFile {
+            key: FileKey::of(meta),
+            id: Some(FileId::of(meta)),
+            path: path.to_path_buf(),
+            in_root,
+            file: keep.then_some(file),
+            uid: Some(meta.uid()),
+            build_id: OnceLock::new(),
+            learned,
+            why: None,
+        }
+    }
+
+    /// A file that could not be opened: known by the record's key alone.
+    pub(super) fn unreachable(
+        key: FileKey,
+        path: &Path,
+        in_root: bool,
+        learned: SystemTime,
+        why: String,
+    ) -> MappedFile {
+        MappedFile {
+            key,
+            id: None,
+            path: path.to_path_buf(),
+            in_root,
+            file: None,
+            uid: None,
+            build_id: OnceLock::new(),
+            learned,
+            why: Some(why),
+        }
+    }
+
+    /// Its build ID as noted (`None` inside: noted as having none), or
+    /// `None` when nobody noted it yet.
+    pub(super) fn noted_build_id(&self) -> Option<Option<BuildId>> {
+        self.build_id.get().copied()
+    }
+
+    /// Notes its build ID (the first note stands).
+    pub(super) fn set_build_id(&self, id: Option<BuildId>) {
+        let _ = self.build_id.set(id);
+    }
+
     /// The kept descriptor.
     pub fn file(&self) -> Option<&File> {
         self.file.as_ref()

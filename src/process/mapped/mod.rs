@@ -26,7 +26,6 @@
 mod file;
 
 use std::collections::{HashMap, VecDeque};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
@@ -166,13 +165,13 @@ impl MappedFiles {
                 Some(k) => self
                     .by_key
                     .get(&k)
-                    .and_then(|v| v.iter().rev().find(|f| f.file.is_some()).cloned()),
+                    .and_then(|v| v.iter().rev().find(|f| f.file().is_some()).cloned()),
                 None => self.by_build_id.get(&id).cloned(),
             },
             Known::Key(k) => self
                 .by_key
                 .get(&k)
-                .and_then(|v| v.iter().rev().find(|f| f.file.is_some()).cloned()),
+                .and_then(|v| v.iter().rev().find(|f| f.file().is_some()).cloned()),
         };
         let file = match hit {
             Some(f) => {
@@ -266,17 +265,9 @@ impl MappedFiles {
             Err(why) => {
                 self.stats.unreachable += 1;
                 let key = want.filter(|k| k.ino != 0)?;
-                let f = Arc::new(MappedFile {
-                    key,
-                    id: None,
-                    path: m.path.to_path_buf(),
-                    in_root: m.in_root,
-                    file: None,
-                    uid: None,
-                    build_id: OnceLock::new(),
-                    learned,
-                    why: Some(why),
-                });
+                let f = Arc::new(MappedFile::unreachable(
+                    key, m.path, m.in_root, learned, why,
+                ));
                 self.by_key.entry(key).or_default().push(f.clone());
                 return Some(f);
             }
@@ -301,17 +292,9 @@ impl MappedFiles {
                 } else {
                     self.stats.not_kept += 1;
                 }
-                let f = Arc::new(MappedFile {
-                    key,
-                    id: Some(id),
-                    path: m.path.to_path_buf(),
-                    in_root: m.in_root,
-                    file: keep.then_some(file),
-                    uid: Some(meta.uid()),
-                    build_id: OnceLock::new(),
-                    learned,
-                    why: None,
-                });
+                let f = Arc::new(MappedFile::opened(
+                    m.path, m.in_root, file, &meta, keep, learned,
+                ));
                 self.by_key.entry(key).or_default().push(f.clone());
                 f
             }
@@ -331,10 +314,10 @@ impl MappedFiles {
     /// The build ID of `file`, read from it once (its headers and notes)
     /// if nobody noted it yet; `None` without one or when it is not open.
     pub(crate) fn build_id_of(&mut self, file: &Arc<MappedFile>) -> Option<BuildId> {
-        if let Some(id) = file.build_id.get() {
-            return *id;
+        if let Some(id) = file.noted_build_id() {
+            return id;
         }
-        let id = crate::process::buildid::of_file(file.file.as_ref()?);
+        let id = crate::process::buildid::of_file(file.file()?);
         self.note_build_id(file, id);
         id
     }
@@ -342,9 +325,9 @@ impl MappedFiles {
     /// Records `file`'s build ID (read by a record or from the file): a
     /// root-owned file then serves every later mapping with that ID.
     pub(crate) fn note_build_id(&mut self, file: &Arc<MappedFile>, id: Option<BuildId>) {
-        let _ = file.build_id.set(id);
+        file.set_build_id(id);
         if let (Some(id), Some(0)) = (file.build_id(), file.uid) {
-            if file.file.is_some() {
+            if file.file().is_some() {
                 self.by_build_id.entry(id).or_insert_with(|| file.clone());
             }
         }
@@ -386,17 +369,14 @@ impl MappedFiles {
         self.stats.opened += 1;
         let keep = self.kept < max_kept();
         self.kept += usize::from(keep);
-        let f = Arc::new(MappedFile {
-            key,
-            id: Some(id),
-            path: path.to_path_buf(),
-            in_root: false,
-            file: keep.then_some(c.file),
-            uid: Some(meta.uid()),
-            build_id: OnceLock::new(),
-            learned: SystemTime::now(),
-            why: None,
-        });
+        let f = Arc::new(MappedFile::opened(
+            path,
+            false,
+            c.file,
+            &meta,
+            keep,
+            SystemTime::now(),
+        ));
         self.by_key.entry(key).or_default().push(f.clone());
         Some(f)
     }
@@ -458,7 +438,7 @@ impl MappedFiles {
         }
         all.iter()
             .rev()
-            .find(|f| f.file.is_some())
+            .find(|f| f.file().is_some())
             .or_else(|| all.last())
             .cloned()
     }
@@ -482,7 +462,7 @@ impl MappedFiles {
         for m in self.pids.get(&pid).into_iter().flatten().rev() {
             let f = &m.file;
             if f.build_id() == Some(*id)
-                && f.file.is_some()
+                && f.file().is_some()
                 && !out.iter().any(|(x, _)| Arc::ptr_eq(x, f))
             {
                 out.push((f.clone(), true));
@@ -517,7 +497,7 @@ impl MappedFiles {
         let mut closed = 0;
         for f in self.by_key.values().flatten().filter(|f| unused(f)) {
             if drop_keys.insert(Arc::as_ptr(f)) {
-                closed += usize::from(f.file.is_some());
+                closed += usize::from(f.file().is_some());
             }
         }
         if drop_keys.is_empty() {
@@ -570,6 +550,19 @@ mod tests {
         d
     }
 
+    /// One page of `path` mapped at 0x1000 by `pid`, as /proc names it.
+    fn page(pid: u32, path: &Path, key: FileKey) -> Learned<'_> {
+        Learned {
+            pid,
+            start: 0x1000,
+            end: 0x2000,
+            off: 0,
+            path,
+            in_root: false,
+            known: Known::Key(key),
+        }
+    }
+
     /// bprof's own executable mappings are opened through map_files (a
     /// magic link, followed), each distinct file once; their raw
     /// addresses map back to file offsets.
@@ -616,15 +609,7 @@ mod tests {
         let key = FileKey::of(&std::fs::metadata(&p).unwrap());
         let mut files = MappedFiles::default();
         // No such mapping in this process: map_files fails, the path serves.
-        let m = Learned {
-            pid: std::process::id(),
-            start: 0x1000,
-            end: 0x2000,
-            off: 0,
-            path: &p,
-            in_root: false,
-            known: Known::Key(key),
-        };
+        let m = page(std::process::id(), &p, key);
         let f = files.learn(&m).unwrap();
         assert!(f.file().is_some(), "{:?}", f.why);
         // Replaced: a new file at the path is not it.
@@ -670,16 +655,7 @@ mod tests {
         let key = FileKey::of(&std::fs::metadata(&p).unwrap());
         let mut files = MappedFiles::default();
         for pid in [4_000_001, 4_000_002] {
-            let m = Learned {
-                pid,
-                start: 0x1000,
-                end: 0x2000,
-                off: 0,
-                path: &p,
-                in_root: false,
-                known: Known::Key(key),
-            };
-            files.learn(&m).unwrap();
+            files.learn(&page(pid, &p, key)).unwrap();
         }
         assert_eq!((files.len(), files.kept(), files.stats.opened), (1, 1, 1));
         files.forget(&[4_000_001].into_iter().collect());
@@ -702,15 +678,7 @@ mod tests {
         let key = FileKey::of(&std::fs::metadata(&p).unwrap());
         let mut files = MappedFiles::default();
         let learn = |files: &mut MappedFiles, pid: u32| {
-            files.learn(&Learned {
-                pid,
-                start: 0x1000,
-                end: 0x2000,
-                off: 0,
-                path: &p,
-                in_root: false,
-                known: Known::Key(key),
-            });
+            files.learn(&page(pid, &p, key));
         };
         let (live, first) = (4_100_000, 4_100_001);
         learn(&mut files, live);
