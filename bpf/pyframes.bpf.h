@@ -101,7 +101,8 @@ struct {
 
 /* Python stacks by id (from 1: 0 in a key is "none"), stored by content:
  * py_stack_ids maps a hash of a process's stack to its id and a second,
- * independent hash, which a hit must match (128 bits: two different stacks
+ * independent hash, which a hit must match (each frame enters both as one
+ * 64-bit word of its code, identity and instruction: two different stacks
  * of one process sharing both are not to be expected, and a process that
  * crafted such a pair could only mislabel its own samples). The hashes
  * take the process: each process announces its own code objects. */
@@ -418,13 +419,11 @@ __noinline __u64 py_thread_state(__u32 slot, __u64 key)
 	if (!w)
 		return 0;
 	t = bpf_map_lookup_elem(&py_threads, &key);
+	if (t && t->tstate && py_ts_is_ours(w, t->tstate))
+		return t->tstate;
 	w->search.entry.at = bpf_ktime_get_ns();
-	if (t) {
-		if (t->tstate && py_ts_is_ours(w, t->tstate))
-			return t->tstate;
-		if (!t->tstate && w->search.entry.at - t->at < PY_RETRY_NS)
-			return 0;
-	}
+	if (t && !t->tstate && w->search.entry.at - t->at < PY_RETRY_NS)
+		return 0;
 	PY_COUNT(searches, 1);
 	w->search.ts = 0;
 	w->search.interps = 0;
@@ -451,7 +450,7 @@ __noinline __u64 py_print(struct py_walk *w, __u64 p, int bytes)
 	if (!w || !py_ptr_ok(p))
 		return 0;
 	for (k = 0; k < PY_MEMO; k++)
-		if (w->prints[k].code == p && w->prints[k].id)
+		if (k < w->next_print && w->prints[k].code == p)
 			return w->prints[k].id;
 	o = &w->proc.o;
 	if (bpf_probe_read_user(w->s, PY_STR_BUF, (void *)p))
@@ -514,7 +513,7 @@ __noinline __u64 py_code_id(struct py_walk *w, __u64 code, __u32 n)
 			return last->id;
 	}
 	for (k = 0; k < PY_MEMO; k++)
-		if (w->memo[k].code == code && w->memo[k].id)
+		if (k < w->next_memo && w->memo[k].code == code)
 			goto found;
 	goto read;
 found:
@@ -632,9 +631,8 @@ static long py_frame_step(__u32 i, struct py_step_ctx *c)
 	rec->flags = flags;
 	w->stack.nr = n + 1;
 	w->frame = back;
-	py_hash(w, code);
-	py_hash(w, id);
-	py_hash(w, (__u64)(__u32)lasti << 32 | flags);
+	/* One word of the frame: code and id mixed (ids are hashes). */
+	py_hash(w, (code ^ id * 0x9e3779b97f4a7c15ULL) + ((__u64)(__u32)lasti << 32 | flags));
 	return 0;
 }
 
@@ -949,8 +947,8 @@ __noinline __s32 py_stack_id(__u32 slot)
 	/* Copies of another walk's memory, or identities of its code objects,
 	 * may be stale now. */
 	__builtin_memset(w->len, 0, sizeof(w->len));
-	__builtin_memset(w->memo, 0, sizeof(w->memo));
-	__builtin_memset(w->prints, 0, sizeof(w->prints));
+	w->next_memo = 0;
+	w->next_print = 0;
 	PY_COUNT(walks, 1);
 	end = py_walk(w, slot, pid_tgid);
 	/* The checked value, not one clang merged the checks of. */
