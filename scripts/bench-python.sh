@@ -16,7 +16,8 @@
 #     under bprof -F 999 and under py-spy record -r 999 (which pauses the
 #     process for each sample), in rounds of alone, bprof, py-spy, alone:
 #     the median over the rounds of each one's slowdown against its
-#     round's lone runs (BENCH_PY_ROUNDS, default 10).
+#     round's lone runs (BENCH_PY_ROUNDS, default 10); the workload on
+#     CPU 1, the profilers on CPU 0.
 #  4. Peak RSS of bprof and samples lost over a 60 s profile (-F 999 -p) of
 #     a Python process, with and without the Python walk (--no-python) and
 #     without DWARF's inlined frames (--no-inline), and
@@ -125,7 +126,9 @@ if want 3; then
     # profiler's slowdown against the mean of its round's two lone runs,
     # the median over the rounds (BENCH_PY_ROUNDS, default 10). The
     # machine's speed drifts by tens of percent over minutes; within a
-    # round it mostly holds.
+    # round it mostly holds. The workload runs on CPU 1 and each profiler's
+    # own process on CPU 0, so what the workload loses is what sampling it
+    # costs, not a share of its CPU taken by the profiler's user side.
     ROUNDS=${BENCH_PY_ROUNDS:-10}
     echo
     echo "| interpreter | alone (s, median) | bprof's slowdown (median) | py-spy's | rounds |"
@@ -133,11 +136,12 @@ if want 3; then
     for py in "${pythons[@]}"; do
         : >"$tmp/rounds"
         for _ in $(seq "$ROUNDS"); do
-            a=$("$py" "$FIX" rounds 800)
-            b=$("$BPROF" -F 999 --no-counts -o /dev/null -- "$py" "$FIX" rounds 800 2>/dev/null)
-            s=$("$pyspy" record -r 999 -f raw -o "$tmp/spy.txt" -- "$py" "$FIX" rounds 800 2>/dev/null |
-                grep -E '^[0-9.]+$')
-            a2=$("$py" "$FIX" rounds 800)
+            a=$(taskset -c 1 "$py" "$FIX" rounds 800)
+            b=$(taskset -c 0 "$BPROF" -F 999 --no-counts -o /dev/null -- \
+                taskset -c 1 "$py" "$FIX" rounds 800 2>/dev/null)
+            s=$(taskset -c 0 "$pyspy" record -r 999 -f raw -o "$tmp/spy.txt" -- \
+                taskset -c 1 "$py" "$FIX" rounds 800 2>/dev/null | grep -E '^[0-9.]+$')
+            a2=$(taskset -c 1 "$py" "$FIX" rounds 800)
             echo "$a $b $s $a2" >>"$tmp/rounds"
         done
         al=$(awk '{ print ($1 + $4) / 2 }' "$tmp/rounds" | median)
