@@ -25,7 +25,7 @@
  * and last bytes): another code object made at a freed one's address, with
  * its strings at the freed strings' addresses, has another identity. From
  * 3.12 identities are kept per CPU while the counter co_version is taken
- * from has not moved (py_code_cached): a steady program's walks then read
+ * from has not moved (py_code_id): a steady program's walks then read
  * no code object at all.
  *
  * The process's memory is hostile: every read is bounded, every pointer
@@ -164,6 +164,9 @@ struct py_code_memo {
 
 #define PY_CO_BUF 160
 #define PY_STR_BUF 64
+/* py_print reads this much at once: most names, files and line tables
+ * whole, so their last bytes need no read of their own. */
+#define PY_PRINT_BUF 192
 
 /* Per CPU, the identities of the code objects of the last walk, by
  * depth, valid while the process's code object counter (co_version's
@@ -221,6 +224,7 @@ struct py_walk {
 	struct py_stack stack;
 	__u8 co[PY_CO_BUF];  /* the code object read last */
 	__u8 s[PY_STR_BUF];  /* the string or bytes object read last */
+	__u8 pr[PY_PRINT_BUF]; /* the one py_print read last */
 	__u8 win[PY_WIN];
 	struct py_last_walk last;
 	struct py_stack_memo stacks[1 << PY_STACK_MEMO_BITS];
@@ -445,7 +449,7 @@ __noinline __u64 py_print(struct py_walk *w, __u64 p, int bytes)
 {
 	struct py_offsets *o;
 	__u64 len, data, h, first = 0, last = 0;
-	__u32 state, k, off;
+	__u32 state, k, off, got = PY_PRINT_BUF;
 
 	if (!w || !py_ptr_ok(p))
 		return 0;
@@ -453,37 +457,43 @@ __noinline __u64 py_print(struct py_walk *w, __u64 p, int bytes)
 		if (k < w->next_print && w->prints[k].code == p)
 			return w->prints[k].id;
 	o = &w->proc.o;
-	if (bpf_probe_read_user(w->s, PY_STR_BUF, (void *)p))
-		return 0;
-	if (bytes) {
-		if (py_b64(w->s, 8, PY_STR_BUF) != w->proc.bytes_type)
+	if (bpf_probe_read_user(w->pr, PY_PRINT_BUF, (void *)p)) {
+		/* The object may end just below an unmapped page. */
+		got = PY_STR_BUF;
+		if (bpf_probe_read_user(w->pr, PY_STR_BUF, (void *)p))
 			return 0;
-		len = py_b64(w->s, o->bytes_size, PY_STR_BUF);
+	}
+	if (bytes) {
+		if (py_b64(w->pr, 8, PY_PRINT_BUF) != w->proc.bytes_type)
+			return 0;
+		len = py_b64(w->pr, o->bytes_size, PY_PRINT_BUF);
 		off = o->bytes_data;
 	} else {
-		if (py_b64(w->s, 8, PY_STR_BUF) != w->proc.str_type)
+		if (py_b64(w->pr, 8, PY_PRINT_BUF) != w->proc.str_type)
 			return 0;
-		state = py_b32(w->s, o->str_state, PY_STR_BUF);
+		state = py_b32(w->pr, o->str_state, PY_PRINT_BUF);
 		k = (state >> 2) & 7;
 		if (!((state >> 5) & 1))
 			return 0;
-		len = py_b64(w->s, o->str_length, PY_STR_BUF) * k;
+		len = py_b64(w->pr, o->str_length, PY_PRINT_BUF) * k;
 		off = ((state >> 6) & 1) ? o->str_ascii_size : o->str_compact_size;
 	}
 	if (len > (1 << 24))
 		return 0;
 	data = p + off;
-	h = fnv_word(len, py_b64(w->s, PY_CACHED_HASH, PY_STR_BUF));
-	/* The first bytes, from the read when they are in it; a string's last
-	 * 8 (files differ at their end), read on their own when not. */
+	h = fnv_word(len, py_b64(w->pr, PY_CACHED_HASH, PY_PRINT_BUF));
+	/* The first and last 8 bytes (files differ at their end), from the
+	 * read when they are in it, else read on their own. */
 	if (len >= 8) {
-		first = off + 8 <= PY_STR_BUF ? py_b64(w->s, off, PY_STR_BUF) : 0;
-		if (off + len <= PY_STR_BUF)
-			last = py_b64(w->s, off + len - 8, PY_STR_BUF);
+		first = off + 8 <= got ? py_b64(w->pr, off, PY_PRINT_BUF) : 0;
+		if (off + len <= got)
+			last = py_b64(w->pr, off + len - 8, PY_PRINT_BUF);
 		else if (bpf_probe_read_user(&last, 8, (void *)(data + len - 8)))
 			return 0;
 	} else if (len) {
-		if (bpf_probe_read_user(&first, 8, (void *)data))
+		if (off + 8 <= got)
+			first = py_b64(w->pr, off, PY_PRINT_BUF);
+		else if (bpf_probe_read_user(&first, 8, (void *)data))
 			return 0;
 		first &= (1ULL << (len * 8)) - 1;
 	}
