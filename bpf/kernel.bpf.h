@@ -21,6 +21,7 @@
 #define PF_KTHREAD 0x00200000
 #define TASK_INTERRUPTIBLE 0x1
 #define TASK_UNINTERRUPTIBLE 0x2
+#define TASK_DEAD 0x80
 #define PAGE_SHIFT_X86 12
 /* VM_EXEC: the same bit in every kernel. */
 #define BPROF_VM_EXEC 0x4

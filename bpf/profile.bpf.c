@@ -122,13 +122,32 @@ _Static_assert(__builtin_offsetof(struct frame_record, offset) ==
 		       __builtin_offsetof(struct bpf_stack_build_id, offset),
 	       "frame_record.offset");
 
-/* Off-CPU: switch-out time and stacks, per task. */
+/* Off-CPU: switch-out time and stacks, per thread id; an entry goes when
+ * its thread exits (offcpu_exit). Not task storage: making a task's storage
+ * at sched_switch, under the runqueue lock, allocates with GFP_ATOMIC before
+ * 6.4, which may wake kswapd and so take a runqueue lock again; hash
+ * elements come from BPF's own allocator (6.1). */
 struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
 	__type(value, struct offcpu_start);
 } offcpu_start SEC(".maps");
+
+static const struct offcpu_start offcpu_none = { .kern_stack_id = -1, .user_stack_id = -1 };
+
+/* Thread `tid`'s entry in offcpu_start, made if it has none; 0 when the
+ * map has no room. */
+static __always_inline struct offcpu_start *offcpu_entry(__u32 tid)
+{
+	struct offcpu_start *s = bpf_map_lookup_elem(&offcpu_start, &tid);
+
+	if (s)
+		return s;
+	bpf_map_update_elem(&offcpu_start, &tid, &offcpu_none, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&offcpu_start, &tid);
+}
 
 /* One raw kernel stack of offcpu_switch, to measure the skip count. */
 struct {
@@ -581,7 +600,9 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 	/* prev is current here: its stacks are the ones it blocked in. */
 	/* A task preempted after setting a sleeping state (before it called
 	 * schedule() itself) is still runnable: that is not a block. */
-	if (pid != 0 && (cfg.all_states || (!preempt && (prev_state & (TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE)))) &&
+	/* A dead task is switched out for the last time: nothing resumes. */
+	if (pid != 0 && !(prev_state & TASK_DEAD) &&
+	    (cfg.all_states || (!preempt && (prev_state & (TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE)))) &&
 	    (cfg.kernel_threads || !(prev->flags & PF_KTHREAD)) && is_target(tgid, pid)) {
 		struct filter_sample fs = { .id = ((__u64)tgid << 32) | pid };
 		char comm[BPROF_COMM_LEN] = {};
@@ -594,7 +615,9 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 			__u32 slot = SCRATCH_OFF_CPU;
 			struct cpu_scratch *cs = bpf_map_lookup_elem(&cpu_scratch, &slot);
 
-			start = bpf_task_storage_get(&offcpu_start, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+			start = offcpu_entry(pid);
+			if (!start)
+				st->blocks_untracked++;
 			if (start && cs) {
 				cs->sample.ur.valid = 0; /* switching out: the task's saved registers */
 				start->ts = bpf_ktime_get_ns();
@@ -609,7 +632,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		}
 	}
 
-	start = bpf_task_storage_get(&offcpu_start, next, 0, 0);
+	pid = next->pid;
+	start = pid ? bpf_map_lookup_elem(&offcpu_start, &pid) : 0;
 	if (start && start->ts) {
 		__u64 delta = bpf_ktime_get_ns() - start->ts;
 		struct sample_key key = {};
@@ -631,6 +655,16 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		st->blocks_counted++;
 		count(st, &key, delta / 1000);
 	}
+	return 0;
+}
+
+/* A thread ends: its off-CPU entry goes before its id can be reused. */
+SEC("raw_tp/sched_process_exit")
+int offcpu_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	bpf_map_delete_elem(&offcpu_start, &tid);
 	return 0;
 }
 

@@ -129,6 +129,7 @@ struct profile_stats {
 	__u64 switches_out;    /* off-CPU: blocks recorded at switch-out */
 	__u64 blocks_counted;  /* off-CPU: blocks charged at switch-in */
 	__u64 blocks_outside;  /* off-CPU: outside --min-block/--max-block */
+	__u64 blocks_untracked; /* off-CPU: switch-outs with no room to stamp */
 	/* Sum of what `counted` samples added to the count map (1 each, or
 	 * microseconds off-CPU and with --wall): the outputs must add up to it. */
 	__u64 counted_weight;

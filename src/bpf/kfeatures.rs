@@ -9,7 +9,7 @@ use libbpf_rs::btf::types::{Composite, Struct};
 use libbpf_rs::btf::BtfType;
 use libbpf_rs::libbpf_sys;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Btf, MapType, ProgramType};
+use libbpf_rs::{Btf, ProgramType};
 
 use crate::bpf::skel::probe::ProbeSkelBuilder;
 
@@ -27,8 +27,6 @@ pub(crate) enum Feature {
     AtomicFetch,
     /// `bpf_get_current_task_btf`, to read the sampled task's mm.
     CurrentTaskBtf,
-    /// Task-local storage maps, for off-CPU switch-out stamps.
-    TaskStorage,
     /// `bpf_loop`, for loops too long to unroll: the unwinder's walk and
     /// the stored user stacks' hashing.
     BpfLoop,
@@ -41,7 +39,6 @@ pub(crate) const PROFILE: &[Feature] = &[
     Feature::TpBtf,
     Feature::AtomicFetch,
     Feature::CurrentTaskBtf,
-    Feature::TaskStorage,
     Feature::BpfLoop,
 ];
 
@@ -62,7 +59,6 @@ impl Feature {
             Feature::TpBtf => "BTF tracepoints (tp_btf, Linux 5.5)",
             Feature::AtomicFetch => "BPF atomic fetch operations (Linux 5.12)",
             Feature::CurrentTaskBtf => "the bpf_get_current_task_btf helper (Linux 5.11)",
-            Feature::TaskStorage => "task storage maps (BPF_MAP_TYPE_TASK_STORAGE, Linux 5.11)",
             Feature::BpfLoop => "the bpf_loop helper (Linux 5.17)",
         }
     }
@@ -77,7 +73,6 @@ impl Feature {
             Feature::TpBtf => Some(probe_program(Probe::TpBtf)),
             Feature::AtomicFetch => Some(probe_program(Probe::AtomicFetch)),
             Feature::CurrentTaskBtf => helper(libbpf_sys::BPF_FUNC_get_current_task_btf),
-            Feature::TaskStorage => MapType::TaskStorage.is_supported().ok(),
             Feature::BpfLoop => helper(libbpf_sys::BPF_FUNC_loop),
         }
     }

@@ -153,6 +153,7 @@ pub fn read_stats(map: &dyn MapCore) -> Result<Stats> {
         s.switches_out += c.switches_out;
         s.blocks_counted += c.blocks_counted;
         s.blocks_outside += c.blocks_outside;
+        s.blocks_untracked += c.blocks_untracked;
         s.counted_weight += c.counted_weight;
         s.count_keys += c.count_keys;
         s.kern_stacks_stored += c.kern_stacks_stored;

@@ -371,6 +371,7 @@ impl<'obj> ProfileProgram<'obj> {
         }
         if !opts.mode.off_cpu() {
             open.progs.offcpu_switch.set_autoload(false);
+            open.progs.offcpu_exit.set_autoload(false);
         }
         if !opts.learns_at_exec() {
             open.progs.learn_exec.set_autoload(false);
@@ -515,13 +516,19 @@ impl<'obj> ProfileProgram<'obj> {
     /// raw stack to count them by, and off-CPU accounting starts only once
     /// [`Self::arm_offcpu`] has set how many to skip.
     pub fn attach_offcpu(&mut self) -> Result<()> {
-        let link = self
-            .skel
-            .progs
+        let progs = &self.skel.progs;
+        // Each thread's entry goes at its exit, attached first: none is
+        // left behind for a reused thread id.
+        let exit = progs
+            .offcpu_exit
+            .attach_raw_tracepoint("sched_process_exit")
+            .context("attaching raw tracepoint sched_process_exit")?;
+        let switch = progs
             .offcpu_switch
             .attach()
             .context("attaching tp_btf/sched_switch")?;
-        self.links.push(link);
+        self.links.push(exit);
+        self.links.push(switch);
         Ok(())
     }
 

@@ -150,6 +150,8 @@ pub struct Stats {
     pub blocks_counted: u64,
     /// Off-CPU: blocks outside --min-block/--max-block.
     pub blocks_outside: u64,
+    /// Off-CPU: switch-outs not stamped (no room for the thread's entry).
+    pub blocks_untracked: u64,
     /// Sum of what the counted samples added (1 each, or microseconds for
     /// off-CPU and `--wall`): the outputs add up to this.
     pub counted_weight: u64,

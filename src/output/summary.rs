@@ -323,6 +323,13 @@ impl Summary {
                         st.blocks_outside
                     )?;
                 }
+                if st.blocks_untracked > 0 {
+                    writeln!(
+                        e,
+                        "bprof: {} blocks lost: no room to stamp their threads' switch-out",
+                        st.blocks_untracked
+                    )?;
+                }
             }
         }
         self.write_unnamed(e, verbose)?;
@@ -463,6 +470,7 @@ impl Summary {
                 "switches_out": st.switches_out,
                 "blocks_counted": st.blocks_counted,
                 "blocks_outside": st.blocks_outside,
+                "blocks_untracked": st.blocks_untracked,
             },
             "unique_stacks": self.unique_stacks,
             "stack_collisions": st.stack_collisions,
