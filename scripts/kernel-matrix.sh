@@ -16,7 +16,11 @@
 # load and named the kernel features missing (what it must do on a kernel
 # too old for it). Exits non-zero unless every check of every kernel passed,
 # NOFEAT counting as passed below 6.1 (the oldest supported kernel), where
-# a refusal that names what is missing is the right answer.
+# a refusal that names what is missing is the right answer. A guest silent
+# for 200 s has frozen (every bprof run in it is cut at 130 s): where its
+# CPUs were (registers, and the stack of an NMI the guest panics on) is
+# printed, and that kernel boots once more; the table is the second boot's
+# and the output keeps the freeze.
 # BPROF_KMATRIX_BIN=PATH boots that bprof instead of building one (CI has
 # built it). Run as root
 # (apt); it profiles only inside the guests, but those take CPU: take
@@ -307,9 +311,69 @@ checks=(shares aggregation cache command pid filter offcpu stat compat)
 [ -f fixtures/unwind.c ] && checks+=(unwind)
 checks+=(intervals)
 checks+=(notrace)
-declare -A res detail
+declare -A res detail froze
 names=()
 fail=0
+
+# Where a frozen guest's CPUs are: qemu's registers of each (Debian ships
+# no System.map to name them; the guest boots without KASLR so they compare
+# across boots), then an NMI, on which the guest panics (unknown_nmi_panic)
+# with the stack of the CPU it lands on in the serial log. Arg: the monitor.
+where_frozen() {
+    python3 - "$1" <<'PY' 2>&1 || true
+import re, socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(5)
+s.connect(sys.argv[1])
+def ask(cmd, wait):
+    s.sendall((cmd + "\n").encode())
+    time.sleep(wait)
+    out = b""
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            out += d
+    except OSError:
+        pass
+    return out.decode(errors="replace")
+regs = ask("info registers -a", 3)
+for cpu, rip in enumerate(re.findall(r"RIP=([0-9a-f]+)", regs)):
+    print("CPU %d at %s" % (cpu, rip))
+ask("nmi", 10)
+PY
+}
+
+# Boots kernel $1 with its serial console to $2. A guest silent for 200 s
+# (each bprof run in it is cut at 130 s) has frozen: where its CPUs were
+# goes to $2.frozen and the boot ends; so does one still running at 600 s.
+boot() {
+    local k=$1 log=$2 mon=$work/monitor qpid size last=-1 quiet=0 t0
+    t0=$(date +%s)
+    rm -f "$mon" "$log.frozen"
+    # TCG: KVM is not usable in nested VMs; 2 CPUs exercise the per-CPU paths.
+    # loglevel 4: the kernel's errors (a hung task, a soft lockup) reach the log.
+    qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1024 \
+        -nographic -no-reboot -nic none -monitor "unix:$mon,server,nowait" -serial stdio \
+        -kernel "$k" -initrd "$work/initrd.gz" \
+        -append "console=ttyS0 quiet loglevel=4 panic=-1 mitigations=off nokaslr unknown_nmi_panic=1" \
+        </dev/null >"$log" 2>&1 &
+    qpid=$!
+    while kill -0 "$qpid" 2>/dev/null; do
+        sleep 5
+        size=$(stat -c %s "$log")
+        if [ "$size" = "$last" ]; then quiet=$((quiet + 5)); else quiet=0 last=$size; fi
+        if [ "$quiet" -ge 200 ] || [ $(($(date +%s) - t0)) -ge 600 ]; then
+            where_frozen "$mon" >"$log.frozen"
+            break
+        fi
+    done
+    kill "$qpid" 2>/dev/null || true
+    wait "$qpid" 2>/dev/null || true
+    tr -d '\r' <"$log" >"$log.tmp" && mv "$log.tmp" "$log"
+}
+
 for k in "${kernels[@]}"; do
     name=$(basename "$k" | sed 's/^vmlinuz-//')
     kv=$(echo "$name" | awk -F. '{ print $1 * 1000 + $2 }')
@@ -317,18 +381,25 @@ for k in "${kernels[@]}"; do
     log=$out/$name.log
     echo "kernel-matrix: booting $name (log: $log)" >&2
     start=$(date +%s)
-    # TCG: KVM is not usable in nested VMs; 2 CPUs exercise the per-CPU paths.
-    # loglevel 4: the kernel's errors (a hung task, a soft lockup) reach the log.
-    timeout 600 qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1024 \
-        -nographic -no-reboot -nic none -monitor none -serial stdio \
-        -kernel "$k" -initrd "$work/initrd.gz" \
-        -append "console=ttyS0 quiet loglevel=4 panic=-1 mitigations=off" \
-        </dev/null >"$log" 2>&1 || true
+    boot "$k" "$log"
+    # A frozen guest is reported with where its CPUs were, and booted once
+    # more: the table is the second boot's, the freeze stays in the output.
+    if [ -s "$log.frozen" ]; then
+        after=$(grep '^KMX|' "$log" | tail -1 | cut -d'|' -f2)
+        froze[$name]="froze after check ${after:-(none)}: $(grep '^CPU' "$log.frozen" | paste -sd';' -)"
+        echo "kernel-matrix: $name ${froze[$name]}; its last lines:" >&2
+        tail -60 "$log" | sed 's/^/  | /' >&2
+        sed 's/^/  > /' "$log.frozen" >&2
+        mv "$log" "$log.first"
+        mv "$log.frozen" "$log.first.frozen"
+        echo "kernel-matrix: booting $name again (log: $log)" >&2
+        boot "$k" "$log"
+    fi
     echo "kernel-matrix: $name took $(($(date +%s) - start)) s" >&2
-    tr -d '\r' <"$log" >"$log.tmp" && mv "$log.tmp" "$log"
     grep -q '^KMX-DONE' "$log" || {
         echo "kernel-matrix: $name did not finish the suite (see $log); its last lines:" >&2
         tail -80 "$log" | sed 's/^/  | /' >&2
+        [ ! -s "$log.frozen" ] || sed 's/^/  > /' "$log.frozen" >&2
         fail=1
     }
     for c in "${checks[@]}"; do
@@ -357,7 +428,7 @@ for n in "${names[@]}"; do
     echo
 done
 for n in "${names[@]}"; do
-    echo "$n:"
+    echo "$n:${froze[$n]:+ (first boot ${froze[$n]})}"
     for c in "${checks[@]}"; do printf '  %-12s %s\n' "$c" "${detail[$n,$c]}"; done
 done
 exit "$fail"
