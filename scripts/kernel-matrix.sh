@@ -310,7 +310,7 @@ chmod 0755 "$root/init"
 checks=(shares aggregation cache command pid filter offcpu stat compat)
 [ -f fixtures/unwind.c ] && checks+=(unwind)
 checks+=(intervals)
-checks+=(notrace)
+checks+=(notrace taint)
 declare -A res detail froze
 names=()
 fail=0

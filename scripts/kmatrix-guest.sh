@@ -10,6 +10,8 @@ B="timeout -k 10 120 /bprof/bprof"
 FX=/bprof/fx
 T=/tmp/kmx
 mkdir -p $T
+# The kernel's taint before bprof ran: a warning it gives taints it.
+taint0=$(cat /proc/sys/kernel/tainted)
 
 result() { # check status detail
     echo "KMX|$1|$2|$3"
@@ -382,5 +384,16 @@ else
 fi
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+
+# Last: nothing above made the kernel warn (a WARN taints it; on a machine
+# booted with panic_on_warn it is a panic). The console shows errors only:
+# the warning itself comes from dmesg.
+taint=$(cat /proc/sys/kernel/tainted)
+if [ "$taint" = "$taint0" ]; then
+    result taint PASS "taint $taint before and after"
+else
+    result taint FAIL "taint $taint0 before, $taint after: $(dmesg | grep -m1 -e 'WARNING:' -e 'BUG:' | sed 's/^\[[^]]*\] //')"
+    dmesg | grep -A12 -m3 -e 'WARNING:' -e 'BUG:' | sed 's/^/  dmesg: /'
+fi
 
 echo "KMX-DONE"

@@ -30,6 +30,11 @@ pub(crate) enum Feature {
     /// `bpf_loop`, for loops too long to unroll: the unwinder's walk and
     /// the stored user stacks' hashing.
     BpfLoop,
+    /// Run-time allocated hash maps in tracing programs, from the BPF
+    /// memory allocator. Before it the verifier loads such a program with a
+    /// kernel warning, which panics a machine booted with panic_on_warn:
+    /// so this one is checked before the load, not after it fails.
+    TracingAlloc,
 }
 
 /// What the profile program needs.
@@ -40,6 +45,7 @@ pub(crate) const PROFILE: &[Feature] = &[
     Feature::AtomicFetch,
     Feature::CurrentTaskBtf,
     Feature::BpfLoop,
+    Feature::TracingAlloc,
 ];
 
 /// What `bprof stat` needs.
@@ -60,6 +66,9 @@ impl Feature {
             Feature::AtomicFetch => "BPF atomic fetch operations (Linux 5.12)",
             Feature::CurrentTaskBtf => "the bpf_get_current_task_btf helper (Linux 5.11)",
             Feature::BpfLoop => "the bpf_loop helper (Linux 5.17)",
+            Feature::TracingAlloc => {
+                "run-time allocated hash maps in tracing programs (BPF memory allocator, Linux 6.1)"
+            }
         }
     }
 
@@ -74,7 +83,31 @@ impl Feature {
             Feature::AtomicFetch => Some(probe_program(Probe::AtomicFetch)),
             Feature::CurrentTaskBtf => helper(libbpf_sys::BPF_FUNC_get_current_task_btf),
             Feature::BpfLoop => helper(libbpf_sys::BPF_FUNC_loop),
+            Feature::TracingAlloc => tracing_alloc(),
         }
+    }
+}
+
+/// Whether the kernel has the BPF memory allocator: any release from 6.1
+/// on, and an older one whose BTF has `struct bpf_mem_alloc` (a backport).
+/// Only old releases parse the BTF: this runs before every profile's load.
+fn tracing_alloc() -> Option<bool> {
+    if release_at_least(&kernel_release(), (6, 1)) {
+        return Some(true);
+    }
+    let btf = Btf::from_vmlinux().ok()?;
+    Some(btf.type_by_name::<Struct<'_>>("bpf_mem_alloc").is_some())
+}
+
+/// Whether `release` ("6.1.0-57-cloud-amd64") is `want` (major, minor) or
+/// later; false when it does not start with two numbers.
+fn release_at_least(release: &str, want: (u32, u32)) -> bool {
+    let mut nums = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().ok());
+    match (nums.next().flatten(), nums.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= want,
+        _ => false,
     }
 }
 
@@ -206,5 +239,16 @@ mod tests {
         );
         // A probe that cannot tell (None) names nothing.
         assert!(missing_of(PROFILE, |_| None).is_empty());
+    }
+
+    #[test]
+    fn releases_compare_by_major_and_minor() {
+        assert!(release_at_least("6.1.0-57-cloud-amd64", (6, 1)));
+        assert!(release_at_least("6.18.0", (6, 1)));
+        assert!(release_at_least("7.0", (6, 1)));
+        assert!(!release_at_least("5.10.0-43-cloud-amd64", (6, 1)));
+        assert!(!release_at_least("6.0.19", (6, 1)));
+        assert!(!release_at_least("unknown", (6, 1)));
+        assert!(!release_at_least("6", (6, 1)));
     }
 }

@@ -194,6 +194,11 @@ impl<'obj> ProfileProgram<'obj> {
     /// (see core_btf); if the load fails with them, the second slot serves a
     /// retry with the kernel's own.
     pub fn load(slots: &'obj mut ObjectSlots, opts: &ProfileOptions) -> Result<Self> {
+        // Loading at all would warn in the kernel (see kfeatures): refused
+        // first, with everything this kernel lacks named.
+        if kfeatures::Feature::TracingAlloc.present() == Some(false) {
+            kfeatures::check(kfeatures::PROFILE)?;
+        }
         let [first, second] = slots;
         let (skel, layout_gens, core_btf) = match core_btf::Kept::find() {
             Some(kept) => match Self::open_and_load(first, opts, Some(&kept.proc_path()), false) {
