@@ -136,7 +136,7 @@ struct Stacks<F> {
     deleted: u64,
     /// Parses one map value.
     parse: fn(&[u8]) -> Vec<F>,
-    /// What the maps hold, for errors ("a kernel stack").
+    /// What the maps hold, for errors ("kernel stack").
     what: &'static str,
 }
 
@@ -157,7 +157,7 @@ impl<F: Eq + std::hash::Hash> Stacks<F> {
         if let Some(&c) = self.ids.get(&id) {
             return Ok(Ref(c));
         }
-        match get_by_u32(map, id as u32).with_context(|| format!("reading {}", self.what))? {
+        match get_by_u32(map, id as u32).with_context(|| format!("reading a {}", self.what))? {
             Some(bytes) => {
                 let c = self.contents.intern((self.parse)(&bytes));
                 self.ids.insert(id, c);
@@ -184,7 +184,7 @@ impl<F: Eq + std::hash::Hash> Stacks<F> {
                     new.push((id, (self.parse)(v)));
                 }
             })
-            .with_context(|| format!("reading the maps of {}", self.what))?;
+            .with_context(|| format!("reading the {} maps", self.what))?;
         }
         if delete {
             self.deleted += seen;
@@ -288,9 +288,9 @@ impl Collector {
             agg: HashMap::default(),
             names: Table::new(),
             leaves: Table::new(),
-            kernel: Stacks::new(parse_kernel_stack, "a kernel stack"),
-            user: Stacks::new(parse_user_stack, "a user stack"),
-            python: Stacks::new(crate::pyframes::parse_stack, "a Python stack"),
+            kernel: Stacks::new(parse_kernel_stack, "kernel stack"),
+            user: Stacks::new(parse_user_stack, "user stack"),
+            python: Stacks::new(crate::pyframes::parse_stack, "Python stack"),
             keys_at_swap: 0,
             current: None,
             spare: None,
