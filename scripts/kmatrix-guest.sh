@@ -288,23 +288,32 @@ if [ -x $FX/fx_unwind ]; then
     # parse ELF files (until a table is in place, the leaf is all a sample
     # has: `[truncated];lib_spin`).
     $B -F 99 -o /dev/null -- $FX/fx_unwind plt 0.2 >/dev/null 2>&1 || true
-    if $B -F 999 -f -v -- $FX/fx_unwind plt 3 >$T/unwind.f 2>$T/unwind.e; then
+    if $B -F 999 -f -v -- $FX/fx_unwind plt 6 >$T/unwind.f 2>$T/unwind.e; then
         tot=$(fsum $T/unwind.f fx_unwind)
         # Whole stacks: main, the chain's end and the library's leaf, among
         # the samples in the leaf (named from the sampled address, walked or
         # not). The rest of the program (its clock reads, which are
         # syscalls where the guest's clock source is not the TSC) varies
-        # with the host and is left out.
-        counts=$(awk '$0 ~ /;lib_spin( |;)/ { s += $NF; if ($0 ~ /;main;/ && $0 ~ /;chain8;/) w += $NF } END { print s + 0, w + 0 }' $T/unwind.f)
-        spin=${counts% *}
-        whole=${counts#* }
+        # with the host and is left out. A sample taken before the library's table was in place has its
+        # leaf alone (`[truncated];lib_spin`): that is the guest's speed,
+        # not the walk, and is judged apart: at most a fifth of them (one
+        # host thread for both vCPUs, see kernel-matrix.sh, makes that wait
+        # uneven).
+        counts=$(awk '$0 ~ /;lib_spin( |;)/ { s += $NF; if ($0 ~ /;main;/ && $0 ~ /;chain8;/) w += $NF }
+            $1 == "fx_unwind;[truncated];lib_spin" { l += $NF }
+            END { print s + 0, w + 0, l + 0 }' $T/unwind.f)
+        spin=$(echo "$counts" | cut -d' ' -f1)
+        whole=$(echo "$counts" | cut -d' ' -f2)
+        leaf=$(echo "$counts" | cut -d' ' -f3)
+        walked=$((spin - leaf))
         early=$(sed -n "s/.* and \([0-9]*\) at a target's mmap or exec.*/\1/p" $T/unwind.e)
         built=$(grep -o "built in [0-9]* ms from [^;]*" $T/unwind.e || true)
-        if [ "$tot" -ge 500 ] && [ $((spin * 2)) -ge "$tot" ] && [ $((whole * 100)) -ge $((spin * 95)) ] &&
+        if [ "$tot" -ge 500 ] && [ $((spin * 2)) -ge "$tot" ] && [ $((leaf * 5)) -le "$spin" ] &&
+            [ $((whole * 100)) -ge $((walked * 95)) ] &&
             [ "${early:-0}" -ge 3 ] && totals_ok $T/unwind.f $T/unwind.e; then
-            result unwind PASS "$tot samples, $spin in lib_spin, $(pct "$whole" "$spin")% of them walked main..chain8..lib_spin, ${early} mappings learned at exec and mmap, tables $built"
+            result unwind PASS "$tot samples, $spin in lib_spin, $leaf before its table; $(pct "$whole" "$walked")% of the rest walked main..chain8..lib_spin, ${early} mappings learned at exec and mmap, tables $built"
         else
-            result unwind FAIL "$tot samples, $spin in lib_spin (want >= half), $whole of them walked main..chain8..lib_spin (want >= 95%), ${early:-no} mappings learned at exec and mmap (want >= 3)"
+            result unwind FAIL "$tot samples, $spin in lib_spin (want >= half), $leaf before its table (want <= a fifth), $whole of the rest walked main..chain8..lib_spin (want >= 95%), ${early:-no} mappings learned at exec and mmap (want >= 3)"
             show $T/unwind.e
             awk '{ print $NF, $0 }' $T/unwind.f | sort -n | tail -8 | cut -c1-300
             awk '$0 ~ /;lib_spin( |;)/ && !($0 ~ /;main;/ && $0 ~ /;chain8;/) { print $NF, $0 }' $T/unwind.f | sort -n | tail -12 | cut -c1-400
@@ -322,15 +331,17 @@ fi
 #     Once an interval holds work631, manystacks has ended and its samples
 #     were flushed with that interval: no later interval may hold any. An
 #     unflushed cache keeps its keys until the end, the last interval.
-#     (TCG's timers are too uneven to judge an interval by its length: a
-#     busy host stretches one to 3 s, so three intervals are enough.)
-if $B -F 999 -v --every 1 -o "$T/iv.%n.f" -- sh -c "$FX/fx_manystacks 3 1 10; exec $FX/fx_work631 3" >/dev/null 2>$T/iv.e; then
+#     (TCG is too slow and uneven to judge an interval by its length: a
+#     drain there can take seconds. What is asked is an interval after the
+#     one work631 began in; it runs 6 s for that.)
+if $B -F 999 -v --every 1 -o "$T/iv.%n.f" -- sh -c "$FX/fx_manystacks 3 1 10; exec $FX/fx_work631 6" >/dev/null 2>$T/iv.e; then
     n=$(samples $T/iv.e)
     lost=$(summary $T/iv.e " lost")
     runs=$(sed -n 's/.* emptied into them in \([0-9]*\) runs.*/\1/p' $T/iv.e)
     files=ok
     order=""
     seen=""
+    last=""
     k=0
     tms=0
     for f in $(ls $T/iv.*.f | sort); do
@@ -343,12 +354,13 @@ if $B -F 999 -v --every 1 -o "$T/iv.%n.f" -- sh -c "$FX/fx_manystacks 3 1 10; ex
         [ -n "$seen" ] && [ "$ms" -gt 0 ] && order="${order}interval $i: $ms manystacks samples after work631 began in $seen; "
         [ -z "$seen" ] && [ "$wk" -gt 0 ] && seen="interval $i"
         tms=$((tms + ms))
+        last="interval $i"
     done
     out=$(cat $T/iv.*.f | awk '{ s += $NF } END { print s + 0 }')
-    if [ -n "$n" ] && [ "$k" -ge 3 ] && [ -n "$seen" ] && [ "$tms" -gt 0 ] && [ -z "$order" ] && [ "$files" = ok ] && [ "${runs:-0}" -gt 0 ] && [ "$out" -eq $((n - lost)) ]; then
+    if [ -n "$n" ] && [ -n "$seen" ] && [ "$seen" != "$last" ] && [ "$tms" -gt 0 ] && [ -z "$order" ] && [ "$files" = ok ] && [ "${runs:-0}" -gt 0 ] && [ "$out" -eq $((n - lost)) ]; then
         result intervals PASS "$n samples in $k intervals, none after its phase; work631 from $seen; caches emptied in $runs runs"
     else
-        result intervals FAIL "${order}$k intervals, work631 from '${seen}', $tms manystacks; files: $files; caches emptied in ${runs:-no} runs; out $out vs $n - $lost lost"
+        result intervals FAIL "${order}$k intervals, work631 from '${seen}' (want one after it), $tms manystacks; files: $files; caches emptied in ${runs:-no} runs; out $out vs $n - $lost lost"
         show $T/iv.e
     fi
 else
