@@ -294,11 +294,11 @@ if [ -x $FX/fx_unwind ]; then
         # the samples in the leaf (named from the sampled address, walked or
         # not). The rest of the program (its clock reads, which are
         # syscalls where the guest's clock source is not the TSC) varies
-        # with the host and is left out. A sample taken before the library's table was in place has its
-        # leaf alone (`[truncated];lib_spin`): that is the guest's speed,
-        # not the walk, and is judged apart: at most a fifth of them (one
-        # host thread for both vCPUs, see kernel-matrix.sh, makes that wait
-        # uneven).
+        # with the host and is left out. A sample taken before the
+        # library's table was in place has its leaf alone
+        # (`[truncated];lib_spin`): that is the guest's speed, not the walk,
+        # and is judged apart: at most a fifth of them (one host thread for
+        # both vCPUs, see kernel-matrix.sh, makes that wait uneven).
         counts=$(awk '$0 ~ /;lib_spin( |;)/ { s += $NF; if ($0 ~ /;main;/ && $0 ~ /;chain8;/) w += $NF }
             $1 == "fx_unwind;[truncated];lib_spin" { l += $NF }
             END { print s + 0, w + 0, l + 0 }' $T/unwind.f)
