@@ -123,10 +123,10 @@ _Static_assert(__builtin_offsetof(struct frame_record, offset) ==
 	       "frame_record.offset");
 
 /* Off-CPU: switch-out time and stacks, per thread id; an entry goes when
- * its thread exits (offcpu_exit). Not task storage: making a task's storage
- * at sched_switch, under the runqueue lock, allocates with GFP_ATOMIC before
- * 6.4, which may wake kswapd and so take a runqueue lock again; hash
- * elements come from BPF's own allocator (6.1). */
+ * its thread exits (offcpu_exit). Not task storage, which tracing programs
+ * have only from 5.11: a hash by thread id asks nothing of the kernel the
+ * rest of the program does not (its elements come from BPF's own
+ * allocator, 6.1). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
