@@ -95,7 +95,7 @@ pub enum UserFrame {
 }
 
 /// One distinct (thread, kernel stack, user stack) and how often it was seen.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RawStack {
     /// Process id.
     pub tgid: u32,

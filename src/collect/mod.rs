@@ -16,8 +16,14 @@
 //! copied and deleted (`lookup_and_delete_batch`). Ids are never reused, so an
 //! id still held in the kernel (an LRU cache, a blocked thread's off-CPU
 //! record) stays resolvable from the copy.
+//!
+//! A plain profile's aggregate goes to a spill file after each drain
+//! (`spill`), with the copies of the stacks the kernel deleted, and the end
+//! merges it back: memory while recording does not grow with the number of
+//! processes.
 
 pub mod sideband;
+mod spill;
 
 use std::os::fd::AsFd;
 use std::rc::Rc;
@@ -33,7 +39,7 @@ use crate::bpf::maps::{
 use crate::bpf::profile::{ProfileOptions, ProfileProgram};
 use crate::bpf::skel::profile::ProfileSkel;
 use crate::bpf::stacks::{RawStack, Stats, UserFrame};
-use crate::fasthash::HashMap;
+use crate::fasthash::{HashMap, HashSet};
 use crate::pyframes::PyFrame;
 
 /// Why a drain runs, which decides what happens to the CPUs' count caches.
@@ -59,9 +65,11 @@ struct Ref(u32);
 impl Ref {
     const NONE: Ref = Ref(u32::MAX);
     const LOST: Ref = Ref(u32::MAX - 1);
+    /// A stack whose only copy is in the spill file (see `spill`).
+    const SPILLED: Ref = Ref(u32::MAX - 2);
 
     fn index(self) -> Option<usize> {
-        (self.0 < Ref::LOST.0).then_some(self.0 as usize)
+        (self.0 < Ref::SPILLED.0).then_some(self.0 as usize)
     }
 }
 
@@ -133,6 +141,11 @@ impl<F: Eq + std::hash::Hash> Table<Rc<[F]>> {
 struct Stacks<F> {
     contents: Interner<F>,
     ids: HashMap<i32, u32>,
+    /// Ids whose entries the kernel deleted (copied first): their copy is
+    /// the only one left.
+    purged: HashSet<i32>,
+    /// Ids of deleted stacks whose copy went to the spill file.
+    spilled: HashSet<i32>,
     deleted: u64,
     /// Parses one map value.
     parse: fn(&[u8]) -> Vec<F>,
@@ -140,11 +153,13 @@ struct Stacks<F> {
     what: &'static str,
 }
 
-impl<F: Eq + std::hash::Hash> Stacks<F> {
+impl<F: Eq + std::hash::Hash + spill::Frame> Stacks<F> {
     fn new(parse: fn(&[u8]) -> Vec<F>, what: &'static str) -> Self {
         Stacks {
             contents: Interner::new(),
             ids: HashMap::default(),
+            purged: HashSet::default(),
+            spilled: HashSet::default(),
             deleted: 0,
             parse,
             what,
@@ -156,6 +171,9 @@ impl<F: Eq + std::hash::Hash> Stacks<F> {
     fn resolve(&mut self, map: &dyn MapCore, id: i32, unresolved: &mut u64) -> Result<Ref> {
         if let Some(&c) = self.ids.get(&id) {
             return Ok(Ref(c));
+        }
+        if self.spilled.contains(&id) {
+            return Ok(Ref::SPILLED);
         }
         match get_by_u32(map, id as u32).with_context(|| format!("reading a {}", self.what))? {
             Some(bytes) => {
@@ -180,6 +198,9 @@ impl<F: Eq + std::hash::Hash> Stacks<F> {
             for_each_entry(map.as_fd(), 4, vsize, delete, |k, v| {
                 seen += 1;
                 let id = i32::from_ne_bytes(k[..4].try_into().unwrap_or_default());
+                if delete {
+                    self.purged.insert(id);
+                }
                 if !self.ids.contains_key(&id) {
                     new.push((id, (self.parse)(v)));
                 }
@@ -194,6 +215,34 @@ impl<F: Eq + std::hash::Hash> Stacks<F> {
             self.ids.insert(id, c);
         }
         Ok(seen)
+    }
+
+    /// Writes the copies of the stacks the kernel deleted to `spill`.
+    fn store_purged(&self, spill: &mut spill::Spill) -> Result<()> {
+        for id in &self.purged {
+            if let Some(&c) = self.ids.get(id) {
+                spill.stack(*id, &self.contents.list[c as usize])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Once [`Stacks::store_purged`]'s batch is in the file: forgets every
+    /// copy (the kernel's are read again if named again; the deleted ones
+    /// are named by id).
+    fn forget(&mut self) {
+        self.spilled.extend(self.purged.drain());
+        self.contents = Interner::new();
+        self.ids = HashMap::default();
+    }
+
+    /// A key's part of this kind: in-memory frames, or a spilled id.
+    fn part(&self, r: Ref, id: i32) -> spill::Part<'_, F> {
+        match r.index() {
+            Some(i) => spill::Part::Frames(&self.contents.list[i]),
+            None if r == Ref::SPILLED => spill::Part::Stored(id),
+            None => spill::Part::Frames(&[]),
+        }
     }
 }
 
@@ -215,6 +264,10 @@ pub(crate) struct DrainStats {
     pub unresolved: u64,
     /// Distinct stack contents held in user space.
     pub contents: u64,
+    /// Keys written to the spill file, in how many batches, and its size.
+    pub spilled: u64,
+    pub spill_batches: u64,
+    pub spill_bytes: u64,
 }
 
 /// The maps a collector reads, borrowed from the loaded skeleton.
@@ -266,6 +319,9 @@ pub(crate) struct Collector {
     last_tick: [u64; 4],
     /// Counts handed out by `take_interval`.
     taken: u64,
+    /// Each drain's aggregate goes to the spill file (see `spill`).
+    spill_drains: bool,
+    spill: Option<spill::Spill>,
     /// What the kernel counted into the drained maps, by their own totals.
     map_totals: u64,
     /// What the drains did.
@@ -298,6 +354,8 @@ impl Collector {
             warned: false,
             last_tick: [0; 4],
             taken: 0,
+            spill_drains: false,
+            spill: None,
             map_totals: 0,
             stats: DrainStats::default(),
         };
@@ -336,6 +394,15 @@ impl Collector {
         self.merge_threads = yes;
     }
 
+    /// After each drain while recording, the aggregate goes to a spill
+    /// file read back at [`Collector::finish`], so a long profile's memory
+    /// stays bounded (see `spill`); a profile whose maps never fill never
+    /// writes one. Not for `--every` or `top`, whose intervals hand their
+    /// stacks out anyway.
+    pub fn spill_drains(&mut self, yes: bool) {
+        self.spill_drains = yes;
+    }
+
     /// Called every tick while recording: drains the maps into user space
     /// when they fill up. Returns the current counters (an error only if
     /// they cannot be read, and then nothing is drained).
@@ -360,7 +427,12 @@ impl Collector {
         let maps = collector_maps(&prog.skel);
         self.drain_last(&maps)?;
         let stats = read_stats(&prog.skel.maps.profile_stats)?;
-        Ok((stats, self.stacks()))
+        let live = self.stacks();
+        let stacks = match self.spill.as_mut() {
+            Some(spill) => spill::merge(live, spill.read_all()?),
+            None => live,
+        };
+        Ok((stats, stacks))
     }
 
     /// Drains if the count map or a stack map is half full. (No timer: a
@@ -410,8 +482,111 @@ impl Collector {
                 self.purge_stacks(maps)?;
             }
             self.drain(maps, stats.count_keys, Drain::Room)?;
+            self.spill_if_due();
         }
         Ok(())
+    }
+
+    /// Moves the aggregate to the spill file. A spill that fails keeps
+    /// everything in memory from then on (said once).
+    fn spill_if_due(&mut self) {
+        if !self.spill_drains || self.agg.is_empty() {
+            return;
+        }
+        if self.spill.is_none() {
+            match spill::Spill::create() {
+                Ok(s) => self.spill = Some(s),
+                Err(e) => {
+                    eprintln!("bprof: counts stay in memory: {e:#}");
+                    self.spill_drains = false;
+                    return;
+                }
+            }
+        }
+        let mut spill = self.spill.take().expect("created above");
+        spill.begin();
+        let wrote = self.spill_batch(&mut spill).and_then(|()| spill.commit());
+        if let Err(e) = wrote {
+            spill.rollback();
+            self.spill = Some(spill);
+            eprintln!("bprof: counts stay in memory: {e:#}");
+            self.spill_drains = false;
+            return;
+        }
+        self.spill = Some(spill);
+        self.note_spill();
+        self.agg = HashMap::default();
+        self.names = Table::new();
+        self.leaves = Table::new();
+        self.kernel.forget();
+        self.user.forget();
+        self.python.forget();
+        give_back_freed();
+    }
+
+    /// Streams the aggregate and the deleted stacks' copies to `spill`.
+    fn spill_batch(&self, spill: &mut spill::Spill) -> Result<()> {
+        // Stacks first: a key may name one by id.
+        self.kernel.store_purged(spill)?;
+        self.user.store_purged(spill)?;
+        self.python.store_purged(spill)?;
+        for (k, &count) in &self.agg {
+            self.spill_key(spill, k, [0; 3], count)?;
+        }
+        Ok(())
+    }
+
+    /// Writes one key; `ids`: the kernel's ids of its kernel, user and
+    /// Python stacks, for those only the file holds.
+    fn spill_key(
+        &self,
+        spill: &mut spill::Spill,
+        k: &AggKey,
+        ids: [i32; 3],
+        count: u64,
+    ) -> Result<()> {
+        let names = &self.names.list[k.names as usize];
+        spill.key(&spill::Key {
+            tgid: k.tgid,
+            tid: k.tid,
+            cgroup: names.cgroup,
+            comm: comm_string(&names.comm),
+            count,
+            kernel_lost: k.kernel == Ref::LOST,
+            user_lost: k.user == Ref::LOST,
+            off_cpu: k.off_cpu,
+            kernel: self.kernel.part(k.kernel, ids[0]),
+            user_leaf: k.user_leaf.index().map(|l| self.leaves.list[l]),
+            user: self.user.part(k.user, ids[1]),
+            python: self.python.part(k.python, ids[2]),
+        })
+    }
+
+    /// Writes the keys of a drain that name a stack only the spill file
+    /// holds, as one batch.
+    fn spill_direct(&mut self, direct: &[(AggKey, [i32; 3], u64)]) -> Result<()> {
+        let Some(mut spill) = self.spill.take() else {
+            anyhow::bail!("a key names a spilled stack, but there is no spill file");
+        };
+        spill.begin();
+        let wrote = direct
+            .iter()
+            .try_for_each(|(k, ids, count)| self.spill_key(&mut spill, k, *ids, *count))
+            .and_then(|()| spill.commit());
+        if wrote.is_err() {
+            spill.rollback();
+        }
+        self.spill = Some(spill);
+        self.note_spill();
+        wrote
+    }
+
+    fn note_spill(&mut self) {
+        if let Some(s) = &self.spill {
+            self.stats.spilled = s.keys;
+            self.stats.spill_batches = s.batches;
+            self.stats.spill_bytes = s.bytes();
+        }
     }
 
     /// A map is drained when half full, or earlier when one more tick
@@ -467,6 +642,8 @@ impl Collector {
             // them any more.
             self.copy_stacks(maps, false)?;
         }
+        // Keys naming a stack whose only copy is in the spill file go there.
+        let mut direct = Vec::new();
         for (key, count) in entries {
             let Some(key) = key else { continue };
             if key.kind == crate::bpf::abi::SAMPLE_TOTAL {
@@ -496,8 +673,9 @@ impl Collector {
                 cgroup: if self.merge_threads { 0 } else { key.cgroup },
             });
             // A leaf without its stack (lost, or not wanted) is no stack.
-            let user_leaf = match (user.index(), leaf_frame(&key.user_leaf)) {
-                (Some(_), Some(leaf)) => Ref(self.leaves.id(leaf)),
+            let with_callers = user.index().is_some() || user == Ref::SPILLED;
+            let user_leaf = match (with_callers, leaf_frame(&key.user_leaf)) {
+                (true, Some(leaf)) => Ref(self.leaves.id(leaf)),
                 _ => Ref::NONE,
             };
             let k = AggKey {
@@ -514,7 +692,15 @@ impl Collector {
                 user_leaf,
                 python,
             };
+            if [kernel, user, python].contains(&Ref::SPILLED) {
+                let ids = [key.kern_stack_id, key.user_stack_id, key.py_stack_id];
+                direct.push((k, ids, count));
+                continue;
+            }
             *self.agg.entry(k).or_default() += count;
+        }
+        if !direct.is_empty() {
+            self.spill_direct(&direct)?;
         }
         Ok(())
     }
@@ -624,10 +810,11 @@ impl Collector {
             .collect()
     }
 
-    /// The sum of every count drained: still aggregated, or handed out by
-    /// [`Collector::take_interval`].
+    /// The sum of every count drained: still aggregated, spilled, or
+    /// handed out by [`Collector::take_interval`].
     pub fn total(&self) -> u64 {
-        self.taken + self.agg.values().sum::<u64>()
+        let spilled = self.spill.as_ref().map_or(0, |s| s.counts);
+        self.taken + spilled + self.agg.values().sum::<u64>()
     }
 
     /// What the kernel counted into the maps drained so far, by each map's
@@ -654,6 +841,17 @@ impl Collector {
         self.names = Table::new();
         self.leaves = Table::new();
         Ok(stacks)
+    }
+}
+
+/// Returns the heap pages freed by a spill to the system: the batch was
+/// allocated in many small pieces among longer-lived ones, and without
+/// this the process keeps the high-water mark of every drain.
+fn give_back_freed() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim has no preconditions; it only releases free pages.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -704,7 +902,16 @@ pub(crate) fn describe(d: &DrainStats, stats: &Stats) -> String {
         d.contents,
         stats.stack_collisions,
         d.unresolved
-    )
+    ) + &if d.spilled > 0 {
+        format!(
+            "; {} keys spilled to disk in {} batches ({:.1} MiB)",
+            d.spilled,
+            d.spill_batches,
+            d.spill_bytes as f64 / (1 << 20) as f64
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// -EFAULT means "no stack in that mode" (e.g. the kernel stack of a

@@ -102,6 +102,9 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
             && settings.pprof.is_none()
             && settings.otlp.is_none(),
     );
+    // A long profile's aggregate waits on disk between drains: under a
+    // churn of short processes nearly every sample is a new key.
+    collector.spill_drains(settings.every.is_none());
     // The command is forked first but held before exec, so its PID is a
     // target before it runs a single instruction; it counts from its exec
     // on (perf's enable_on_exec), not during bprof's own pre-exec code.

@@ -879,6 +879,9 @@ fn more_than_20000_distinct_stacks_all_counted() {
     assert_eq!(total, samples, "{stderr}");
     let (drains, entries, _) = drain_numbers(&stderr);
     assert!(drains >= 2 && entries >= unique, "{stderr}");
+    // Each drain's aggregate went to the spill file and was merged back at
+    // the end: what follows checks the merged counts against perf.
+    assert!(stderr.contains("keys spilled to disk in"), "{stderr}");
     // The known shape: samples in leaf() sit under all 17 levels, in order,
     // each level's bit chosen independently (so each half of lv0 ~ 50 %).
     let fx = total_for(&lines, "fx_manystacks");
@@ -973,6 +976,19 @@ fn tiny_maps_drain_at_the_fill_threshold_and_lose_nothing() {
     // come), and stacks removed from the kernel maps after they were copied.
     assert!(drains >= 4, "{stderr}");
     assert!(entries >= unique && deleted > 1000, "{stderr}");
+    // After each drain the aggregate went to the spill file, with the
+    // copies of the stacks the kernel had deleted (later keys name those by
+    // id), and every stack resolved.
+    assert!(stderr.contains("keys spilled to disk in"), "{stderr}");
+    assert!(stderr.contains("; 0 unresolved"), "{stderr}");
+    // Merged back, the counts keep the fixture's shape: each half of the
+    // tree gets half of the samples.
+    let fx = total_for(&lines, "fx_manystacks");
+    assert!(fx * 10 >= samples * 9, "{stderr}");
+    for half in ["lv0_0", "lv0_1"] {
+        let share = pct(with_frame(&lines, "fx_manystacks", half), fx);
+        assert!((share - 50.0).abs() <= 6.0, "{half}: {share:.1}%");
+    }
 }
 
 #[test]
