@@ -392,24 +392,20 @@ fn read_key(r: &mut impl Read, stored: &Stored) -> Result<RawStack> {
     })
 }
 
-/// `a` and `b` as one list: equal stacks (all but the count) summed.
+/// `a` and `b` as one list: equal stacks (all but the count) summed, each
+/// stack moved, not copied.
 pub(crate) fn merge(a: Vec<RawStack>, b: Vec<RawStack>) -> Vec<RawStack> {
-    let mut index: HashMap<RawStack, usize> = HashMap::default();
-    let mut out: Vec<RawStack> = Vec::with_capacity(a.len());
-    for s in a.into_iter().chain(b) {
-        let key = RawStack {
-            count: 0,
-            ..s.clone()
-        };
-        match index.get(&key) {
-            Some(&i) => out[i].count += s.count,
-            None => {
-                index.insert(key, out.len());
-                out.push(s);
-            }
-        }
+    let mut sums: HashMap<RawStack, u64> = HashMap::default();
+    for mut s in a.into_iter().chain(b) {
+        let count = std::mem::take(&mut s.count);
+        *sums.entry(s).or_default() += count;
     }
-    out
+    sums.into_iter()
+        .map(|(mut s, count)| {
+            s.count = count;
+            s
+        })
+        .collect()
 }
 
 fn bytes<const N: usize>(r: &mut impl Read) -> Result<[u8; N]> {
@@ -521,7 +517,8 @@ mod tests {
         spill.rollback();
         let back = spill.read_all().unwrap();
         assert_eq!(back, vec![raw(3, 10), raw(4, 11), raw(5, 10)]);
-        let merged = merge(vec![raw(1, 11)], back);
+        let mut merged = merge(vec![raw(1, 11)], back);
+        merged.sort_by_key(|s| s.count);
         assert_eq!(merged, vec![raw(5, 11), raw(8, 10)]);
     }
 
