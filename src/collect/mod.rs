@@ -145,7 +145,7 @@ struct Stacks<F> {
     /// the only one left.
     purged: HashSet<i32>,
     /// Ids of deleted stacks whose copy went to the spill file.
-    spilled: HashSet<i32>,
+    spilled: spill::IdSet,
     deleted: u64,
     /// Parses one map value.
     parse: fn(&[u8]) -> Vec<F>,
@@ -159,7 +159,7 @@ impl<F: Eq + std::hash::Hash + spill::Frame> Stacks<F> {
             contents: Interner::new(),
             ids: HashMap::default(),
             purged: HashSet::default(),
-            spilled: HashSet::default(),
+            spilled: spill::IdSet::default(),
             deleted: 0,
             parse,
             what,
@@ -172,7 +172,7 @@ impl<F: Eq + std::hash::Hash + spill::Frame> Stacks<F> {
         if let Some(&c) = self.ids.get(&id) {
             return Ok(Ref(c));
         }
-        if self.spilled.contains(&id) {
+        if self.spilled.contains(id) {
             return Ok(Ref::SPILLED);
         }
         match get_by_u32(map, id as u32).with_context(|| format!("reading a {}", self.what))? {
@@ -231,7 +231,9 @@ impl<F: Eq + std::hash::Hash + spill::Frame> Stacks<F> {
     /// copy (the kernel's are read again if named again; the deleted ones
     /// are named by id).
     fn forget(&mut self) {
-        self.spilled.extend(self.purged.drain());
+        for id in self.purged.drain() {
+            self.spilled.insert(id);
+        }
         self.contents = Interner::new();
         self.ids = HashMap::default();
     }

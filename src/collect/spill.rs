@@ -392,6 +392,39 @@ fn read_key(r: &mut impl Read, stored: &Stored) -> Result<RawStack> {
     })
 }
 
+/// Stack ids whose copies the file holds, a bit each: the kernel hands ids
+/// out from 0 up and never reuses one, and a long profile names every
+/// deleted stack it spilled here (a hash set took ~10 bytes an id).
+#[derive(Debug, Default)]
+pub(crate) struct IdSet(Vec<u64>);
+
+/// The flag of the deep stack maps' ids (user and Python alike).
+const DEEP: u32 = crate::bpf::abi::DEEP_STACK_ID as u32;
+const _: () = assert!(crate::bpf::abi::DEEP_STACK_ID == crate::bpf::abi::PY_DEEP_STACK_ID);
+
+impl IdSet {
+    /// An id's bit: beside its deep twin's, so a deep id does not spread
+    /// the set over 2^30 bits. Negative ids are errors, never a stack's.
+    fn bit(id: i32) -> Option<usize> {
+        let id = u32::try_from(id).ok()?;
+        Some(((id & !DEEP) as usize) << 1 | usize::from(id & DEEP != 0))
+    }
+
+    pub(crate) fn insert(&mut self, id: i32) {
+        let Some(i) = Self::bit(id) else { return };
+        if i / 64 >= self.0.len() {
+            self.0.resize(i / 64 + 1, 0);
+        }
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+
+    pub(crate) fn contains(&self, id: i32) -> bool {
+        Self::bit(id)
+            .and_then(|i| self.0.get(i / 64).map(|w| w >> (i % 64) & 1 == 1))
+            .unwrap_or(false)
+    }
+}
+
 /// `a` and `b` as one list: equal stacks (all but the count) summed, each
 /// stack moved, not copied.
 pub(crate) fn merge(a: Vec<RawStack>, b: Vec<RawStack>) -> Vec<RawStack> {
@@ -434,6 +467,37 @@ fn len_of(r: &mut impl Read) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn id_sets_hold_exactly_what_was_inserted() {
+        let deep = DEEP as i32;
+        let mut set = IdSet::default();
+        let ids = [0, 31, 32, 1000, 35_000, deep | 1, deep | 35_000];
+        for id in ids {
+            set.insert(id);
+        }
+        set.insert(-5);
+        for id in ids {
+            assert!(set.contains(id), "{id}");
+        }
+        for id in [
+            -5,
+            -1,
+            1,
+            30,
+            33,
+            999,
+            34_999,
+            35_001,
+            deep,
+            deep | 2,
+            i32::MAX,
+        ] {
+            assert!(!set.contains(id), "{id}");
+        }
+        // 35,000 ids and their deep twins in ~9 KB.
+        assert_eq!(set.0.len(), (35_000 * 2 + 1) / 64 + 1);
+    }
 
     fn user(leaf: u64) -> Vec<UserFrame> {
         vec![
