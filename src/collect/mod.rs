@@ -505,18 +505,11 @@ impl Collector {
                 }
             }
         }
-        let mut spill = self.spill.take().expect("created above");
-        spill.begin();
-        let wrote = self.spill_batch(&mut spill).and_then(|()| spill.commit());
-        if let Err(e) = wrote {
-            spill.rollback();
-            self.spill = Some(spill);
+        if let Err(e) = self.spill_in_batch(|c, spill| c.spill_batch(spill)) {
             eprintln!("bprof: counts stay in memory: {e:#}");
             self.spill_drains = false;
             return;
         }
-        self.spill = Some(spill);
-        self.note_spill();
         self.agg = HashMap::default();
         self.names = Table::new();
         self.leaves = Table::new();
@@ -567,14 +560,24 @@ impl Collector {
     /// Writes the keys of a drain that name a stack only the spill file
     /// holds, as one batch.
     fn spill_direct(&mut self, direct: &[(AggKey, [i32; 3], u64)]) -> Result<()> {
+        self.spill_in_batch(|c, spill| {
+            direct
+                .iter()
+                .try_for_each(|(k, ids, count)| c.spill_key(spill, k, *ids, *count))
+        })
+    }
+
+    /// One batch of the spill file, written by `write`: kept whole, or
+    /// taken back whole if any of it fails.
+    fn spill_in_batch(
+        &mut self,
+        write: impl FnOnce(&Self, &mut spill::Spill) -> Result<()>,
+    ) -> Result<()> {
         let Some(mut spill) = self.spill.take() else {
             anyhow::bail!("a key names a spilled stack, but there is no spill file");
         };
         spill.begin();
-        let wrote = direct
-            .iter()
-            .try_for_each(|(k, ids, count)| self.spill_key(&mut spill, k, *ids, *count))
-            .and_then(|()| spill.commit());
+        let wrote = write(self, &mut spill).and_then(|()| spill.commit());
         if wrote.is_err() {
             spill.rollback();
         }
