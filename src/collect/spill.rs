@@ -159,6 +159,9 @@ pub(crate) struct Spill {
     pub counts: u64,
     /// Batches written.
     pub batches: u64,
+    /// A batch could not be taken back: the file is neither written to nor
+    /// read any more.
+    broken: bool,
 }
 
 impl Spill {
@@ -179,6 +182,7 @@ impl Spill {
             keys: 0,
             counts: 0,
             batches: 0,
+            broken: false,
         })
     }
 
@@ -234,6 +238,9 @@ impl Spill {
     }
 
     fn flush(&mut self) -> Result<()> {
+        if self.broken {
+            bail!("the spill file could not be cut back after a failed write");
+        }
         self.file
             .write_all(&self.buf)
             .context("writing counts to the spill file")?;
@@ -256,8 +263,7 @@ impl Spill {
         self.buf.clear();
         let at = self.start.bytes;
         if self.file.set_len(at).is_err() || self.file.seek(SeekFrom::Start(at)).is_err() {
-            // The file cannot be trusted past here: nothing more is read.
-            self.start.bytes = u64::MAX;
+            self.broken = true;
         }
         self.now = self.start;
     }
@@ -265,7 +271,7 @@ impl Spill {
     /// Every key written, stacks by id resolved. Its keys and counts
     /// must be those written.
     pub fn read_all(&mut self) -> Result<Vec<RawStack>> {
-        if self.now.bytes == u64::MAX {
+        if self.broken {
             bail!("the spill file could not be cut back after a failed write");
         }
         self.file
