@@ -223,8 +223,9 @@ pub struct ProfileArgs {
     /// Entries of each kernel map (count map, stack maps). They are drained
     /// into user space when half full, so this bounds kernel memory, not
     /// the profile; what still does not fit is counted as lost. Each drained
-    /// aggregate waits on disk (an unnamed file in /var/tmp) until the end. Each entry
-    /// can take about 10 KiB of kernel memory; at most 99126 (1 GiB).
+    /// aggregate waits on disk (an unnamed file in /var/tmp) until the end.
+    /// Each entry can take about 10 KiB of kernel memory; at most 99126
+    /// (1 GiB).
     #[arg(long = "stack-storage-size", value_name = "N", default_value = "16384")]
     pub stack_storage_size: String,
 
