@@ -215,6 +215,13 @@ static long compare_ips_word(__u32 i, struct words_ctx *w)
 	return 0;
 }
 
+/* A tracepoint calls its one BPF program straight (a static call), several
+ * through its iterator, one frame more than the off-CPU skip counts: where
+ * an off-CPU stack starts within [traceiter_lo, traceiter_hi), set by user
+ * space, it is taken again one frame further. */
+__u64 traceiter_lo = 0;
+__u64 traceiter_hi = 0;
+
 /* The current kernel stack (skipping `flags & BPF_F_SKIP_FIELD_MASK` frames)
  * as a kern_stacks id: the id of the same content when stored, else a new
  * one. -EFAULT: no kernel stack (a user-mode sample); -E2BIG: map full. */
@@ -231,6 +238,8 @@ static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, 
 		return -ENOMEM;
 	/* bpf_get_stack zeroes the buffer past the frames it copies. */
 	n = bpf_get_stack(ctx, s->ips, sizeof(s->ips), flags);
+	if (slot == SCRATCH_OFF_CPU && n > 0 && s->ips[0] >= traceiter_lo && s->ips[0] < traceiter_hi)
+		n = bpf_get_stack(ctx, s->ips, sizeof(s->ips), flags + 1);
 	if (n <= 0)
 		return n ? n : -EFAULT;
 	words = n / sizeof(__u64);

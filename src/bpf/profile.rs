@@ -538,10 +538,12 @@ impl<'obj> ProfileProgram<'obj> {
     }
 
     /// Starts off-CPU accounting, skipping the first `skip` frames of every
-    /// kernel stack it takes.
-    pub fn arm_offcpu(&mut self, skip: u32) -> Result<()> {
+    /// kernel stack it takes, and one more where the next is within
+    /// `iterator` (the tracepoint's iterator, when given).
+    pub fn arm_offcpu(&mut self, skip: u32, iterator: Option<(u64, u64)>) -> Result<()> {
         let bss = self.bss_mut()?;
         bss.kernel_skip = skip;
+        (bss.traceiter_lo, bss.traceiter_hi) = iterator.unwrap_or_default();
         // SAFETY: a plain store into the mmapped .bss; the program reads it.
         unsafe { std::ptr::write_volatile(&mut bss.offcpu_armed, 1) };
         Ok(())

@@ -585,11 +585,21 @@ fn attach(
     }
     if mode.off_cpu() {
         prog.attach_offcpu()?;
+        // sched_switch calls one attached program straight (a static
+        // call) and several through its iterator: one frame more. The skip
+        // is counted without that frame, and the program drops it where it
+        // is found.
+        let iterator = symbolize::kernel_function_range("__traceiter_sched_switch");
         let skip = match settings.stack_skip {
             Some(n) => n,
-            None => measure_skip(&prog.calibration_stack()?, symbolizer, settings.verbose)?,
+            None => {
+                let ips = prog.calibration_stack()?;
+                let skip = measure_skip(&ips, symbolizer, settings.verbose)?;
+                let inside = |ip: &u64| iterator.is_some_and(|(lo, hi)| (lo..hi).contains(ip));
+                skip - ips.iter().take(skip as usize).any(inside) as u32
+            }
         };
-        prog.arm_offcpu(skip)?;
+        prog.arm_offcpu(skip, iterator.filter(|_| settings.stack_skip.is_none()))?;
         if settings.verbose {
             let how = if settings.stack_skip.is_some() {
                 "--stack-skip"

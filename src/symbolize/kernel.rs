@@ -93,18 +93,36 @@ pub(crate) fn kernel_names(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Option
 /// The kernel's text section, `[_stext, _etext)`, from /proc/kallsyms.
 pub(crate) fn kernel_text_range() -> Option<(u64, u64)> {
     let syms = fs::read_to_string("/proc/kallsyms").ok()?;
-    let find = |name: &str| {
-        syms.lines().find_map(|l| {
-            let mut w = l.split_whitespace();
-            let addr = w.next()?;
-            let _kind = w.next()?;
-            (w.next()? == name)
-                .then(|| u64::from_str_radix(addr, 16).ok())
-                .flatten()
-        })
-    };
-    let (lo, hi) = (find("_stext")?, find("_etext")?);
+    let (lo, hi) = (
+        kallsyms_addr(&syms, "_stext")?,
+        kallsyms_addr(&syms, "_etext")?,
+    );
     (lo != 0 && lo < hi).then_some((lo, hi))
+}
+
+/// The addresses of kernel function `name`, from its symbol to the next
+/// symbol above it in /proc/kallsyms.
+pub(crate) fn kernel_function_range(name: &str) -> Option<(u64, u64)> {
+    let syms = fs::read_to_string("/proc/kallsyms").ok()?;
+    let lo = kallsyms_addr(&syms, name).filter(|&a| a != 0)?;
+    let hi = syms
+        .lines()
+        .filter_map(|l| u64::from_str_radix(l.split_whitespace().next()?, 16).ok())
+        .filter(|&a| a > lo)
+        .min()?;
+    Some((lo, hi))
+}
+
+/// The address of symbol `name` in kallsyms text `syms`.
+fn kallsyms_addr(syms: &str, name: &str) -> Option<u64> {
+    syms.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        let addr = w.next()?;
+        let _kind = w.next()?;
+        (w.next()? == name)
+            .then(|| u64::from_str_radix(addr, 16).ok())
+            .flatten()
+    })
 }
 
 /// Frames that belong to BPF or to the tracing machinery that called it:

@@ -70,7 +70,7 @@ pub(crate) fn without_code_info() -> Vec<PathBuf> {
         .clone()
 }
 use kernel::symbolize_kernel;
-pub(crate) use kernel::{is_bpf_frame, kernel_names, kernel_text_range};
+pub(crate) use kernel::{is_bpf_frame, kernel_function_range, kernel_names, kernel_text_range};
 pub(crate) use user::MAX_CODE_INFO_DWARF;
 
 /// Shown for a frame no source could name, as perf and bcc do.

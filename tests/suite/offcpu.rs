@@ -1,6 +1,6 @@
 //! Off-CPU and wall-clock profiles on real fixtures (run as root).
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use crate::common::*;
 
@@ -106,6 +106,45 @@ fn measured_skip_matches_a_raw_stack() {
         "skipped frames {:?}",
         &r[m.len()..]
     );
+}
+
+#[test]
+fn a_second_session_on_sched_switch_shows_no_tracepoint_frame() {
+    root_or_skip!();
+    let _g = parallel();
+    // sched_switch calls one attached program straight and several through
+    // its iterator, a frame more: the first session measured its skip
+    // alone (unless another test's was attached), the second with two.
+    // Neither may show the iterator once both are attached.
+    let work = Workload::start(Command::new(fixture("spinsleep")).arg("60"));
+    let pid = work.id().to_string();
+    let ready = ready_path();
+    let mut first = bprof()
+        .args(["--off-cpu", "-v", "-f", "-p", &pid, "--ready-file"])
+        .arg(&ready)
+        .arg("3")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn_guarded();
+    wait_ready(&ready, &mut first);
+    let second = folded(&["--off-cpu", "-v", "-f", "-p", &pid, "1"]);
+    let out = first.wait_with_output().expect("wait for bprof");
+    drop(work);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let first = (parse_folded(&String::from_utf8_lossy(&out.stdout)), stderr);
+    for (lines, stderr) in [first, second] {
+        assert!(
+            with_frame(&lines, "fx_spinsleep", "sleep_phase") > 0,
+            "{stderr}"
+        );
+        for l in &lines {
+            assert!(
+                !l.frames.iter().any(|f| is_bpf_frame(f)),
+                "BPF frame in {l:?}\n{stderr}"
+            );
+        }
+    }
 }
 
 #[test]
