@@ -32,7 +32,8 @@ const volatile struct profile_config cfg = {};
 
 /* Kernel frames to skip in off-CPU stacks; set by user space after load. */
 __u32 kernel_skip = 0;
-/* Set once calib_stack holds a raw (skip 0) stack of offcpu_switch. */
+/* 1 + the CPU whose calib_stack holds a raw (skip 0) stack of
+ * offcpu_switch; 0 until one does. */
 __u64 calib_done = 0;
 /* Off-CPU accounting starts once kernel_skip is known. */
 __u32 offcpu_armed = 0;
@@ -149,9 +150,10 @@ static __always_inline struct offcpu_start *offcpu_entry(__u32 tid)
 	return bpf_map_lookup_elem(&offcpu_start, &tid);
 }
 
-/* One raw kernel stack of offcpu_switch, to measure the skip count. */
+/* One raw kernel stack of offcpu_switch, to measure the skip count: per
+ * CPU, so no CPU writes where another does and no atomic is needed. */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__uint(value_size, BPROF_MAX_STACK_DEPTH * sizeof(__u64));
@@ -331,7 +333,7 @@ int layout_enter(struct bpf_raw_tracepoint_args *ctx)
 	mm = (__u64)BPF_CORE_READ(task, mm);
 	if (!mm)
 		return 0;
-	g = layout_gen_of(mm);
+	g = layout_gen_of(mm, ID_SYSCALL);
 	if (g)
 		__sync_fetch_and_add(&g->busy, 1);
 	return 0;
@@ -342,6 +344,7 @@ int layout_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct task_struct *task;
 	struct layout_gen *g;
+	__s64 gen;
 	__u64 mm;
 
 	if (!moves_code(exiting_syscall(ctx)))
@@ -350,10 +353,17 @@ int layout_exit(struct bpf_raw_tracepoint_args *ctx)
 	mm = (__u64)BPF_CORE_READ(task, mm);
 	if (!mm)
 		return 0;
-	g = layout_gen_of(mm);
+	g = layout_gen_of(mm, ID_SYSCALL);
 	if (!g)
 		return 0;
-	g->gen = __sync_fetch_and_add(&next_layout_gen, 1);
+	gen = take_id(&next_layout_gen, ID_LAYOUT, ID_SYSCALL);
+	if (gen < 0) {
+		/* No generation left: the entry goes, and none is made again,
+		 * so no cached stack outlives this change. */
+		bpf_map_delete_elem(&layout_gens, &mm);
+		return 0;
+	}
+	g->gen = gen;
 	/* An entry evicted and re-created mid-call starts at 0 busy. */
 	if (g->busy)
 		__sync_fetch_and_add(&g->busy, -1);
@@ -398,7 +408,7 @@ static __always_inline __s32 unwound_stack_id(struct profile_stats *st, struct c
 		walk_memo_keep(cs, e->id);
 		return e->id;
 	}
-	id = intern_user_stack(st, us, n, &hash);
+	id = intern_user_stack(st, us, n, &hash, slot);
 	if (id >= 0) {
 		e->h = hash;
 		e->h2 = hash2;
@@ -446,7 +456,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 		 * generation alone. Its address space ends at 4 GiB. */
 		if (mm->task_size <= (1ULL << 32))
 			return store_user_stack(ctx, st, slot);
-		g = layout_gen_of((__u64)mm);
+		g = layout_gen_of((__u64)mm, slot);
 		if (!g || g->busy)
 			return store_user_stack(ctx, st, slot);
 		k.mm_seq = g->gen;
@@ -574,12 +584,11 @@ static __always_inline void calibrate(void *ctx)
 	__u32 zero = 0;
 	void *buf;
 
-	if (calib_done || __sync_val_compare_and_swap(&calib_done, 0, 2) != 0)
+	if (calib_done)
 		return;
 	buf = bpf_map_lookup_elem(&calib_stack, &zero);
-	if (buf)
-		bpf_get_stack(ctx, buf, BPROF_MAX_STACK_DEPTH * sizeof(__u64), 0);
-	calib_done = 1;
+	if (buf && bpf_get_stack(ctx, buf, BPROF_MAX_STACK_DEPTH * sizeof(__u64), 0) > 0)
+		calib_done = bpf_get_smp_processor_id() + 1;
 }
 
 /* prev blocks (is switched out), next resumes: stamp one, charge the other. */

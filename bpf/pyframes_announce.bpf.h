@@ -136,6 +136,7 @@ __noinline __s32 py_intern(__u32 slot)
 	__u64 h1, h2;
 	__u32 nr;
 	__s32 id;
+	__s64 n;
 	long err;
 
 	if (!w)
@@ -154,8 +155,9 @@ __noinline __s32 py_intern(__u32 slot)
 		id = ref->id;
 		goto keep;
 	}
-	id = __sync_fetch_and_add(&next_py_stack_id, 1);
-	if (id <= 0 || id >= PY_DEEP_STACK_ID)
+	n = take_id(&next_py_stack_id, ID_PY, slot);
+	id = n;
+	if (n <= 0 || n >= PY_DEEP_STACK_ID)
 		return -E2BIG;
 	if (nr > PY_SHORT_FRAMES) {
 		id |= PY_DEEP_STACK_ID;

@@ -9,6 +9,7 @@
 #ifndef BPROF_STACKS_BPF_H
 #define BPROF_STACKS_BPF_H
 
+#include "ids.bpf.h"
 #include "kernel.bpf.h"
 #include "profile.h"
 
@@ -96,6 +97,7 @@ struct {
  * its CPU while it uses its slot.
  */
 enum scratch_slot { SCRATCH_ON_CPU, SCRATCH_OFF_CPU, SCRATCH_SLOTS };
+_Static_assert(SCRATCH_ON_CPU == ID_ON_CPU && SCRATCH_OFF_CPU == ID_OFF_CPU, "a slot is its id context");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -261,7 +263,10 @@ static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, 
 			__sync_fetch_and_add(&st->stack_collisions, 1);
 		}
 	}
-	id = __sync_fetch_and_add(&next_kern_stack_id, 1);
+	n = take_id(&next_kern_stack_id, ID_KERN, slot);
+	if (n < 0)
+		return -E2BIG;
+	id = n;
 	if (bpf_map_update_elem(&kern_stacks, &id, s, BPF_NOEXIST))
 		return -E2BIG;
 	__sync_fetch_and_add(&st->kern_stacks_stored, 1);
@@ -320,7 +325,7 @@ static __always_inline int same_user_stack(__s32 id, struct words_ctx *w, int *s
  * when stored, else under a new id. Returns the id, or a negative error
  * (-E2BIG: the stack map is full). */
 static __always_inline __s32 intern_user_stack(struct profile_stats *st, struct user_stack *us, long n,
-						 const __u64 *hash)
+						 const __u64 *hash, __u32 slot)
 {
 	struct words_ctx w = { .a = (__u64 *)us->frames, .h = 0xcbf29ce484222325ULL };
 	int stored = 0;
@@ -345,8 +350,9 @@ static __always_inline __s32 intern_user_stack(struct profile_stats *st, struct 
 		if (stored)
 			__sync_fetch_and_add(&st->stack_collisions, 1);
 	}
-	id = __sync_fetch_and_add(&next_user_stack_id, 1);
-	if (id < 0 || id >= BPROF_DEEP_STACK_ID)
+	n = take_id(&next_user_stack_id, ID_USER, slot);
+	id = n;
+	if (n < 0 || n >= BPROF_DEEP_STACK_ID)
 		return -E2BIG; /* a billion stacks: ids would run into the flag */
 	if (us->nr > BPROF_SHORT_FRAMES) {
 		id |= BPROF_DEEP_STACK_ID;
@@ -412,13 +418,17 @@ __u32 next_layout_gen = 1;
 __u32 layout_gens_on = 0;
 
 /* The mm's generation entry; a new one starts at a fresh generation. */
-static __always_inline struct layout_gen *layout_gen_of(__u64 mm)
+static __always_inline struct layout_gen *layout_gen_of(__u64 mm, __u32 ctx)
 {
 	struct layout_gen *g = bpf_map_lookup_elem(&layout_gens, &mm), fresh = {};
+	__s64 gen;
 
 	if (g)
 		return g;
-	fresh.gen = __sync_fetch_and_add(&next_layout_gen, 1);
+	gen = take_id(&next_layout_gen, ID_LAYOUT, ctx);
+	if (gen < 0)
+		return 0;
+	fresh.gen = gen;
 	bpf_map_update_elem(&layout_gens, &mm, &fresh, BPF_NOEXIST);
 	return bpf_map_lookup_elem(&layout_gens, &mm);
 }
@@ -437,7 +447,7 @@ static __always_inline __s32 store_user_stack(void *ctx, struct profile_stats *s
 			  BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
 	if (n <= 0)
 		return n ? n : -EFAULT;
-	return intern_user_stack(st, us, n, 0);
+	return intern_user_stack(st, us, n, 0, slot);
 }
 
 #endif /* BPROF_STACKS_BPF_H */

@@ -139,6 +139,126 @@ pub(crate) fn missing(needs: &[Feature]) -> Vec<Feature> {
     missing_of(needs, Feature::present)
 }
 
+/// Paths the profile program takes in place of a feature the kernel lacks,
+/// with the same results.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Fallbacks {
+    /// Ids from per-CPU counters (bpf/ids.bpf.h), for [`Feature::AtomicFetch`].
+    pub(crate) per_cpu_ids: bool,
+    /// Every hash map preallocated, for [`Feature::TracingAlloc`].
+    pub(crate) prealloc: bool,
+}
+
+/// The names `BPROF_FALLBACK` takes, and the feature each stands in for.
+const FALLBACK_NAMES: [(&str, Feature); 2] = [
+    ("atomic-fetch", Feature::AtomicFetch),
+    ("prealloc", Feature::TracingAlloc),
+];
+
+/// The fallbacks in use, once the profile program has chosen them.
+static IN_USE: std::sync::OnceLock<Fallbacks> = std::sync::OnceLock::new();
+
+impl Fallbacks {
+    /// The fallbacks `BPROF_FALLBACK` forces on: a comma-separated list of
+    /// `atomic-fetch`, `prealloc`, or `all`. A debug switch, so each
+    /// fallback is tested on a kernel that has the feature.
+    pub(crate) fn forced() -> Result<Self> {
+        match std::env::var_os("BPROF_FALLBACK") {
+            Some(list) => Self::parse(&list.to_string_lossy()),
+            None => Ok(Fallbacks::default()),
+        }
+    }
+
+    /// The fallbacks a `BPROF_FALLBACK` value names.
+    fn parse(list: &str) -> Result<Self> {
+        let mut fb = Fallbacks::default();
+        for name in list.split(',').filter(|n| !n.is_empty()) {
+            match FALLBACK_NAMES.iter().find(|(n, _)| *n == name) {
+                Some(&(_, f)) => {
+                    fb.cover(f);
+                }
+                None if name == "all" => {
+                    for &(_, f) in &FALLBACK_NAMES {
+                        fb.cover(f);
+                    }
+                }
+                None => {
+                    let known: Vec<&str> = FALLBACK_NAMES.iter().map(|(n, _)| *n).collect();
+                    bail!(
+                        "BPROF_FALLBACK: no fallback named {:?} (known: {}, all)",
+                        name,
+                        known.join(", ")
+                    );
+                }
+            }
+        }
+        Ok(fb)
+    }
+
+    /// Takes the fallback that stands in for `f`; false when none does.
+    fn cover(&mut self, f: Feature) -> bool {
+        match f {
+            Feature::AtomicFetch => self.per_cpu_ids = true,
+            Feature::TracingAlloc => self.prealloc = true,
+            _ => return false,
+        }
+        true
+    }
+
+    /// What the profile program needs: the forced fallbacks and those for
+    /// the features this kernel lacks. Fails, naming every missing feature
+    /// no fallback stands in for, before anything is loaded. From 6.1 on
+    /// nothing is probed (every feature is there); before, all are.
+    pub(crate) fn for_profile() -> Result<Self> {
+        let mut fb = Self::forced()?;
+        if Feature::TracingAlloc.present() == Some(false) {
+            let lacking = fb.cover_all(missing(PROFILE));
+            refuse(&lacking)?;
+        }
+        Ok(fb)
+    }
+
+    /// Takes the fallbacks for `missing`; returns the features none
+    /// stands in for.
+    fn cover_all(&mut self, missing: Vec<Feature>) -> Vec<Feature> {
+        missing.into_iter().filter(|&f| !self.cover(f)).collect()
+    }
+
+    /// Records the fallbacks the loaded program uses, for the maps user
+    /// space makes for it (see [`hash_map_flags`]).
+    pub(crate) fn set_in_use(self) {
+        // A second profile in one process takes the same kernel's answer.
+        let _ = IN_USE.set(self);
+    }
+
+    /// The fallbacks in use (none before a profile program is loaded).
+    pub(crate) fn in_use() -> Self {
+        IN_USE.get().copied().unwrap_or_default()
+    }
+
+    /// What `-v` says of them; empty when none is used.
+    pub(crate) fn describe(self) -> String {
+        let mut used = Vec::new();
+        if self.per_cpu_ids {
+            used.push("ids from per-CPU counters (no atomic fetch)");
+        }
+        if self.prealloc {
+            used.push("preallocated hash maps (no BPF memory allocator)");
+        }
+        used.join(", ")
+    }
+}
+
+/// The flags of a hash map the profile program uses: allocated as entries
+/// arrive, or preallocated under the `prealloc` fallback.
+pub(crate) fn hash_map_flags() -> u32 {
+    if Fallbacks::in_use().prealloc {
+        0
+    } else {
+        libbpf_sys::BPF_F_NO_PREALLOC
+    }
+}
+
 /// The features of `needs` that `present` says are missing. Without kernel
 /// BTF only that is named: the other probes need it to load at all, so
 /// their failures would name features (tp_btf on a 6.x kernel built
@@ -188,9 +308,14 @@ pub(crate) fn kernel_release() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// Fails with one line naming every feature of `needs` the kernel lacks.
+/// Fails with one line naming every feature of `needs` the kernel lacks
+/// and no fallback stands in for.
 pub(crate) fn check(needs: &[Feature]) -> Result<()> {
-    let missing = missing(needs);
+    refuse(&Fallbacks::default().cover_all(missing(needs)))
+}
+
+/// Fails with one line naming `missing`, if any.
+fn refuse(missing: &[Feature]) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
@@ -239,6 +364,42 @@ mod tests {
         );
         // A probe that cannot tell (None) names nothing.
         assert!(missing_of(PROFILE, |_| None).is_empty());
+    }
+
+    /// 5.10 lacks four features: two have fallbacks, so a refusal names
+    /// the other two and the fallbacks are taken.
+    #[test]
+    fn fallbacks_stand_in_for_atomic_fetch_and_the_allocator() {
+        let on_5_10 = vec![
+            Feature::AtomicFetch,
+            Feature::CurrentTaskBtf,
+            Feature::BpfLoop,
+            Feature::TracingAlloc,
+        ];
+        let mut fb = Fallbacks::default();
+        assert_eq!(
+            fb.cover_all(on_5_10),
+            [Feature::CurrentTaskBtf, Feature::BpfLoop]
+        );
+        assert_eq!(
+            fb,
+            Fallbacks {
+                per_cpu_ids: true,
+                prealloc: true
+            }
+        );
+        assert_eq!(Fallbacks::parse("").unwrap(), Fallbacks::default());
+        assert_eq!(Fallbacks::parse("all").unwrap(), fb);
+        assert_eq!(Fallbacks::parse("prealloc,atomic-fetch").unwrap(), fb);
+        let one = Fallbacks::parse("atomic-fetch").unwrap();
+        assert!(one.per_cpu_ids && !one.prealloc);
+        let err = Fallbacks::parse("prealloc,bpf-loop")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"bpf-loop\"") && err.contains("atomic-fetch, prealloc, all"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -288,7 +288,7 @@ pub(crate) fn create_count_map(size: u32) -> Result<MapHandle> {
     // The flags of the template in profile.bpf.c, which an inner map must match.
     let opts = libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
-        map_flags: libbpf_sys::BPF_F_NO_PREALLOC,
+        map_flags: crate::bpf::kfeatures::hash_map_flags(),
         ..Default::default()
     };
     let map = MapHandle::create(

@@ -1,7 +1,7 @@
 //! BPF programs: loading the profile skeleton, configuring it, attaching it.
 
 use std::mem::MaybeUninit;
-use std::os::fd::{IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, IntoRawFd, OwnedFd};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
@@ -194,25 +194,28 @@ impl<'obj> ProfileProgram<'obj> {
     /// (see core_btf); if the load fails with them, the second slot serves a
     /// retry with the kernel's own.
     pub fn load(slots: &'obj mut ObjectSlots, opts: &ProfileOptions) -> Result<Self> {
-        // Loading at all would warn in the kernel (see kfeatures): refused
-        // first, with everything this kernel lacks named.
-        if kfeatures::Feature::TracingAlloc.present() == Some(false) {
-            kfeatures::check(kfeatures::PROFILE)?;
-        }
+        // Before any load: a kernel lacking a feature no fallback stands in
+        // for is refused with everything it lacks named (loading at all
+        // could warn in the kernel, see kfeatures).
+        let fallbacks = kfeatures::Fallbacks::for_profile()?;
+        fallbacks.set_in_use();
         let [first, second] = slots;
         let (skel, layout_gens, core_btf) = match core_btf::Kept::find() {
-            Some(kept) => match Self::open_and_load(first, opts, Some(&kept.proc_path()), false) {
-                Ok((skel, gens)) => (skel, gens, core_btf::Use::Kept(kept.path())),
-                Err(_) => {
-                    let path = kept.path();
-                    kept.remove();
-                    let (skel, gens) = Self::open_and_load(second, opts, None, true)?;
-                    let kept = core_btf::keep(skel.object());
-                    (skel, gens, core_btf::Use::Refused { path, kept })
+            Some(kept) => {
+                match Self::open_and_load(first, opts, fallbacks, Some(&kept.proc_path()), false) {
+                    Ok((skel, gens)) => (skel, gens, core_btf::Use::Kept(kept.path())),
+                    Err(_) => {
+                        let path = kept.path();
+                        kept.remove();
+                        let (skel, gens) =
+                            Self::open_and_load(second, opts, fallbacks, None, true)?;
+                        let kept = core_btf::keep(skel.object());
+                        (skel, gens, core_btf::Use::Refused { path, kept })
+                    }
                 }
-            },
+            }
             None => {
-                let (skel, gens) = Self::open_and_load(first, opts, None, true)?;
+                let (skel, gens) = Self::open_and_load(first, opts, fallbacks, None, true)?;
                 let kept = core_btf::keep(skel.object());
                 (skel, gens, core_btf::Use::Kernel { kept })
             }
@@ -262,6 +265,7 @@ impl<'obj> ProfileProgram<'obj> {
     fn open_and_load(
         obj: &'obj mut MaybeUninit<OpenObject>,
         opts: &ProfileOptions,
+        fallbacks: kfeatures::Fallbacks,
         btf: Option<&std::ffi::CStr>,
         last: bool,
     ) -> Result<(ProfileSkel<'obj>, bool)> {
@@ -310,6 +314,8 @@ impl<'obj> ProfileProgram<'obj> {
         rodata.cfg.cgroups = opts.cgroups.into();
         rodata.cfg.map_totals = opts.map_totals.into();
         rodata.cfg.python = opts.walks_python().into();
+        rodata.ids_per_cpu = fallbacks.per_cpu_ids.into();
+        rodata.ids_cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u32;
         // No kernel layout generation (6.1 to 6.3): bprof keeps its own,
         // for the raw-stack cache of frame-pointer walks (dwarf stacks are
         // not cached: the tracepoints would only slow every syscall down).
@@ -390,6 +396,22 @@ impl<'obj> ProfileProgram<'obj> {
         if !layout_gens {
             open.progs.layout_enter.set_autoload(false);
             open.progs.layout_exit.set_autoload(false);
+        }
+        // Kept open until the load, which makes count_slot from it.
+        let template = fallbacks
+            .prealloc
+            .then(|| maps::create_count_map(1))
+            .transpose()?;
+        if let Some(template) = &template {
+            // Every hash map preallocated, and the count maps' template as
+            // user space makes them (kfeatures::hash_map_flags).
+            for mut map in open.open_object_mut().maps_mut() {
+                if map.map_type() == libbpf_rs::MapType::Hash {
+                    let flags = map.map_flags() & !libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC;
+                    map.set_map_flags(flags)?;
+                }
+            }
+            open.maps.count_slot.set_inner_map_fd(template.as_fd())?;
         }
         // The features are probed only when the load fails: the probes'
         // loading and BTF parsing are work a working kernel never needs.
@@ -562,7 +584,7 @@ impl<'obj> ProfileProgram<'obj> {
     /// program, leaf first, once a context switch has recorded it.
     pub fn calibration_stack(&self) -> Result<Vec<u64>> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        loop {
+        let cpu = loop {
             let bss = self
                 .skel
                 .maps
@@ -570,21 +592,27 @@ impl<'obj> ProfileProgram<'obj> {
                 .as_deref()
                 .context("BPF object has no .bss")?;
             // SAFETY: reading the mmapped .bss, which the program writes.
-            if unsafe { std::ptr::read_volatile(&bss.calib_done) } == 1 {
-                break;
+            let done = unsafe { std::ptr::read_volatile(&bss.calib_done) };
+            if done > 0 {
+                break done - 1;
             }
             if std::time::Instant::now() > deadline {
                 anyhow::bail!("measuring the stack skip: no context switch was seen in 2 s (use --stack-skip N)");
             }
             // Sleeping is itself a context switch.
             std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        };
+        // The stack of the CPU that recorded it (one slot per CPU).
         let raw = self
             .skel
             .maps
             .calib_stack
-            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
             .context("reading the calibration stack")?
+            .and_then(|mut cpus| {
+                let i = usize::try_from(cpu).ok()?;
+                (i < cpus.len()).then(|| cpus.swap_remove(i))
+            })
             .unwrap_or_default();
         let ips: Vec<u64> = raw
             .chunks_exact(8)

@@ -8,6 +8,7 @@
 mod common;
 
 mod bad_input;
+mod fallbacks;
 mod filter;
 mod habits;
 mod hostile;

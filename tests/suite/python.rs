@@ -138,9 +138,14 @@ fn start(python: &Path, mode: &str, secs: &str) -> Workload {
 /// after checking the totals add up (samples, or microseconds off-CPU:
 /// what the outputs hold is what the kernel counted) and nothing was lost.
 fn bprof_folded(dir: &Path, args: &[&str]) -> (Vec<Folded>, String) {
+    bprof_folded_with(bprof(), dir, args)
+}
+
+/// [`bprof_folded`] with `cmd` as the bprof to run.
+fn bprof_folded_with(mut cmd: Command, dir: &Path, args: &[&str]) -> (Vec<Folded>, String) {
     let out_file = dir.join("out.folded");
     let json = dir.join("stats.json");
-    let out = run(bprof()
+    let out = run(cmd
         .args(["-v", "--no-counts", "-o"])
         .arg(&out_file)
         .arg("--stats-json")
@@ -308,6 +313,55 @@ fn python_631_has_its_shares_order_and_lines_on_every_interpreter_as_py_spy_sees
                 "{name}: {what}"
             );
         }
+    }
+}
+
+#[test]
+fn python_frames_are_the_same_under_the_kernel_fallbacks() {
+    root_or_skip!();
+    let _g = parallel();
+    // Python stacks' ids from per-CPU counters and every map preallocated
+    // (BPROF_FALLBACK, as on a kernel without atomic fetch or the BPF
+    // memory allocator), beside the normal path on the same process.
+    let python = interpreters().remove(0);
+    let work = start(&python, "631", "12");
+    let pid = work.id().to_string();
+    let args = ["-F", "499", "-p", &pid, "3"];
+    let dirs = [scratch("py-fallback-on"), scratch("py-fallback-off")];
+    let [forced, normal] = std::thread::scope(|s| {
+        let forced = s.spawn(|| {
+            let mut cmd = bprof();
+            cmd.env("BPROF_FALLBACK", "all");
+            bprof_folded_with(cmd, &dirs[0], &args)
+        });
+        let normal = bprof_folded(&dirs[1], &args);
+        [forced.join().expect("the forced run"), normal]
+    });
+    drop(work);
+    assert!(
+        forced
+            .1
+            .contains("bprof: fallbacks: ids from per-CPU counters"),
+        "{}",
+        forced.1
+    );
+    let [a, b] = [&forced, &normal].map(|(lines, stderr)| {
+        assert!(total(lines) > 500, "{stderr}");
+        assert!(python_line(stderr).contains(", 0 lost"), "{stderr}");
+        assert!(
+            pct(samples_in(lines, "<module>"), total(lines)) > 90.0,
+            "{stderr}"
+        );
+        shares_631(lines)
+    });
+    for (x, y) in a.iter().zip(&b) {
+        assert!(
+            (x - y).abs() <= 3.0,
+            "with the fallbacks {a:?}, without {b:?}"
+        );
+    }
+    for d in dirs {
+        let _ = std::fs::remove_dir_all(d);
     }
 }
 
