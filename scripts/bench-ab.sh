@@ -9,7 +9,9 @@
 # warm, so each pair runs in both orders and the orders are averaged.
 #
 # Usage: scripts/bench-ab.sh A B [PAIRS] [SECONDS]   (default 4 pairs, 5 s)
-#   Extra bprof arguments: BENCH_A_ARGS, BENCH_B_ARGS (e.g. BENCH_B_ARGS=-K).
+#   Extra bprof arguments: BENCH_A_ARGS, BENCH_B_ARGS (e.g. BENCH_B_ARGS=-K);
+#   extra environment: BENCH_A_ENV, BENCH_B_ENV (e.g. one build as both A
+#   and B, BENCH_B_ENV=BPROF_FALLBACK=all: what the fallbacks cost).
 # Prints each run's ns per sample and the mean of B - A over both orders.
 # On a machine shared with others, wrap it in their lock (here:
 # flock /tmp/bprof-tests.lock scripts/bench-ab.sh ...).
@@ -27,18 +29,18 @@ head -c 15M /dev/urandom | base64 -w 76 >"$tmp/data"
 # One run: $1 starts first (its program is the older, so it runs first in
 # a sample), $2 second. Prints "ns_first ns_second".
 run() {
-    local first=$1 second=$2 fargs=$3 sargs=$4 w p1 p2 ids
+    local first=$1 second=$2 fargs=$3 sargs=$4 fenv=$5 senv=$6 w p1 p2 ids
     sysctl -q kernel.bpf_stats_enabled=1
     taskset -c 1 xz -6 -c "$tmp/data" >/dev/null &
     w=$!
     sleep 0.2
     # shellcheck disable=SC2086 # word splitting of the extra arguments is wanted
-    "$first" $fargs -C 1 -F 999 -p "$w" -o "$tmp/first.folded" "$SECS" 2>/dev/null &
+    env $fenv "$first" $fargs -C 1 -F 999 -p "$w" -o "$tmp/first.folded" "$SECS" 2>/dev/null &
     p1=$!
     sleep 0.5
     ids=" $(bpftool prog show name do_sample | awk -F: '/^[0-9]+:/ { print $1 }' | tr '\n' ' ')"
     # shellcheck disable=SC2086
-    "$second" $sargs -C 1 -F 999 -p "$w" -o "$tmp/second.folded" "$SECS" 2>/dev/null &
+    env $senv "$second" $sargs -C 1 -F 999 -p "$w" -o "$tmp/second.folded" "$SECS" 2>/dev/null &
     p2=$!
     sleep $((SECS - 1))
     bpftool prog show name do_sample >"$tmp/progs"
@@ -56,8 +58,8 @@ run() {
 
 diffs=()
 for i in $(seq "$PAIRS"); do
-    read -r a1 b1 < <(run "$A" "$B" "${BENCH_A_ARGS:-}" "${BENCH_B_ARGS:-}")
-    read -r b2 a2 < <(run "$B" "$A" "${BENCH_B_ARGS:-}" "${BENCH_A_ARGS:-}")
+    read -r a1 b1 < <(run "$A" "$B" "${BENCH_A_ARGS:-}" "${BENCH_B_ARGS:-}" "${BENCH_A_ENV:-}" "${BENCH_B_ENV:-}")
+    read -r b2 a2 < <(run "$B" "$A" "${BENCH_B_ARGS:-}" "${BENCH_A_ARGS:-}" "${BENCH_B_ENV:-}" "${BENCH_A_ENV:-}")
     echo "pair $i: A first: A $a1 B $b1 | B first: B $b2 A $a2 (ns per sample)"
     diffs+=("$((b1 - a1)) $((b2 - a2))")
 done
