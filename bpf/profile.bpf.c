@@ -329,7 +329,7 @@ int layout_enter(struct bpf_raw_tracepoint_args *ctx)
 
 	if (!moves_code(ctx->args[1]))
 		return 0;
-	task = bpf_get_current_task_btf();
+	task = current_task();
 	mm = (__u64)BPF_CORE_READ(task, mm);
 	if (!mm)
 		return 0;
@@ -349,7 +349,7 @@ int layout_exit(struct bpf_raw_tracepoint_args *ctx)
 
 	if (!moves_code(exiting_syscall(ctx)))
 		return 0;
-	task = bpf_get_current_task_btf();
+	task = current_task();
 	mm = (__u64)BPF_CORE_READ(task, mm);
 	if (!mm)
 		return 0;
@@ -425,7 +425,7 @@ static __always_inline __s32 unwound_stack_id(struct profile_stats *st, struct c
 static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, __u32 slot,
 					    struct cpu_scratch *cs, struct frame_record *leaf)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = current_task();
 	struct mm_struct *mm;
 	struct ustack_key k = {};
 	struct words_ctx w = { .h = 0xcbf29ce484222325ULL };
@@ -440,7 +440,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 			return -EFAULT; /* a kernel thread has no user stack */
 		return unwound_stack_id(st, cs, slot, leaf, m);
 	}
-	mm = task->mm;
+	mm = TASK_FIELD(task, mm);
 	if (!mm)
 		return -EFAULT;
 	/* Without the kernel's layout generation (no per-VMA locks), bprof's
@@ -454,7 +454,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 		/* A 32-bit task's (ia32, x32) syscalls have other numbers than
 		 * layout_enter/layout_exit watch for: its mmaps would leave the
 		 * generation alone. Its address space ends at 4 GiB. */
-		if (mm->task_size <= (1ULL << 32))
+		if (MM_FIELD(mm, task_size) <= (1ULL << 32))
 			return store_user_stack(ctx, st, slot);
 		g = layout_gen_of((__u64)mm, slot);
 		if (!g || g->busy)
@@ -473,8 +473,8 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 	bpf_loop(n / sizeof(__u64), hash_ips_word, &w, 0);
 	k.mm = (__u64)mm;
 	k.hash = w.h;
-	k.tgid = task->tgid;
-	k.exec_id = task->self_exec_id;
+	k.tgid = TASK_FIELD(task, tgid);
+	k.exec_id = TASK_FIELD(task, self_exec_id);
 	k.depth = n;
 	cached = bpf_map_lookup_elem(&user_stack_cache, &k);
 	if (cached) {

@@ -147,7 +147,7 @@ static __always_inline struct py_proc *py_proc_of(struct task_struct *task, __u3
  * deepest chain of calls (offcpu_switch's) past 6.1's 512 bytes. */
 static __always_inline __u32 py_walk(struct py_walk *w, __u32 slot, __u64 pid_tgid)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = current_task();
 	struct py_step_ctx step;
 	__u64 ts, frame = 0, cframe;
 	__u32 at;
@@ -200,7 +200,7 @@ static __always_inline __u32 py_walk(struct py_walk *w, __u32 slot, __u64 pid_tg
  * function: verified once for its callers. */
 __noinline __s32 py_stack_id(__u32 slot)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = current_task();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, end;
 	struct py_proc *proc;

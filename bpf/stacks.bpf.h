@@ -9,6 +9,7 @@
 #ifndef BPROF_STACKS_BPF_H
 #define BPROF_STACKS_BPF_H
 
+#include "current_task.bpf.h"
 #include "ids.bpf.h"
 #include "kernel.bpf.h"
 #include "profile.h"
@@ -382,7 +383,7 @@ struct mm_struct___intseq {
 static __always_inline int layout_seq(struct mm_struct *mm, __u32 *seq)
 {
 	if (bpf_core_field_exists(mm->mm_lock_seq.sequence)) {
-		*seq = mm->mm_lock_seq.sequence;
+		*seq = MM_FIELD(mm, mm_lock_seq.sequence);
 		return 1;
 	}
 	if (bpf_core_field_exists(((struct mm_struct___intseq *)mm)->mm_lock_seq)) {

@@ -147,12 +147,17 @@ pub(crate) struct Fallbacks {
     pub(crate) per_cpu_ids: bool,
     /// Every hash map preallocated, for [`Feature::TracingAlloc`].
     pub(crate) prealloc: bool,
+    /// The current task as a plain address read with probe reads, for
+    /// [`Feature::CurrentTaskBtf`] (bpf/current_task.bpf.h). The dwarf walk
+    /// still needs the helper.
+    pub(crate) task_addr: bool,
 }
 
 /// The names `BPROF_FALLBACK` takes, and the feature each stands in for.
-const FALLBACK_NAMES: [(&str, Feature); 2] = [
+const FALLBACK_NAMES: [(&str, Feature); 3] = [
     ("atomic-fetch", Feature::AtomicFetch),
     ("prealloc", Feature::TracingAlloc),
+    ("task-btf", Feature::CurrentTaskBtf),
 ];
 
 /// The fallbacks in use, once the profile program has chosen them.
@@ -160,7 +165,7 @@ static IN_USE: std::sync::OnceLock<Fallbacks> = std::sync::OnceLock::new();
 
 impl Fallbacks {
     /// The fallbacks `BPROF_FALLBACK` forces on: a comma-separated list of
-    /// `atomic-fetch`, `prealloc`, or `all`. A debug switch, so each
+    /// `atomic-fetch`, `prealloc`, `task-btf`, or `all`. A debug switch, so each
     /// fallback is tested on a kernel that has the feature.
     pub(crate) fn forced() -> Result<Self> {
         match std::env::var_os("BPROF_FALLBACK") {
@@ -200,6 +205,7 @@ impl Fallbacks {
         match f {
             Feature::AtomicFetch => self.per_cpu_ids = true,
             Feature::TracingAlloc => self.prealloc = true,
+            Feature::CurrentTaskBtf => self.task_addr = true,
             _ => return false,
         }
         true
@@ -244,6 +250,9 @@ impl Fallbacks {
         }
         if self.prealloc {
             used.push("preallocated hash maps (no BPF memory allocator)");
+        }
+        if self.task_addr {
+            used.push("the current task read by address (no bpf_get_current_task_btf)");
         }
         used.join(", ")
     }
@@ -366,8 +375,8 @@ mod tests {
         assert!(missing_of(PROFILE, |_| None).is_empty());
     }
 
-    /// 5.10 lacks four features: two have fallbacks, so a refusal names
-    /// the other two and the fallbacks are taken.
+    /// 5.10 lacks four features: three have fallbacks, so a refusal names
+    /// the fourth and the fallbacks are taken.
     #[test]
     fn fallbacks_stand_in_for_atomic_fetch_and_the_allocator() {
         let on_5_10 = vec![
@@ -377,27 +386,28 @@ mod tests {
             Feature::TracingAlloc,
         ];
         let mut fb = Fallbacks::default();
-        assert_eq!(
-            fb.cover_all(on_5_10),
-            [Feature::CurrentTaskBtf, Feature::BpfLoop]
-        );
+        assert_eq!(fb.cover_all(on_5_10), [Feature::BpfLoop]);
         assert_eq!(
             fb,
             Fallbacks {
                 per_cpu_ids: true,
-                prealloc: true
+                prealloc: true,
+                task_addr: true,
             }
         );
         assert_eq!(Fallbacks::parse("").unwrap(), Fallbacks::default());
         assert_eq!(Fallbacks::parse("all").unwrap(), fb);
-        assert_eq!(Fallbacks::parse("prealloc,atomic-fetch").unwrap(), fb);
+        assert_eq!(
+            Fallbacks::parse("task-btf,prealloc,atomic-fetch").unwrap(),
+            fb
+        );
         let one = Fallbacks::parse("atomic-fetch").unwrap();
-        assert!(one.per_cpu_ids && !one.prealloc);
+        assert!(one.per_cpu_ids && !one.prealloc && !one.task_addr);
         let err = Fallbacks::parse("prealloc,bpf-loop")
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("\"bpf-loop\"") && err.contains("atomic-fetch, prealloc, all"),
+            err.contains("\"bpf-loop\"") && err.contains("atomic-fetch, prealloc, task-btf, all"),
             "{err}"
         );
     }

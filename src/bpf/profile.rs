@@ -198,6 +198,11 @@ impl<'obj> ProfileProgram<'obj> {
         // for is refused with everything it lacks named (loading at all
         // could warn in the kernel, see kfeatures).
         let fallbacks = kfeatures::Fallbacks::for_profile()?;
+        if fallbacks.task_addr && opts.dwarf() {
+            bail!(
+                "--call-graph dwarf needs the bpf_get_current_task_btf helper (Linux 5.11), which this profile runs without: use --call-graph fp"
+            );
+        }
         fallbacks.set_in_use();
         let [first, second] = slots;
         let (skel, layout_gens, core_btf) = match core_btf::Kept::find() {
@@ -315,6 +320,7 @@ impl<'obj> ProfileProgram<'obj> {
         rodata.cfg.map_totals = opts.map_totals.into();
         rodata.cfg.python = opts.walks_python().into();
         rodata.ids_per_cpu = fallbacks.per_cpu_ids.into();
+        rodata.task_btf_missing = fallbacks.task_addr.into();
         rodata.ids_cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u32;
         // No kernel layout generation (6.1 to 6.3): bprof keeps its own,
         // for the raw-stack cache of frame-pointer walks (dwarf stacks are

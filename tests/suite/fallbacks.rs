@@ -114,11 +114,12 @@ fn with_and_without(fallback: &str, args: &[&str]) -> [Run; 2] {
 
 /// A wall-clock profile (on-CPU samples and off-CPU switches, kernel and
 /// user stacks, the skip measured at start) of spinsleep, half spinning
-/// and half asleep, with `fallback` forced and without.
-fn spinsleep_agrees_under(fallback: &str, said: &str) {
+/// and half asleep, with `fallback` forced and without, each with `args`.
+fn spinsleep_agrees_under(fallback: &str, said: &str, args: &[&str]) {
     let work = Workload::start(Command::new(fixture("spinsleep")).arg("60"));
     let pid = work.id().to_string();
-    let [forced, normal] = with_and_without(fallback, &["--wall", "-p", &pid, "2"]);
+    let args = [args, &["--wall", "-p", &pid, "2"]].concat();
+    let [forced, normal] = with_and_without(fallback, &args);
     drop(work);
     assert!(forced.stderr.contains(said), "{}", forced.stderr);
     assert!(!normal.stderr.contains("fallbacks:"), "{}", normal.stderr);
@@ -150,7 +151,7 @@ fn spinsleep_agrees_under(fallback: &str, said: &str) {
 fn atomic_fetch_fallback_profiles_as_the_normal_path() {
     root_or_skip!();
     let _g = parallel();
-    spinsleep_agrees_under("atomic-fetch", "fallbacks: ids from per-CPU counters");
+    spinsleep_agrees_under("atomic-fetch", "fallbacks: ids from per-CPU counters", &[]);
 }
 
 #[test]
@@ -160,6 +161,29 @@ fn prealloc_fallback_profiles_as_the_normal_path() {
     spinsleep_agrees_under(
         "prealloc",
         "fallbacks: preallocated hash maps (no BPF memory allocator)",
+        &[],
+    );
+}
+
+#[test]
+fn task_btf_fallback_profiles_as_the_normal_path() {
+    root_or_skip!();
+    let _g = parallel();
+    // Frame-pointer stacks: the raw-stack cache's key (the task's mm, its
+    // layout generation, tgid and exec id) read through the task's
+    // address; the dwarf walk still needs the helper, and says so.
+    spinsleep_agrees_under(
+        "task-btf",
+        "fallbacks: the current task read by address",
+        &["--call-graph", "fp"],
+    );
+    let out = run(bprof()
+        .env("BPROF_FALLBACK", "task-btf")
+        .args(["-f", "--", "true"]));
+    let line = assert_one_line_error(&out);
+    assert!(
+        line.contains("--call-graph dwarf needs the bpf_get_current_task_btf helper"),
+        "{line}"
     );
 }
 

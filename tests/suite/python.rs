@@ -320,13 +320,15 @@ fn python_631_has_its_shares_order_and_lines_on_every_interpreter_as_py_spy_sees
 fn python_frames_are_the_same_under_the_kernel_fallbacks() {
     root_or_skip!();
     let _g = parallel();
-    // Python stacks' ids from per-CPU counters and every map preallocated
-    // (BPROF_FALLBACK, as on a kernel without atomic fetch or the BPF
-    // memory allocator), beside the normal path on the same process.
+    // Python stacks' ids from per-CPU counters, every map preallocated and
+    // the task read by its address (BPROF_FALLBACK=all, as on a kernel
+    // without atomic fetch, the BPF memory allocator or
+    // bpf_get_current_task_btf; frame-pointer native stacks, as the dwarf
+    // walk needs that helper), beside the normal path on the same process.
     let python = interpreters().remove(0);
     let work = start(&python, "631", "12");
     let pid = work.id().to_string();
-    let args = ["-F", "499", "-p", &pid, "3"];
+    let args = ["--call-graph", "fp", "-F", "999", "-p", &pid, "3"];
     let dirs = [scratch("py-fallback-on"), scratch("py-fallback-off")];
     let [forced, normal] = std::thread::scope(|s| {
         let forced = s.spawn(|| {
@@ -341,7 +343,7 @@ fn python_frames_are_the_same_under_the_kernel_fallbacks() {
     assert!(
         forced
             .1
-            .contains("bprof: fallbacks: ids from per-CPU counters"),
+            .contains("bprof: fallbacks: ids from per-CPU counters (no atomic fetch), preallocated hash maps (no BPF memory allocator), the current task read by address"),
         "{}",
         forced.1
     );
@@ -354,11 +356,14 @@ fn python_frames_are_the_same_under_the_kernel_fallbacks() {
         );
         shares_631(lines)
     });
-    for (x, y) in a.iter().zip(&b) {
+    // Two samplers of interleaved work: each share is within ~1.3 points
+    // of the other's (one sigma) at ~2700 samples.
+    for ((x, y), want) in a.iter().zip(&b).zip([60.0, 30.0, 10.0]) {
         assert!(
-            (x - y).abs() <= 3.0,
+            (x - y).abs() <= 4.0,
             "with the fallbacks {a:?}, without {b:?}"
         );
+        assert!((x - want).abs() <= 6.0, "with the fallbacks {a:?}");
     }
     for d in dirs {
         let _ = std::fs::remove_dir_all(d);
