@@ -27,6 +27,11 @@ struct filter_sample {
 	const char *comm;
 };
 
+/* Set by user space before load when a filter names a cgroup: only then
+ * does the program call bpf_get_current_ancestor_cgroup_id, which tracing
+ * programs lack on older kernels (5.10). */
+const volatile __u8 filter_cgroups = 0;
+
 static __always_inline __u64 term_value(const struct filter_entry *e, const struct filter_sample *s)
 {
 	switch (e->term) {
@@ -46,7 +51,7 @@ static __always_inline __u64 term_value(const struct filter_entry *e, const stru
 		return bpf_get_current_uid_gid() >> 32;
 	case FILTER_TERM_CGROUP:
 		/* The ancestor at the filter's level: the cgroup or any below it. */
-		return bpf_get_current_ancestor_cgroup_id(e->level);
+		return filter_cgroups ? bpf_get_current_ancestor_cgroup_id(e->level) : 0;
 	case FILTER_TERM_MODE:
 		/* Kernel addresses have the top bit set on x86_64 and arm64. */
 		return s->ip >> 63;

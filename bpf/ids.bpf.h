@@ -8,7 +8,10 @@
  * (the on-CPU and off-CPU programs, which can interrupt each other on one
  * CPU but not themselves) or the layout tracepoints, and
  *   id = first + n * (cpus * ID_CTXS) + cpu * ID_CTXS + context,
- * unique, and dense enough for user space's bit per spilled id.
+ * unique, and dense enough for user space's bit per spilled id. The
+ * programs that load where bpf_loop is missing (loop.bpf.h) and layout
+ * generations always count per CPU: 5.10's verifier refuses an atomic
+ * fetch anywhere in a program, even where it never runs.
  */
 #ifndef BPROF_IDS_BPF_H
 #define BPROF_IDS_BPF_H
@@ -35,14 +38,15 @@ struct {
 } id_counters SEC(".maps");
 
 /* A new id of `kind` from the counter at `global` (whose initial value is
- * the first id), taken in context `ctx`; negative when none is left. */
-static __always_inline __s64 take_id(__u32 *global, enum id_kind kind, __u32 ctx)
+ * the first id), taken in context `ctx`; negative when none is left.
+ * per_cpu: a constant, 1 for the programs that never fetch. */
+static __always_inline __s64 take_id(__u32 *global, enum id_kind kind, __u32 ctx, const int per_cpu)
 {
 	struct id_counters *c;
 	__u32 zero = 0, cpu;
 	__u64 n;
 
-	if (!ids_per_cpu)
+	if (!per_cpu && !ids_per_cpu)
 		return __sync_fetch_and_add(global, 1);
 	c = bpf_map_lookup_elem(&id_counters, &zero);
 	cpu = bpf_get_smp_processor_id();

@@ -17,6 +17,7 @@
  *   exec, as perf record's enable_on_exec.
  */
 #include "kernel.bpf.h"
+#include "loop.bpf.h"
 #include "profile.h"
 #include "targets.bpf.h"
 #include "filter.bpf.h"
@@ -180,9 +181,8 @@ static const struct sample_key total_key = { .kind = SAMPLE_TOTAL };
 
 /* Adds `n` to the key's count in the count map in the slot (and to the
  * map's own total); 0, or the error of a new key that found no room
- * (-E2BIG: the map is full; -ENOMEM: no element to be had now). A global
- * function: verified once for its three callers. */
-__noinline int map_add(struct profile_stats *st, const struct sample_key *key, __u64 n)
+ * (-E2BIG: the map is full; -ENOMEM: no element to be had now). */
+static __always_inline int map_add_in(struct profile_stats *st, const struct sample_key *key, __u64 n)
 {
 	__u32 zero = 0;
 	struct sample_key k;
@@ -226,10 +226,20 @@ added:
 	return 0;
 }
 
-/* One sample of weight n counted, or lost to a full map. */
-static __always_inline void count(struct profile_stats *st, const struct sample_key *key, __u64 n)
+/* map_add_in as a global function: verified once for its callers. Before
+ * 5.12 a global function takes no pointer: the programs built without
+ * bpf_loop (for kernels before 5.17) inline map_add_in instead. */
+__noinline int map_add(struct profile_stats *st, const struct sample_key *key, __u64 n)
 {
-	if (map_add(st, key, n)) {
+	return map_add_in(st, key, n);
+}
+
+#define MAP_ADD(open, st, key, n) ((open) ? map_add_in(st, key, n) : map_add(st, key, n))
+
+/* One sample of weight n counted, or lost to a full map. */
+static __always_inline void count(struct profile_stats *st, const struct sample_key *key, __u64 n, const int open)
+{
+	if (MAP_ADD(open, st, key, n)) {
 		st->count_map_full++;
 		return;
 	}
@@ -253,9 +263,9 @@ static __always_inline int same_key(const struct sample_key *a, const struct sam
  * takes its slot. Straight into the map while a flush of this CPU's cache
  * runs (this sample interrupted it), or when the older key finds no room
  * there: it stays cached, and a full map loses one sample, as without the
- * cache, never a cached key's many. A global function: verified once, not
- * once for each way the stacks were taken. */
-__noinline int count_on_cpu(struct profile_stats *st, struct sample_scratch *sc, __u64 n)
+ * cache, never a cached key's many. */
+static __always_inline int count_on_cpu_in(struct profile_stats *st, struct sample_scratch *sc, __u64 n,
+					   const int open)
 {
 	const __u64 *k;
 	__u64 h;
@@ -273,13 +283,13 @@ __noinline int count_on_cpu(struct profile_stats *st, struct sample_scratch *sc,
 	part = idx / COUNT_CACHE_PART;
 	cp = sc->count_busy ? 0 : bpf_map_lookup_elem(&count_cache, &part);
 	if (!cp) {
-		count(st, &sc->key, n);
+		count(st, &sc->key, n, open);
 		return 0;
 	}
 	s = &cp->s[idx % COUNT_CACHE_PART];
 	if (s->samples && !same_key(&s->key, &sc->key)) {
-		if (map_add(st, &s->key, s->weight)) {
-			count(st, &sc->key, n);
+		if (MAP_ADD(open, st, &s->key, s->weight)) {
+			count(st, &sc->key, n, open);
 			return 0;
 		}
 		s->samples = 0;
@@ -292,6 +302,13 @@ __noinline int count_on_cpu(struct profile_stats *st, struct sample_scratch *sc,
 	__sync_fetch_and_add(&st->counted, 1);
 	__sync_fetch_and_add(&st->counted_weight, n);
 	return 0;
+}
+
+/* count_on_cpu_in as a global function: verified once, not once for each
+ * way the stacks were taken (inlined where bpf_loop is not, see map_add). */
+__noinline int count_on_cpu(struct profile_stats *st, struct sample_scratch *sc, __u64 n)
+{
+	return count_on_cpu_in(st, sc, n, 0);
 }
 
 /* The raw-stack cache's layout generations (stacks.bpf.h), on kernels
@@ -356,7 +373,7 @@ int layout_exit(struct bpf_raw_tracepoint_args *ctx)
 	g = layout_gen_of(mm, ID_SYSCALL);
 	if (!g)
 		return 0;
-	gen = take_id(&next_layout_gen, ID_LAYOUT, ID_SYSCALL);
+	gen = take_id(&next_layout_gen, ID_LAYOUT, ID_SYSCALL, 1);
 	if (gen < 0) {
 		/* No generation left: the entry goes, and none is made again,
 		 * so no cached stack outlives this change. */
@@ -408,7 +425,7 @@ static __always_inline __s32 unwound_stack_id(struct profile_stats *st, struct c
 		walk_memo_keep(cs, e->id);
 		return e->id;
 	}
-	id = intern_user_stack(st, us, n, &hash, slot);
+	id = intern_user_stack(st, us, n, &hash, slot, 0);
 	if (id >= 0) {
 		e->h = hash;
 		e->h2 = hash2;
@@ -423,7 +440,7 @@ static __always_inline __s32 unwound_stack_id(struct profile_stats *st, struct c
  * this raw stack was seen in this address-space layout, else stored anew
  * (and cached). */
 static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, __u32 slot,
-					    struct cpu_scratch *cs, struct frame_record *leaf)
+					    struct cpu_scratch *cs, struct frame_record *leaf, const int open)
 {
 	struct task_struct *task = current_task();
 	struct mm_struct *mm;
@@ -433,7 +450,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 	__s32 *cached, id;
 	long n;
 
-	if (cfg.dwarf) {
+	if (!open && cfg.dwarf) {
 		__u64 m = (__u64)BPF_CORE_READ(task, mm);
 
 		if (!m)
@@ -450,15 +467,15 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 		struct layout_gen *g;
 
 		if (!layout_gens_on)
-			return store_user_stack(ctx, st, slot);
+			return store_user_stack(ctx, st, slot, open);
 		/* A 32-bit task's (ia32, x32) syscalls have other numbers than
 		 * layout_enter/layout_exit watch for: its mmaps would leave the
 		 * generation alone. Its address space ends at 4 GiB. */
 		if (MM_FIELD(mm, task_size) <= (1ULL << 32))
-			return store_user_stack(ctx, st, slot);
+			return store_user_stack(ctx, st, slot, open);
 		g = layout_gen_of((__u64)mm, slot);
 		if (!g || g->busy)
-			return store_user_stack(ctx, st, slot);
+			return store_user_stack(ctx, st, slot, open);
 		k.mm_seq = g->gen;
 	}
 	ips = bpf_map_lookup_elem(&raw_user_stack, &slot);
@@ -470,7 +487,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 	/* 64 bits of hash make a collision within one address space
 	 * vanishingly unlikely. */
 	w.a = ips;
-	bpf_loop(n / sizeof(__u64), hash_ips_word, &w, 0);
+	LOOP(open, n / sizeof(__u64), BPROF_MAX_STACK_DEPTH, hash_ips_word, &w);
 	k.mm = (__u64)mm;
 	k.hash = w.h;
 	k.tgid = TASK_FIELD(task, tgid);
@@ -481,7 +498,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 		st->user_stack_cached++;
 		return *cached;
 	}
-	id = store_user_stack(ctx, st, slot);
+	id = store_user_stack(ctx, st, slot, open);
 	if (id >= 0)
 		bpf_map_update_elem(&user_stack_cache, &k, &id, BPF_ANY);
 	return id;
@@ -490,34 +507,36 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 /* Takes the wanted stacks; -EFAULT just means "no stack in that mode".
  * cs: the context's scratch (slot's), its user registers set. in_user: the
  * sample hit user mode, so it has no kernel stack (asking bpf_get_stack
- * would only zero its 1 KiB buffer, cold lines every sample). */
+ * would only zero its 1 KiB buffer, cold lines every sample). open: the
+ * program is built without bpf_loop (loop.bpf.h): frame-pointer user
+ * stacks only, no Python frames. */
 static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u32 tgid, __u64 kflags,
 					__u32 slot, struct cpu_scratch *cs, int in_user, __s32 *kid, __s32 *uid,
-					struct frame_record *leaf, __s32 *pyid)
+					struct frame_record *leaf, __s32 *pyid, const int open)
 {
 	*kid = -1;
 	*uid = -1;
 	*pyid = PY_STACK_NONE;
 	__builtin_memset(leaf, 0, sizeof(*leaf)); /* FRAME_EMPTY: the leaf is in the stack */
 	if (cfg.kernel_stacks && !in_user) {
-		*kid = kern_stack_id(ctx, st, kflags, slot);
+		*kid = kern_stack_id(ctx, st, kflags, slot, open);
 		if (*kid < 0 && *kid != -EFAULT)
 			st->kern_stack_lost++;
 	}
 	if (cfg.user_stacks && tgid != 0) {
-		*uid = user_stack_id(ctx, st, slot, cs, leaf);
+		*uid = user_stack_id(ctx, st, slot, cs, leaf, open);
 		if (*uid < 0 && *uid != -EFAULT)
 			st->user_stack_lost++;
-		if (cfg.python)
+		if (!open && cfg.python)
 			*pyid = py_stack_id(slot);
 	}
 	if (*kid < 0 && *uid < 0)
 		st->no_stack++;
 }
 
-SEC("perf_event")
-int do_sample(struct perf_sample_ctx *ctx)
+static __always_inline int sample(struct perf_sample_ctx *ctx, const int open)
 {
+	__u64 n;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, pid = (__u32)id;
 	struct profile_stats *st = stats();
@@ -572,11 +591,28 @@ int do_sample(struct perf_sample_ctx *ctx)
 		DWARF_REGS(ur->r, &ctx->regs);
 	}
 	take_stacks(ctx, st, tgid, 0, SCRATCH_ON_CPU, cs, in_user, &key->kern_stack_id, &key->user_stack_id,
-		    &key->user_leaf, &key->py_stack_id);
+		    &key->user_leaf, &key->py_stack_id, open);
 	/* --wall counts time: a cpu-clock sample's period is its nanoseconds. */
-	count_on_cpu(st, sc, cfg.period_as_us ? ctx->sample_period / 1000 : 1);
+	n = cfg.period_as_us ? ctx->sample_period / 1000 : 1;
+	if (open)
+		count_on_cpu_in(st, sc, n, 1);
+	else
+		count_on_cpu(st, sc, n);
 	/* 0: the sample is not also written to the perf ring buffer. */
 	return 0;
+}
+
+SEC("perf_event")
+int do_sample(struct perf_sample_ctx *ctx)
+{
+	return sample(ctx, 0);
+}
+
+/* do_sample without bpf_loop, for kernels before 5.17 (see take_stacks). */
+SEC("perf_event")
+int do_sample_open(struct perf_sample_ctx *ctx)
+{
+	return sample(ctx, 1);
 }
 
 static __always_inline void calibrate(void *ctx)
@@ -592,9 +628,8 @@ static __always_inline void calibrate(void *ctx)
 }
 
 /* prev blocks (is switched out), next resumes: stamp one, charge the other. */
-SEC("tp_btf/sched_switch")
-int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+static __always_inline int switch_out_in(void *ctx, bool preempt, struct task_struct *prev, struct task_struct *next,
+					 unsigned int prev_state, const int open)
 {
 	struct profile_stats *st = stats();
 	struct offcpu_start *start;
@@ -635,7 +670,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 					start->cgroup = bpf_get_current_cgroup_id();
 				take_stacks(ctx, st, tgid, kernel_skip & BPF_F_SKIP_FIELD_MASK, SCRATCH_OFF_CPU, cs, 0,
 					    &start->kern_stack_id, &start->user_stack_id, &start->user_leaf,
-					    &start->py_stack_id);
+					    &start->py_stack_id, open);
 				st->switches_out++;
 			}
 		}
@@ -645,26 +680,61 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 	start = pid ? bpf_map_lookup_elem(&offcpu_start, &pid) : 0;
 	if (start && start->ts) {
 		__u64 delta = bpf_ktime_get_ns() - start->ts;
-		struct sample_key key = {};
+		__u32 slot = SCRATCH_OFF_CPU;
+		struct cpu_scratch *cs = bpf_map_lookup_elem(&cpu_scratch, &slot);
+		/* The key in the context's scratch, not on the stack: the
+		 * deepest chain of calls (into the Python walk) has no room. */
+		struct sample_key *key = cs ? &cs->sample.key : 0;
 
 		start->ts = 0;
+		if (!key)
+			return 0;
 		if (delta < cfg.min_block_ns || (cfg.max_block_ns && delta > cfg.max_block_ns)) {
 			st->blocks_outside++;
 			return 0;
 		}
-		key.tgid = next->tgid;
-		key.tid = next->pid;
-		bpf_probe_read_kernel_str(key.comm, sizeof(key.comm), next->comm);
-		key.kern_stack_id = start->kern_stack_id;
-		key.user_stack_id = start->user_stack_id;
-		key.user_leaf = start->user_leaf;
-		key.py_stack_id = start->py_stack_id;
-		key.kind = SAMPLE_OFF_CPU;
-		key.cgroup = start->cgroup;
+		__builtin_memset(key, 0, sizeof(*key));
+		key->tgid = next->tgid;
+		key->tid = next->pid;
+		bpf_probe_read_kernel_str(key->comm, sizeof(key->comm), next->comm);
+		key->kern_stack_id = start->kern_stack_id;
+		key->user_stack_id = start->user_stack_id;
+		key->user_leaf = start->user_leaf;
+		key->py_stack_id = start->py_stack_id;
+		key->kind = SAMPLE_OFF_CPU;
+		key->cgroup = start->cgroup;
 		st->blocks_counted++;
-		count(st, &key, delta / 1000);
+		count(st, key, delta / 1000, open);
 	}
 	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	return switch_out_in(ctx, preempt, prev, next, prev_state, 0);
+}
+
+/* Before 5.14 the state is task_struct.state (a long), not __state. */
+struct task_struct___state {
+	long state;
+} __attribute__((preserve_access_index));
+
+/* offcpu_switch without bpf_loop, for kernels before 5.17 (see
+ * take_stacks). Before 5.18 the tracepoint passes no prev_state: the
+ * task's own is read (which a pending signal may have set back to
+ * running, so such a switch is a preemption, as it is). */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(offcpu_switch_open, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	unsigned int state;
+
+	if (bpf_core_field_exists(prev->__state))
+		state = BPF_CORE_READ(prev, __state);
+	else
+		state = BPF_CORE_READ((struct task_struct___state *)prev, state);
+	return switch_out_in(ctx, preempt, prev, next, state, 1);
 }
 
 /* A thread ends: its off-CPU entry goes before its id can be reused. */
@@ -677,39 +747,59 @@ int offcpu_exit(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-struct flush_ctx {
-	struct profile_stats *st;
+/* What one run of flush_counts did, tallied per CPU by flush_slot: the
+ * loop that calls it carries nothing, so an open-coded one (1024 turns,
+ * each verified) stays small for the verifier. */
+struct flush_tally {
 	__u32 moved; /* slots moved into the map */
 	__u32 left;  /* slots that found no room there */
 	__u32 nomem; /* some for want of an element (-ENOMEM), not a full map */
 	__u32 pad;
 };
 
-static long flush_one(__u32 i, struct flush_ctx *f)
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct flush_tally);
+} flush_tally SEC(".maps");
+
+/* Moves slot i of this CPU's count cache into the count map, tallied in
+ * flush_tally; 1 ends the run. A global function of a scalar: verified
+ * once, however many turns of a loop call it. */
+__noinline int flush_slot(__u32 i)
 {
-	__u32 part = i / COUNT_CACHE_PART;
+	__u32 part = i / COUNT_CACHE_PART, zero = 0;
 	struct count_cache_part *cp = bpf_map_lookup_elem(&count_cache, &part);
+	struct flush_tally *t = bpf_map_lookup_elem(&flush_tally, &zero);
+	struct profile_stats *st = stats();
 	struct count_cache_slot *s;
 	int err;
 
-	if (!cp)
+	if (!cp || !t || !st)
 		return 1;
 	s = &cp->s[i % COUNT_CACHE_PART];
 	if (!s->samples)
 		return 0;
 	/* -ENOMEM: the map's per-CPU element cache is empty, refilled after
 	 * this run (an irq_work); user space runs it again. */
-	err = map_add(f->st, &s->key, s->weight);
+	err = map_add_in(st, &s->key, s->weight);
 	if (err) {
-		f->left++;
+		t->left++;
 		if (err == -ENOMEM)
-			f->nomem = 1;
+			t->nomem = 1;
 		return 0;
 	}
-	f->moved++;
+	t->moved++;
 	s->samples = 0;
 	s->weight = 0;
 	return 0;
+}
+
+static long flush_one(__u32 i, void *unused)
+{
+	/* 0 or 1, as bpf_loop wants a callback's result to be seen. */
+	return flush_slot(i) ? 1 : 0;
 }
 
 /*
@@ -724,19 +814,34 @@ static long flush_one(__u32 i, struct flush_ctx *f)
  * so a flush loses nothing. Returns the slots moved << FLUSH_MOVED_SHIFT,
  * FLUSH_NOMEM when some found no element, and the slots left.
  */
-SEC("raw_tp")
-int flush_counts(void *ctx)
+static __always_inline int flush(const int open)
 {
 	__u32 slot = SCRATCH_ON_CPU;
 	struct cpu_scratch *cs = bpf_map_lookup_elem(&cpu_scratch, &slot);
-	struct flush_ctx f = { .st = stats() };
+	__u32 zero = 0;
+	struct flush_tally *t = bpf_map_lookup_elem(&flush_tally, &zero);
 
-	if (!cs || !f.st)
+	if (!cs || !t)
 		return 0;
+	__builtin_memset(t, 0, sizeof(*t));
 	cs->sample.count_busy = 1;
-	bpf_loop(1 << COUNT_CACHE_BITS, flush_one, &f, 0);
+	/* (bpf_loop's context: a stack slot, which every verifier takes.) */
+	LOOP(open, 1 << COUNT_CACHE_BITS, 1 << COUNT_CACHE_BITS, flush_one, &zero);
 	cs->sample.count_busy = 0;
-	return f.moved << FLUSH_MOVED_SHIFT | (f.nomem ? FLUSH_NOMEM : 0) | f.left;
+	return t->moved << FLUSH_MOVED_SHIFT | (t->nomem ? FLUSH_NOMEM : 0) | t->left;
+}
+
+SEC("raw_tp")
+int flush_counts(void *ctx)
+{
+	return flush(0);
+}
+
+/* flush_counts without bpf_loop, for kernels before 5.17. */
+SEC("raw_tp")
+int flush_counts_open(void *ctx)
+{
+	return flush(1);
 }
 
 /*

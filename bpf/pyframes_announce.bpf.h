@@ -155,7 +155,7 @@ __noinline __s32 py_intern(__u32 slot)
 		id = ref->id;
 		goto keep;
 	}
-	n = take_id(&next_py_stack_id, ID_PY, slot);
+	n = take_id(&next_py_stack_id, ID_PY, slot, 0);
 	id = n;
 	if (n <= 0 || n >= PY_DEEP_STACK_ID)
 		return -E2BIG;

@@ -12,6 +12,7 @@
 #include "current_task.bpf.h"
 #include "ids.bpf.h"
 #include "kernel.bpf.h"
+#include "loop.bpf.h"
 #include "profile.h"
 
 /*
@@ -228,7 +229,8 @@ __u64 traceiter_hi = 0;
 /* The current kernel stack (skipping `flags & BPF_F_SKIP_FIELD_MASK` frames)
  * as a kern_stacks id: the id of the same content when stored, else a new
  * one. -EFAULT: no kernel stack (a user-mode sample); -E2BIG: map full. */
-static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, __u64 flags, __u32 slot)
+static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, __u64 flags, __u32 slot,
+					    const int open)
 {
 	struct words_ctx w = { .h = 0xcbf29ce484222325ULL };
 	struct kern_stack *s, *old;
@@ -247,7 +249,7 @@ static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, 
 		return n ? n : -EFAULT;
 	words = n / sizeof(__u64);
 	w.a = s->ips;
-	bpf_loop(words, hash_ips_word, &w, 0);
+	LOOP(open, words, BPROF_MAX_STACK_DEPTH, hash_ips_word, &w);
 	idp = bpf_map_lookup_elem(&kern_stack_ids, &w.h);
 	if (idp) {
 		id = *idp;
@@ -258,13 +260,14 @@ static __always_inline __s32 kern_stack_id(void *ctx, struct profile_stats *st, 
 			 * stack. The words past it are never touched. */
 			w.b = old->ips;
 			w.same = 1;
-			bpf_loop(words < BPROF_MAX_STACK_DEPTH ? words + 1 : words, compare_ips_word, &w, 0);
+			LOOP(open, words < BPROF_MAX_STACK_DEPTH ? words + 1 : words, BPROF_MAX_STACK_DEPTH,
+			     compare_ips_word, &w);
 			if (w.same)
 				return id;
 			__sync_fetch_and_add(&st->stack_collisions, 1);
 		}
 	}
-	n = take_id(&next_kern_stack_id, ID_KERN, slot);
+	n = take_id(&next_kern_stack_id, ID_KERN, slot, open);
 	if (n < 0)
 		return -E2BIG;
 	id = n;
@@ -297,7 +300,7 @@ static __always_inline void hash_record(__u64 *h, __u64 *h2, const __u64 *r)
 
 /* 1 when user stack `id` is stored and holds the same records as `w->a`
  * (w->nr of them); sets *stored when it is stored at all. */
-static __always_inline int same_user_stack(__s32 id, struct words_ctx *w, int *stored)
+static __always_inline int same_user_stack(__s32 id, struct words_ctx *w, int *stored, const int open)
 {
 	__u32 batches = (w->nr + COMPARE_BATCH - 1) / COMPARE_BATCH;
 
@@ -309,7 +312,7 @@ static __always_inline int same_user_stack(__s32 id, struct words_ctx *w, int *s
 		if (!old || old->nr != w->nr)
 			return 0;
 		w->b = (__u64 *)old->frames;
-		bpf_loop(batches, compare_records, w, 0);
+		LOOP(open, batches, (BPROF_MAX_STACK_DEPTH + COMPARE_BATCH) / COMPARE_BATCH, compare_records, w);
 	} else {
 		struct user_stack_short *old = bpf_map_lookup_elem(&user_stacks, &id);
 
@@ -317,7 +320,8 @@ static __always_inline int same_user_stack(__s32 id, struct words_ctx *w, int *s
 		if (!old || old->nr != w->nr)
 			return 0;
 		w->b = (__u64 *)old->frames;
-		bpf_loop(batches, compare_short_records, w, 0);
+		LOOP(open, batches, (BPROF_SHORT_FRAMES + COMPARE_BATCH - 1) / COMPARE_BATCH, compare_short_records,
+		     w);
 	}
 	return w->same;
 }
@@ -326,7 +330,7 @@ static __always_inline int same_user_stack(__s32 id, struct words_ctx *w, int *s
  * when stored, else under a new id. Returns the id, or a negative error
  * (-E2BIG: the stack map is full). */
 static __always_inline __s32 intern_user_stack(struct profile_stats *st, struct user_stack *us, long n,
-						 const __u64 *hash, __u32 slot)
+						 const __u64 *hash, __u32 slot, const int open)
 {
 	struct words_ctx w = { .a = (__u64 *)us->frames, .h = 0xcbf29ce484222325ULL };
 	int stored = 0;
@@ -341,17 +345,17 @@ static __always_inline __s32 intern_user_stack(struct profile_stats *st, struct 
 	if (hash)
 		w.h = *hash;
 	else
-		bpf_loop(words, hash_word, &w, 0);
+		LOOP(open, words, BPROF_MAX_STACK_DEPTH * sizeof(struct frame_record) / sizeof(__u64), hash_word, &w);
 	w.nr = us->nr;
 	idp = bpf_map_lookup_elem(&user_stack_ids, &w.h);
 	if (idp) {
 		id = *idp;
-		if (same_user_stack(id, &w, &stored))
+		if (same_user_stack(id, &w, &stored, open))
 			return id;
 		if (stored)
 			__sync_fetch_and_add(&st->stack_collisions, 1);
 	}
-	n = take_id(&next_user_stack_id, ID_USER, slot);
+	n = take_id(&next_user_stack_id, ID_USER, slot, open);
 	id = n;
 	if (n < 0 || n >= BPROF_DEEP_STACK_ID)
 		return -E2BIG; /* a billion stacks: ids would run into the flag */
@@ -418,7 +422,10 @@ struct {
 __u32 next_layout_gen = 1;
 __u32 layout_gens_on = 0;
 
-/* The mm's generation entry; a new one starts at a fresh generation. */
+/* The mm's generation entry; a new one starts at a fresh generation.
+ * Generations come from per-CPU counters on every kernel (ids.bpf.h): the
+ * layout tracepoints hand them out too, and must load without atomic
+ * fetch. */
 static __always_inline struct layout_gen *layout_gen_of(__u64 mm, __u32 ctx)
 {
 	struct layout_gen *g = bpf_map_lookup_elem(&layout_gens, &mm), fresh = {};
@@ -426,7 +433,7 @@ static __always_inline struct layout_gen *layout_gen_of(__u64 mm, __u32 ctx)
 
 	if (g)
 		return g;
-	gen = take_id(&next_layout_gen, ID_LAYOUT, ctx);
+	gen = take_id(&next_layout_gen, ID_LAYOUT, ctx, 1);
 	if (gen < 0)
 		return 0;
 	fresh.gen = gen;
@@ -436,7 +443,7 @@ static __always_inline struct layout_gen *layout_gen_of(__u64 mm, __u32 ctx)
 
 /* Stores the current task's user stack as build-ID records (the kernel's
  * frame-pointer walk). Returns the id, or a negative error. */
-static __always_inline __s32 store_user_stack(void *ctx, struct profile_stats *st, __u32 slot)
+static __always_inline __s32 store_user_stack(void *ctx, struct profile_stats *st, __u32 slot, const int open)
 {
 	struct user_stack *us;
 	long n;
@@ -448,7 +455,7 @@ static __always_inline __s32 store_user_stack(void *ctx, struct profile_stats *s
 			  BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
 	if (n <= 0)
 		return n ? n : -EFAULT;
-	return intern_user_stack(st, us, n, 0, slot);
+	return intern_user_stack(st, us, n, 0, slot, open);
 }
 
 #endif /* BPROF_STACKS_BPF_H */

@@ -52,7 +52,7 @@ pub(crate) const PROFILE: &[Feature] = &[
 pub(crate) const STAT: &[Feature] = &[Feature::KernelBtf, Feature::TpBtf];
 
 /// The oldest kernel the qemu matrix (scripts/kernel-matrix.sh) passed.
-pub(crate) const TESTED_SINCE: &str = "6.1";
+pub(crate) const TESTED_SINCE: &str = "5.10";
 
 impl Feature {
     /// How a user would look the feature up, and the release that added it.
@@ -86,6 +86,15 @@ impl Feature {
             Feature::TracingAlloc => tracing_alloc(),
         }
     }
+}
+
+/// Whether perf_event programs may call bpf_get_current_ancestor_cgroup_id
+/// (a cgroup filter's helper; not on 5.10). Unknown counts as yes: then
+/// the load decides.
+pub(crate) fn tracing_has_ancestor_cgroup() -> bool {
+    ProgramType::PerfEvent
+        .is_helper_supported(libbpf_sys::BPF_FUNC_get_current_ancestor_cgroup_id)
+        .unwrap_or(true)
 }
 
 /// Whether the kernel has the BPF memory allocator: any release from 6.1
@@ -151,13 +160,20 @@ pub(crate) struct Fallbacks {
     /// [`Feature::CurrentTaskBtf`] (bpf/current_task.bpf.h). The dwarf walk
     /// still needs the helper.
     pub(crate) task_addr: bool,
+    /// Programs built with open-coded loops (bpf/loop.bpf.h), for
+    /// [`Feature::BpfLoop`]: frame-pointer stacks, no Python frames.
+    pub(crate) open_loops: bool,
+    /// `BPROF_FALLBACK` named some: they may stand in for features the
+    /// kernel has.
+    pub(crate) forced: bool,
 }
 
 /// The names `BPROF_FALLBACK` takes, and the feature each stands in for.
-const FALLBACK_NAMES: [(&str, Feature); 3] = [
+const FALLBACK_NAMES: [(&str, Feature); 4] = [
     ("atomic-fetch", Feature::AtomicFetch),
     ("prealloc", Feature::TracingAlloc),
     ("task-btf", Feature::CurrentTaskBtf),
+    ("bpf-loop", Feature::BpfLoop),
 ];
 
 /// The fallbacks in use, once the profile program has chosen them.
@@ -165,7 +181,7 @@ static IN_USE: std::sync::OnceLock<Fallbacks> = std::sync::OnceLock::new();
 
 impl Fallbacks {
     /// The fallbacks `BPROF_FALLBACK` forces on: a comma-separated list of
-    /// `atomic-fetch`, `prealloc`, `task-btf`, or `all`. A debug switch, so each
+    /// `atomic-fetch`, `prealloc`, `task-btf`, `bpf-loop`, or `all`. A debug switch, so each
     /// fallback is tested on a kernel that has the feature.
     pub(crate) fn forced() -> Result<Self> {
         match std::env::var_os("BPROF_FALLBACK") {
@@ -178,6 +194,7 @@ impl Fallbacks {
     fn parse(list: &str) -> Result<Self> {
         let mut fb = Fallbacks::default();
         for name in list.split(',').filter(|n| !n.is_empty()) {
+            fb.forced = true;
             match FALLBACK_NAMES.iter().find(|(n, _)| *n == name) {
                 Some(&(_, f)) => {
                     fb.cover(f);
@@ -206,6 +223,7 @@ impl Fallbacks {
             Feature::AtomicFetch => self.per_cpu_ids = true,
             Feature::TracingAlloc => self.prealloc = true,
             Feature::CurrentTaskBtf => self.task_addr = true,
+            Feature::BpfLoop => self.open_loops = true,
             _ => return false,
         }
         true
@@ -242,6 +260,27 @@ impl Fallbacks {
         IN_USE.get().copied().unwrap_or_default()
     }
 
+    /// Why the dwarf walk cannot run with these fallbacks, in words that
+    /// finish "..., which --call-graph dwarf needs"; `None` when it can.
+    pub(crate) fn without_dwarf(self) -> Option<String> {
+        let mut lacks = Vec::new();
+        if self.open_loops {
+            lacks.push(Feature::BpfLoop.describe());
+        }
+        if self.task_addr {
+            lacks.push(Feature::CurrentTaskBtf.describe());
+        }
+        if lacks.is_empty() {
+            return None;
+        }
+        let whose = if self.forced {
+            "BPROF_FALLBACK takes away".to_string()
+        } else {
+            format!("this kernel (Linux {}) lacks", kernel_release())
+        };
+        Some(format!("{whose} {}", lacks.join(" and ")))
+    }
+
     /// What `-v` says of them; empty when none is used.
     pub(crate) fn describe(self) -> String {
         let mut used = Vec::new();
@@ -253,6 +292,9 @@ impl Fallbacks {
         }
         if self.task_addr {
             used.push("the current task read by address (no bpf_get_current_task_btf)");
+        }
+        if self.open_loops {
+            used.push("open-coded loops (no bpf_loop)");
         }
         used.join(", ")
     }
@@ -375,8 +417,8 @@ mod tests {
         assert!(missing_of(PROFILE, |_| None).is_empty());
     }
 
-    /// 5.10 lacks four features: three have fallbacks, so a refusal names
-    /// the fourth and the fallbacks are taken.
+    /// 5.10 lacks four features, each with a fallback: none is refused,
+    /// and the dwarf walk (which needs two of them) says why it cannot run.
     #[test]
     fn fallbacks_stand_in_for_atomic_fetch_and_the_allocator() {
         let on_5_10 = vec![
@@ -386,28 +428,44 @@ mod tests {
             Feature::TracingAlloc,
         ];
         let mut fb = Fallbacks::default();
-        assert_eq!(fb.cover_all(on_5_10), [Feature::BpfLoop]);
+        assert!(fb.cover_all(on_5_10).is_empty());
         assert_eq!(
             fb,
             Fallbacks {
                 per_cpu_ids: true,
                 prealloc: true,
                 task_addr: true,
+                open_loops: true,
+                forced: false,
             }
         );
-        assert_eq!(Fallbacks::parse("").unwrap(), Fallbacks::default());
-        assert_eq!(Fallbacks::parse("all").unwrap(), fb);
-        assert_eq!(
-            Fallbacks::parse("task-btf,prealloc,atomic-fetch").unwrap(),
-            fb
+        let why = fb.without_dwarf().unwrap();
+        assert!(
+            why.starts_with("this kernel (Linux ")
+                && why.contains(") lacks the bpf_loop helper (Linux 5.17) and the bpf_get_current_task_btf helper"),
+            "{why}"
         );
+        assert_eq!(Fallbacks::parse("").unwrap(), Fallbacks::default());
+        let forced = Fallbacks { forced: true, ..fb };
+        assert_eq!(Fallbacks::parse("all").unwrap(), forced);
+        assert_eq!(
+            Fallbacks::parse("bpf-loop,task-btf,prealloc,atomic-fetch").unwrap(),
+            forced
+        );
+        assert!(forced
+            .without_dwarf()
+            .unwrap()
+            .starts_with("BPROF_FALLBACK takes away the bpf_loop"));
         let one = Fallbacks::parse("atomic-fetch").unwrap();
-        assert!(one.per_cpu_ids && !one.prealloc && !one.task_addr);
-        let err = Fallbacks::parse("prealloc,bpf-loop")
+        assert!(
+            one.per_cpu_ids && !one.prealloc && !one.task_addr && one.without_dwarf().is_none()
+        );
+        let err = Fallbacks::parse("prealloc,bpf-lop")
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("\"bpf-loop\"") && err.contains("atomic-fetch, prealloc, task-btf, all"),
+            err.contains("\"bpf-lop\"")
+                && err.contains("atomic-fetch, prealloc, task-btf, bpf-loop, all"),
             "{err}"
         );
     }

@@ -123,6 +123,36 @@ impl ProfileOptions {
         self.call_graph == CallGraph::Dwarf && self.user_stacks
     }
 
+    /// Whether a filter term names a cgroup.
+    pub fn filters_cgroups(&self) -> bool {
+        self.filter
+            .iter()
+            .any(|e| e.term == crate::bpf::skel::profile::types::filter_term::FILTER_TERM_CGROUP)
+    }
+
+    /// Fits the options to the fallbacks the kernel needs: the dwarf walk
+    /// needs `bpf_loop` and `bpf_get_current_task_btf` (refused without
+    /// them); without `bpf_loop` Python processes are profiled natively,
+    /// which the returned note says.
+    pub fn fit(&mut self, fallbacks: kfeatures::Fallbacks) -> Result<Option<&'static str>> {
+        if let Some(why) = fallbacks.without_dwarf().filter(|_| self.dwarf()) {
+            bail!("{why}, which --call-graph dwarf (the default) needs: use --call-graph fp");
+        }
+        if self.filters_cgroups() && !kfeatures::tracing_has_ancestor_cgroup() {
+            bail!(
+                "this kernel (Linux {}) lacks bpf_get_current_ancestor_cgroup_id in tracing programs, which a cgroup filter needs",
+                kfeatures::kernel_release()
+            );
+        }
+        if fallbacks.open_loops && self.walks_python() {
+            self.python = false;
+            return Ok(Some(
+                "Python frames need the bpf_loop helper (Linux 5.17): Python processes are profiled natively",
+            ));
+        }
+        Ok(None)
+    }
+
     /// Whether the targets are the -p processes and no other ever becomes
     /// one (no forked child is followed).
     fn fixed_processes(&self) -> bool {
@@ -173,6 +203,9 @@ pub struct ProfileProgram<'obj> {
     learners_missing: Option<anyhow::Error>,
     /// Python frames are walked: an exec or exit forgets the process.
     python: bool,
+    /// The programs built without bpf_loop are the ones loaded (the
+    /// `bpf-loop` fallback).
+    open_loops: bool,
     core_btf: core_btf::Use,
 }
 
@@ -193,16 +226,13 @@ impl<'obj> ProfileProgram<'obj> {
     /// The kernel types kept earlier this boot serve the CO-RE relocations
     /// (see core_btf); if the load fails with them, the second slot serves a
     /// retry with the kernel's own.
-    pub fn load(slots: &'obj mut ObjectSlots, opts: &ProfileOptions) -> Result<Self> {
-        // Before any load: a kernel lacking a feature no fallback stands in
-        // for is refused with everything it lacks named (loading at all
-        // could warn in the kernel, see kfeatures).
-        let fallbacks = kfeatures::Fallbacks::for_profile()?;
-        if fallbacks.task_addr && opts.dwarf() {
-            bail!(
-                "--call-graph dwarf needs the bpf_get_current_task_btf helper (Linux 5.11), which this profile runs without: use --call-graph fp"
-            );
-        }
+    /// `fallbacks`: what [`kfeatures::Fallbacks::for_profile`] chose, the
+    /// options fitted to them ([`ProfileOptions::fit`]).
+    pub fn load(
+        slots: &'obj mut ObjectSlots,
+        opts: &ProfileOptions,
+        fallbacks: kfeatures::Fallbacks,
+    ) -> Result<Self> {
         fallbacks.set_in_use();
         let [first, second] = slots;
         let (skel, layout_gens, core_btf) = match core_btf::Kept::find() {
@@ -234,6 +264,7 @@ impl<'obj> ProfileProgram<'obj> {
             learn_mmaps: opts.learns_mmaps(),
             learners_missing: None,
             python: opts.walks_python(),
+            open_loops: fallbacks.open_loops,
             core_btf,
         };
         for &tgid in &opts.tgids {
@@ -254,6 +285,15 @@ impl<'obj> ProfileProgram<'obj> {
                 .context("adding a target thread")?;
         }
         Ok(prog)
+    }
+
+    /// The program that empties the CPUs' count caches (one of two builds).
+    pub fn flush_program(&self) -> &libbpf_rs::ProgramMut<'obj> {
+        if self.open_loops {
+            &self.skel.progs.flush_counts_open
+        } else {
+            &self.skel.progs.flush_counts
+        }
     }
 
     /// Where the kernel types of the load's CO-RE relocations came from.
@@ -321,6 +361,7 @@ impl<'obj> ProfileProgram<'obj> {
         rodata.cfg.python = opts.walks_python().into();
         rodata.ids_per_cpu = fallbacks.per_cpu_ids.into();
         rodata.task_btf_missing = fallbacks.task_addr.into();
+        rodata.filter_cgroups = opts.filters_cgroups().into();
         rodata.ids_cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u32;
         // No kernel layout generation (6.1 to 6.3): bprof keeps its own,
         // for the raw-stack cache of frame-pointer walks (dwarf stacks are
@@ -386,8 +427,24 @@ impl<'obj> ProfileProgram<'obj> {
             open.progs.follow_fork.set_autoload(false);
             open.progs.arm_command.set_autoload(false);
         }
+        // Each program that loops comes in two builds (bpf/loop.bpf.h):
+        // one is loaded.
+        let open_loops = fallbacks.open_loops;
+        open.progs.do_sample.set_autoload(!open_loops);
+        open.progs.do_sample_open.set_autoload(open_loops);
+        open.progs
+            .offcpu_switch
+            .set_autoload(opts.mode.off_cpu() && !open_loops);
+        open.progs
+            .offcpu_switch_open
+            .set_autoload(opts.mode.off_cpu() && open_loops);
+        open.progs
+            .flush_counts
+            .set_autoload(opts.intervals && !open_loops);
+        open.progs
+            .flush_counts_open
+            .set_autoload(opts.intervals && open_loops);
         if !opts.mode.off_cpu() {
-            open.progs.offcpu_switch.set_autoload(false);
             open.progs.offcpu_exit.set_autoload(false);
         }
         if !opts.learns_at_exec() {
@@ -395,9 +452,6 @@ impl<'obj> ProfileProgram<'obj> {
         }
         if !opts.learns_mmaps() {
             open.progs.learn_mmap.set_autoload(false);
-        }
-        if !opts.intervals {
-            open.progs.flush_counts.set_autoload(false);
         }
         if !layout_gens {
             open.progs.layout_enter.set_autoload(false);
@@ -466,11 +520,13 @@ impl<'obj> ProfileProgram<'obj> {
                 &progs.arm_command,
             )?);
         }
+        let sample = if self.open_loops {
+            &self.skel.progs.do_sample_open
+        } else {
+            &self.skel.progs.do_sample
+        };
         for fd in events {
-            let link = self
-                .skel
-                .progs
-                .do_sample
+            let link = sample
                 .attach_perf_event(fd.into_raw_fd())
                 .context("attaching the sampling program to a perf event")?;
             self.links.push(link);
@@ -556,10 +612,12 @@ impl<'obj> ProfileProgram<'obj> {
             .offcpu_exit
             .attach_raw_tracepoint("sched_process_exit")
             .context("attaching raw tracepoint sched_process_exit")?;
-        let switch = progs
-            .offcpu_switch
-            .attach()
-            .context("attaching tp_btf/sched_switch")?;
+        let switch = if self.open_loops {
+            &progs.offcpu_switch_open
+        } else {
+            &progs.offcpu_switch
+        };
+        let switch = switch.attach().context("attaching tp_btf/sched_switch")?;
         self.links.push(exit);
         self.links.push(switch);
         Ok(())

@@ -37,7 +37,6 @@ use crate::bpf::maps::{
     SampleKey,
 };
 use crate::bpf::profile::{ProfileOptions, ProfileProgram};
-use crate::bpf::skel::profile::ProfileSkel;
 use crate::bpf::stacks::{RawStack, Stats, UserFrame};
 use crate::fasthash::{HashMap, HashSet};
 use crate::pyframes::PyFrame;
@@ -410,7 +409,7 @@ impl Collector {
     /// they cannot be read, and then nothing is drained).
     pub fn tick(&mut self, prog: &ProfileProgram<'_>) -> Result<Stats> {
         let stats = read_stats(&prog.skel.maps.profile_stats)?;
-        let maps = collector_maps(&prog.skel);
+        let maps = collector_maps(prog);
         self.drain_if_due(&maps, &stats);
         Ok(stats)
     }
@@ -419,14 +418,14 @@ impl Collector {
     /// counted since the last interval (see [`Collector::take_interval`]).
     pub fn interval(&mut self, prog: &ProfileProgram<'_>) -> Result<Vec<RawStack>> {
         let stats = read_stats(&prog.skel.maps.profile_stats)?;
-        let maps = collector_maps(&prog.skel);
+        let maps = collector_maps(prog);
         self.take_interval(&maps, &stats)
     }
 
     /// After `detach`: the last drain, then the final counters (consistent
     /// with it, see [`Collector::drain_last`]) and every aggregated stack.
     pub fn finish(&mut self, prog: &ProfileProgram<'_>) -> Result<(Stats, Vec<RawStack>)> {
-        let maps = collector_maps(&prog.skel);
+        let maps = collector_maps(prog);
         self.drain_last(&maps)?;
         let stats = read_stats(&prog.skel.maps.profile_stats)?;
         let live = self.stacks();
@@ -867,7 +866,8 @@ fn frames<F: Clone>(r: Ref, list: &[Rc<[F]>]) -> Vec<F> {
 
 /// The count and stack maps the collector drains, lent from the program's
 /// skeleton.
-fn collector_maps<'a>(skel: &'a ProfileSkel<'_>) -> Maps<'a> {
+fn collector_maps<'a>(prog: &'a ProfileProgram<'_>) -> Maps<'a> {
+    let skel = &prog.skel;
     Maps {
         count_slot: &skel.maps.count_slot,
         kern_stacks: &skel.maps.kern_stacks,
@@ -876,7 +876,7 @@ fn collector_maps<'a>(skel: &'a ProfileSkel<'_>) -> Maps<'a> {
         py_stacks: &skel.maps.py_stacks,
         py_stacks_deep: &skel.maps.py_stacks_deep,
         count_cache: &skel.maps.count_cache,
-        flush_counts: &skel.progs.flush_counts,
+        flush_counts: prog.flush_program(),
     }
 }
 

@@ -72,9 +72,10 @@ pub struct Outcome {
 
 /// Runs one profile from start to written outputs.
 // Long on purpose: the profile's stages in order (load, record, drain, symbolize, write, report); each is a call, the rest hands values between them.
-pub fn run(settings: ProfileSettings) -> Result<Outcome> {
+pub fn run(mut settings: ProfileSettings) -> Result<Outcome> {
     settings.say_notes();
     crate::bpf::preflight::check()?;
+    let fallbacks = settings.fit_to_kernel()?;
     crate::symbolize::debuginfod::configure(settings.debuginfod_cache_size)?;
     let files = Files::create(&settings)?;
     // The sending thread, before anything records: it never holds up
@@ -91,7 +92,7 @@ pub fn run(settings: ProfileSettings) -> Result<Outcome> {
         settings.target.cpus.clone()
     };
     let mut obj = [MaybeUninit::uninit(), MaybeUninit::uninit()];
-    let mut prog = ProfileProgram::load(&mut obj, &settings.program)?;
+    let mut prog = ProfileProgram::load(&mut obj, &settings.program, fallbacks)?;
     let mut collector = Collector::for_program(&prog, &settings.program)?;
     if settings.verbose {
         eprintln!("bprof: kernel types for CO-RE {}", prog.core_btf());

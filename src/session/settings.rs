@@ -82,6 +82,17 @@ pub struct ProfileSettings {
 }
 
 impl ProfileSettings {
+    /// The fallbacks this kernel needs (refused when one is missing) and
+    /// the program's options fitted to them; what that leaves out is said
+    /// in one line.
+    pub fn fit_to_kernel(&mut self) -> Result<crate::bpf::kfeatures::Fallbacks> {
+        let fallbacks = crate::bpf::kfeatures::Fallbacks::for_profile()?;
+        if let Some(note) = self.program.fit(fallbacks)? {
+            eprintln!("bprof: {note}");
+        }
+        Ok(fallbacks)
+    }
+
     /// Says the notes on stderr, one line each.
     pub fn say_notes(&self) {
         for n in &self.notes {

@@ -322,10 +322,11 @@ fn title(settings: &ProfileSettings, event: sampling::Event) -> (String, &'stati
 
 /// Runs the live view until `q`, a signal, the duration or the targets' end.
 // Long on purpose: the session's stages in order around the refresh loop, as profile::run; the terminal guard must outlive all of them.
-pub fn run(s: TopSettings) -> Result<i32> {
-    let settings = &s.profile;
-    settings.say_notes();
+pub fn run(mut s: TopSettings) -> Result<i32> {
+    s.profile.say_notes();
     crate::bpf::preflight::check()?;
+    let fallbacks = s.profile.fit_to_kernel()?;
+    let settings = &s.profile;
     crate::symbolize::debuginfod::configure(s.profile.debuginfod_cache_size)?;
     let cpus = if settings.target.cpus.is_empty() {
         sampling::online_cpus()?
@@ -339,7 +340,7 @@ pub fn run(s: TopSettings) -> Result<i32> {
         intervals: true,
         ..settings.program.clone()
     };
-    let mut prog = ProfileProgram::load(&mut obj, &program)?;
+    let mut prog = ProfileProgram::load(&mut obj, &program, fallbacks)?;
     let mut collector = Collector::for_program(&prog, &program)?;
     // The view breaks counts down by thread.
     collector.merge_threads(false);

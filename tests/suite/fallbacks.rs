@@ -136,10 +136,13 @@ fn spinsleep_agrees_under(fallback: &str, said: &str, args: &[&str]) {
         assert!(run.stored(" kernel and ") > 0, "{}", run.stderr);
         assert!(run.stored(" user stacks stored") > 0, "{}", run.stderr);
     }
+    // The two windows differ by start-up (what else ran beside them, which
+    // --wall counts as waiting to run): a few points, not a broken path's
+    // tens.
     for f in ["sleep_phase", "spin_phase", "main"] {
         let (a, b) = (forced.share(f), normal.share(f));
         assert!(
-            (a - b).abs() <= 3.0,
+            (a - b).abs() <= 5.0,
             "{f}: {a:.1}% with {fallback}, {b:.1}% without"
         );
     }
@@ -182,9 +185,80 @@ fn task_btf_fallback_profiles_as_the_normal_path() {
         .args(["-f", "--", "true"]));
     let line = assert_one_line_error(&out);
     assert!(
-        line.contains("--call-graph dwarf needs the bpf_get_current_task_btf helper"),
+        line.contains("BPROF_FALLBACK takes away the bpf_get_current_task_btf helper (Linux 5.11), which --call-graph dwarf (the default) needs"),
         "{line}"
     );
+}
+
+#[test]
+fn bpf_loop_fallback_profiles_as_the_normal_path() {
+    root_or_skip!();
+    let _g = parallel();
+    // The programs built with open-coded loops (frame-pointer stacks, no
+    // Python frames), as on a kernel before 5.17.
+    spinsleep_agrees_under(
+        "bpf-loop",
+        "fallbacks: open-coded loops (no bpf_loop)",
+        &["--call-graph", "fp"],
+    );
+    let out = run(bprof()
+        .env("BPROF_FALLBACK", "bpf-loop")
+        .args(["-f", "--", "true"]));
+    let line = assert_one_line_error(&out);
+    assert!(
+        line.contains("BPROF_FALLBACK takes away the bpf_loop helper (Linux 5.17), which --call-graph dwarf (the default) needs: use --call-graph fp"),
+        "{line}"
+    );
+    // Intervals empty the CPUs' count caches with the open-coded flush:
+    // the files add up to what was counted, and Python is said to be
+    // profiled natively.
+    let dir = scratch("fallback-intervals");
+    let json = dir.join("stats.json");
+    let out = run(bprof()
+        .env("BPROF_FALLBACK", "all")
+        .args([
+            "--call-graph",
+            "fp",
+            "-F",
+            "999",
+            "--every",
+            "1",
+            "--no-counts",
+            "-o",
+        ])
+        .arg(dir.join("%n.folded"))
+        .arg("--stats-json")
+        .arg(&json)
+        .arg("--")
+        .arg(fixture("work631"))
+        .arg("3"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Python frames need the bpf_loop helper"),
+        "{stderr}"
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("--stats-json")).unwrap();
+    let mut files = 0;
+    let mut lines = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "folded") {
+            files += 1;
+            lines.extend(parse_folded(&std::fs::read_to_string(e.path()).unwrap()));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(files >= 2, "{files} intervals: {stderr}");
+    let total: u64 = lines.iter().map(|l| l.count).sum();
+    assert_eq!(
+        total,
+        stats["samples"]["counted_weight"].as_u64().unwrap(),
+        "{stderr}"
+    );
+    assert_eq!(stats["samples"]["lost"].as_u64(), Some(0), "{stderr}");
+    let heavy = pct(with_frame(&lines, "fx_work631", "heavy"), total);
+    assert!((heavy - 60.0).abs() <= 5.0, "heavy {heavy:.1}%: {stderr}");
 }
 
 #[test]

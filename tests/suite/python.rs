@@ -321,10 +321,11 @@ fn python_frames_are_the_same_under_the_kernel_fallbacks() {
     root_or_skip!();
     let _g = parallel();
     // Python stacks' ids from per-CPU counters, every map preallocated and
-    // the task read by its address (BPROF_FALLBACK=all, as on a kernel
-    // without atomic fetch, the BPF memory allocator or
-    // bpf_get_current_task_btf; frame-pointer native stacks, as the dwarf
-    // walk needs that helper), beside the normal path on the same process.
+    // the task read by its address (BPROF_FALLBACK, as on a kernel without
+    // atomic fetch, the BPF memory allocator or bpf_get_current_task_btf;
+    // frame-pointer native stacks, as the dwarf walk needs that helper),
+    // beside the normal path on the same process. (Without bpf_loop no
+    // Python frames are walked: tests/suite/fallbacks.rs.)
     let python = interpreters().remove(0);
     let work = start(&python, "631", "12");
     let pid = work.id().to_string();
@@ -333,7 +334,7 @@ fn python_frames_are_the_same_under_the_kernel_fallbacks() {
     let [forced, normal] = std::thread::scope(|s| {
         let forced = s.spawn(|| {
             let mut cmd = bprof();
-            cmd.env("BPROF_FALLBACK", "all");
+            cmd.env("BPROF_FALLBACK", "atomic-fetch,prealloc,task-btf");
             bprof_folded_with(cmd, &dirs[0], &args)
         });
         let normal = bprof_folded(&dirs[1], &args);
