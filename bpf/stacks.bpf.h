@@ -383,7 +383,7 @@ struct mm_struct___intseq {
 } __attribute__((preserve_access_index));
 
 /* The address space's layout generation, when the kernel keeps one: 0 when
- * it does not (6.1 to 6.3), else 1 with *seq set. */
+ * it does not (before 6.4), else 1 with *seq set. */
 static __always_inline int layout_seq(struct mm_struct *mm, __u32 *seq)
 {
 	if (bpf_core_field_exists(mm->mm_lock_seq.sequence)) {
@@ -398,11 +398,12 @@ static __always_inline int layout_seq(struct mm_struct *mm, __u32 *seq)
 }
 
 /*
- * 6.1 to 6.3 keep no layout generation, so bprof keeps one per address
- * space: the syscalls that can unmap or move code (mmap, munmap, mremap,
- * shmat, shmdt, remap_file_pages) mark their mm busy on entry and give it a
- * fresh generation on exit (from one global counter, so a generation is
- * never reused, even after an LRU eviction). A sample uses the cache only
+ * Kernels before 6.4 keep no layout generation, so bprof keeps one per
+ * address space: the syscalls that can unmap or move code (mmap, munmap,
+ * mremap, shmat, shmdt, remap_file_pages) mark their mm busy on entry and
+ * give it a fresh generation on exit (from counters that never hand out a
+ * value twice, ids.bpf.h, so a generation is never reused, even after an
+ * LRU eviction). A sample uses the cache only
  * when its mm is not busy. exec is covered by exec_id in the key.
  * User space attaches layout_enter/layout_exit to those tracepoints and then
  * sets layout_gens_on, only on kernels without mm_lock_seq.

@@ -26,6 +26,13 @@ trap 'rm -rf "$tmp"; sysctl -q kernel.bpf_stats_enabled=0' EXIT
 # Incompressible-ish input: xz -6 works through it for ~12 s.
 head -c 15M /dev/urandom | base64 -w 76 >"$tmp/data"
 
+# The sampling programs, either build (do_sample, or do_sample_open where
+# bpf_loop is missing or BPROF_FALLBACK=bpf-loop): their bpftool lines.
+samplers() {
+    bpftool prog show name do_sample || true
+    bpftool prog show name do_sample_open || true
+}
+
 # One run: $1 starts first (its program is the older, so it runs first in
 # a sample), $2 second. Prints "ns_first ns_second".
 run() {
@@ -38,12 +45,12 @@ run() {
     env $fenv "$first" $fargs -C 1 -F 999 -p "$w" -o "$tmp/first.folded" "$SECS" 2>/dev/null &
     p1=$!
     sleep 0.5
-    ids=" $(bpftool prog show name do_sample | awk -F: '/^[0-9]+:/ { print $1 }' | tr '\n' ' ')"
+    ids=" $(samplers | awk -F: '/^[0-9]+:/ { print $1 }' | tr '\n' ' ')"
     # shellcheck disable=SC2086
     env $senv "$second" $sargs -C 1 -F 999 -p "$w" -o "$tmp/second.folded" "$SECS" 2>/dev/null &
     p2=$!
     sleep $((SECS - 1))
-    bpftool prog show name do_sample >"$tmp/progs"
+    samplers >"$tmp/progs"
     wait "$p1" "$p2" || true
     kill "$w" 2>/dev/null || true
     wait "$w" 2>/dev/null || true

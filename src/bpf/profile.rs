@@ -363,7 +363,7 @@ impl<'obj> ProfileProgram<'obj> {
         rodata.task_btf_missing = fallbacks.task_addr.into();
         rodata.filter_cgroups = opts.filters_cgroups().into();
         rodata.ids_cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u32;
-        // No kernel layout generation (6.1 to 6.3): bprof keeps its own,
+        // No kernel layout generation (before 6.4): bprof keeps its own,
         // for the raw-stack cache of frame-pointer walks (dwarf stacks are
         // not cached: the tracepoints would only slow every syscall down).
         let layout_gens = opts.user_stacks && !dwarf && !kfeatures::kernel_has_layout_seq();
@@ -413,10 +413,9 @@ impl<'obj> ProfileProgram<'obj> {
             opts.follow_children,
         )?;
         // A profile holds a handful of targets in maps sized for 65 536:
-        // preallocated, all their elements would be made at every start. (The
-        // stat object keeps them preallocated: on 5.10 a tracing program
-        // may not use a hash map that allocates as it goes; a profile needs
-        // 6.1, where it may.)
+        // preallocated, all their elements would be made at every start.
+        // (Preallocated all the same below without the BPF memory
+        // allocator, before 6.1, as the stat object keeps them.)
         open.maps
             .target_tgids
             .set_map_flags(libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC)?;
@@ -593,7 +592,7 @@ impl<'obj> ProfileProgram<'obj> {
         self.learners_missing.as_ref()
     }
 
-    /// Whether bprof's own layout generation was needed (6.1 to 6.3,
+    /// Whether bprof's own layout generation was needed (before 6.4,
     /// `--call-graph fp`) but could not attach: then every user stack takes
     /// the build-ID walk. Known once [`Self::attach`] has run.
     pub fn layout_gens_missing(&self) -> bool {
