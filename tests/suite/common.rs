@@ -279,6 +279,21 @@ pub fn summary_numbers(stderr: &str) -> (u64, u64, u64) {
     (samples, num_before(" lost"), num_before(" unique stacks"))
 }
 
+/// The off-CPU skip count `-v` reports ("bprof: off-CPU kernel stacks
+/// skip N ...").
+pub fn measured_skip(stderr: &str) -> usize {
+    stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("bprof: off-CPU kernel stacks skip ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no skip report in {stderr}"))
+}
+
 /// The number just before `suffix` in `line` ("12 lost" → 12).
 pub fn number_before(line: &str, suffix: &str) -> u64 {
     let at = line

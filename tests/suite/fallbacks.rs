@@ -32,20 +32,6 @@ impl Run {
         number_before(line, suffix)
     }
 
-    /// The kernel frames skipped in off-CPU stacks, as measured at start.
-    fn skip(&self) -> u64 {
-        self.stderr
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("bprof: off-CPU kernel stacks skip ")?
-                    .split(' ')
-                    .next()?
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or_else(|| panic!("no skip report: {}", self.stderr))
-    }
-
     /// The hottest stack that sleeps in sleep_phase.
     fn hottest_sleep(&self) -> &[String] {
         &self
@@ -146,7 +132,7 @@ fn spinsleep_agrees_under(fallback: &str, said: &str, args: &[&str]) {
             "{f}: {a:.1}% with {fallback}, {b:.1}% without"
         );
     }
-    assert_eq!(forced.skip(), normal.skip());
+    assert_eq!(measured_skip(&forced.stderr), measured_skip(&normal.stderr));
     assert_eq!(forced.hottest_sleep(), normal.hottest_sleep());
 }
 
@@ -180,12 +166,21 @@ fn task_btf_fallback_profiles_as_the_normal_path() {
         "fallbacks: the current task read by address",
         &["--call-graph", "fp"],
     );
+    dwarf_is_refused_under(
+        "task-btf",
+        "the bpf_get_current_task_btf helper (Linux 5.11)",
+    );
+}
+
+/// The default dwarf walk, refused in one line under `fallback`, naming
+/// what it takes away (`helper`) and `--call-graph fp`.
+fn dwarf_is_refused_under(fallback: &str, helper: &str) {
     let out = run(bprof()
-        .env("BPROF_FALLBACK", "task-btf")
+        .env("BPROF_FALLBACK", fallback)
         .args(["-f", "--", "true"]));
     let line = assert_one_line_error(&out);
     assert!(
-        line.contains("BPROF_FALLBACK takes away the bpf_get_current_task_btf helper (Linux 5.11), which --call-graph dwarf (the default) needs"),
+        line.contains(&format!("BPROF_FALLBACK takes away {helper}, which --call-graph dwarf (the default) needs: use --call-graph fp")),
         "{line}"
     );
 }
@@ -201,14 +196,7 @@ fn bpf_loop_fallback_profiles_as_the_normal_path() {
         "fallbacks: open-coded loops (no bpf_loop)",
         &["--call-graph", "fp"],
     );
-    let out = run(bprof()
-        .env("BPROF_FALLBACK", "bpf-loop")
-        .args(["-f", "--", "true"]));
-    let line = assert_one_line_error(&out);
-    assert!(
-        line.contains("BPROF_FALLBACK takes away the bpf_loop helper (Linux 5.17), which --call-graph dwarf (the default) needs: use --call-graph fp"),
-        "{line}"
-    );
+    dwarf_is_refused_under("bpf-loop", "the bpf_loop helper (Linux 5.17)");
     // Intervals empty the CPUs' count caches with the open-coded flush:
     // the files add up to what was counted, and Python is said to be
     // profiled natively.

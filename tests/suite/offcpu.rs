@@ -63,16 +63,7 @@ fn measured_skip_matches_a_raw_stack() {
     let _g = exclusive();
     let bin = fixture("spinsleep");
     let (measured, stderr) = folded(&["--off-cpu", "-v", "-f", "--", bin.to_str().unwrap(), "1"]);
-    let skip: usize = stderr
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("bprof: off-CPU kernel stacks skip ")?
-                .split(' ')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no skip report in {stderr}"));
+    let skip = measured_skip(&stderr);
     assert!(
         skip > 0,
         "inside a tracepoint program there are BPF frames to skip"
