@@ -20,7 +20,7 @@
 /* Follows the epilogue at c->s->ip, if there is one: 1 when the frame was
  * left (sp, ip, maybe bp moved to the caller's), 0 when the code is no
  * epilogue this knows, -1 when the stack could not be read. */
-static __always_inline int follow_epilogue(struct unwind_ctx *c)
+static __always_inline int follow_epilogue(struct unwind_ctx *c, const int open)
 {
 	struct walk_state *s = c->s;
 	__u8 b[8] = {};
@@ -40,11 +40,11 @@ static __always_inline int follow_epilogue(struct unwind_ctx *c)
 		return 0;
 	}
 	if (pop_bp) {
-		if (load_bp(c, s->sp))
+		if (load_bp(c, s->sp, open))
 			return -1;
 		s->bp_valid = 1;
 	}
-	if (read_u64(c, &ra, cfa - 8))
+	if (read_u64(c, &ra, cfa - 8, open))
 		return -1;
 	s->fp_frames++;
 	s->sp = cfa;

@@ -390,7 +390,7 @@ int layout_exit(struct bpf_raw_tracepoint_args *ctx)
 /* --call-graph dwarf: the user stack walked with unwind tables, from the
  * registers in cs (the context's scratch, which the caller looked up). */
 static __always_inline __s32 unwound_stack_id(struct profile_stats *st, struct cpu_scratch *cs, __u32 slot,
-					       struct frame_record *leaf, __u64 mm)
+					       struct frame_record *leaf, __u64 mm, const int open)
 {
 	struct stack_memo_entry *e;
 	struct stack_memo *memo;
@@ -404,7 +404,7 @@ static __always_inline __s32 unwound_stack_id(struct profile_stats *st, struct c
 	if (!us)
 		return -ENOMEM;
 	memo = &cs->smemo;
-	n = unwind_user(st, &cs->sample.ur, us, cs, mm, &hash, &hash2);
+	n = unwind_user(st, &cs->sample.ur, us, cs, mm, &hash, &hash2, slot, open);
 	if (n <= 0)
 		return n ? n : -EFAULT;
 	/* The leaf goes into the count key and the stack is stored without it
@@ -422,16 +422,18 @@ static __always_inline __s32 unwound_stack_id(struct profile_stats *st, struct c
 	e = &memo->e[((hash ^ tgid) * 0x9e3779b97f4a7c15ULL) >> (64 - STACK_MEMO_BITS)];
 	if (e->h == hash && e->h2 == hash2 && e->tgid == tgid && e->h) {
 		st->user_stack_cached++;
-		walk_memo_keep(cs, e->id);
+		if (!open) /* (no walk memo without bpf_loop) */
+			walk_memo_keep(cs, e->id);
 		return e->id;
 	}
-	id = intern_user_stack(st, us, n, &hash, slot, 0);
+	id = intern_user_stack(st, us, n, &hash, slot, open);
 	if (id >= 0) {
 		e->h = hash;
 		e->h2 = hash2;
 		e->tgid = tgid;
 		e->id = id;
-		walk_memo_keep(cs, id);
+		if (!open)
+			walk_memo_keep(cs, id);
 	}
 	return id;
 }
@@ -450,12 +452,12 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
 	__s32 *cached, id;
 	long n;
 
-	if (!open && cfg.dwarf) {
+	if (cfg.dwarf) {
 		__u64 m = (__u64)BPF_CORE_READ(task, mm);
 
 		if (!m)
 			return -EFAULT; /* a kernel thread has no user stack */
-		return unwound_stack_id(st, cs, slot, leaf, m);
+		return unwound_stack_id(st, cs, slot, leaf, m, open);
 	}
 	mm = TASK_FIELD(task, mm);
 	if (!mm)
@@ -649,16 +651,21 @@ static __always_inline int switch_out_in(void *ctx, bool preempt, struct task_st
 	    (cfg.all_states || (!preempt && (prev_state & (TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE)))) &&
 	    (cfg.kernel_threads || !(prev->flags & PF_KTHREAD)) && is_target(tgid, pid)) {
 		struct filter_sample fs = { .id = ((__u64)tgid << 32) | pid };
-		char comm[BPROF_COMM_LEN] = {};
+		__u32 slot = SCRATCH_OFF_CPU;
+		struct cpu_scratch *cs = bpf_map_lookup_elem(&cpu_scratch, &slot);
+		/* The name in the scratch's key (filled anew at switch-in): on
+		 * the stack it took the deepest chain of calls (the dwarf walk's
+		 * without bpf_loop) past 512 bytes on 5.10. */
+		char *comm = cs ? cs->sample.key.comm : 0;
 
-		bpf_probe_read_kernel_str(comm, sizeof(comm), prev->comm);
+		if (!comm)
+			return 0;
+		__builtin_memset(comm, 0, BPROF_COMM_LEN);
+		bpf_probe_read_kernel_str(comm, BPROF_COMM_LEN, prev->comm);
 		fs.comm = comm;
 		if (cfg.filter_len && !filter_pass(&fs, &cfg.filter_len)) {
 			st->filtered++;
 		} else {
-			__u32 slot = SCRATCH_OFF_CPU;
-			struct cpu_scratch *cs = bpf_map_lookup_elem(&cpu_scratch, &slot);
-
 			start = offcpu_entry(pid);
 			if (!start)
 				st->blocks_untracked++;
@@ -935,6 +942,158 @@ int learn_exec(struct bpf_raw_tracepoint_args *ctx)
 		learn_mapping(task, start_code);
 	if (regs)
 		learn_mapping(task, regs->ip);
+	return 0;
+}
+
+/*
+ * The learners without bpf_loop or bpf_find_vma (both 5.17): a new mapping
+ * is read from its mmap's arguments and the file its fd names, an exec's
+ * from the mm's list of mappings (mm_struct.mmap, which 6.1 replaced with a
+ * maple tree; there only user space's view serves).
+ */
+#define BPROF_PROT_EXEC 4
+
+/* learn_args' mapping into its chunks [first, first + n), at most 1 GiB of
+ * code; counted as learn_mapping counts. */
+static __always_inline void learn_chunks(struct profile_stats *st, __u64 first, __u64 n)
+{
+	for (__u32 i = 0; i < 512 && i < n; i++)
+		if (learn_open(first + i))
+			__sync_fetch_and_add(&st->unwind_learned, 1);
+}
+
+/* (dev, inode) of the file task's descriptor fd names, or ino 0. */
+static __always_inline void fd_file_key(struct task_struct *task, __u64 fd, struct unwind_file_key *key)
+{
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *f = 0;
+
+	key->ino = 0;
+	key->dev = 0;
+	if (!fds || fd >= BPF_CORE_READ(fdt, max_fds) || bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return;
+	key->ino = BPF_CORE_READ(f, f_inode, i_ino);
+	key->dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+}
+
+SEC("raw_tp/sys_exit")
+int learn_mmap_open(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct x86_regs *regs = (struct x86_regs *)ctx->args[0];
+	struct task_struct *task;
+	struct profile_stats *st;
+	struct learn_args *a;
+	__s64 ret = ctx->args[1];
+	__u64 len = 0, prot = 0, fd = 0, off = 0;
+	__u32 zero = 0;
+
+	/* As learn_mmap: only a mapping's address costs more. */
+	if (ret < 0x10000 || (ret & 0xfff))
+		return 0;
+	if (exiting_syscall(ctx) != BPROF_NR_MMAP)
+		return 0;
+	/* The arguments as the syscall took them (rsi, rdx, r8, r9). */
+	bpf_probe_read_kernel(&prot, sizeof(prot), &regs->dx);
+	if (!(prot & BPROF_PROT_EXEC))
+		return 0;
+	task = current_task();
+	if (!is_target(TASK_FIELD(task, tgid), TASK_FIELD(task, pid)))
+		return 0;
+	st = stats();
+	a = bpf_map_lookup_elem(&learn_args, &zero);
+	if (!st || !a)
+		return 0;
+	bpf_probe_read_kernel(&len, sizeof(len), &regs->si);
+	bpf_probe_read_kernel(&fd, sizeof(fd), &regs->r8);
+	bpf_probe_read_kernel(&off, sizeof(off), &regs->r9);
+	fd_file_key(task, fd, &a->v.key);
+	if (!a->v.key.ino || !len)
+		return 0;
+	a->v.start = ret;
+	a->v.end = ret + ((len + 4095) & ~4095ULL);
+	a->v.off = off;
+	a->mm = (__u64)TASK_FIELD(task, mm);
+	a->tgid = TASK_FIELD(task, tgid);
+	__sync_fetch_and_add(&st->unwind_learned_early, 1);
+	learn_chunks(st, a->v.start >> UNWIND_CHUNK_SHIFT,
+		     ((a->v.end - 1) >> UNWIND_CHUNK_SHIFT) - (a->v.start >> UNWIND_CHUNK_SHIFT) + 1);
+	return 0;
+}
+
+struct mm_struct___list {
+	struct vm_area_struct *mmap;
+};
+
+struct vm_area_struct___list {
+	struct vm_area_struct *vm_next;
+};
+
+/* One turn of learn_exec_open: the next chunk of the mapping in hand, or the
+ * next mapping of the list. 1 ends. A global function of numbers, so the
+ * loop over it is verified as one call a turn. */
+__noinline int learn_exec_step(__u32 i)
+{
+	struct learn_args *a;
+	struct vm_area_struct *vma;
+	struct profile_stats *st = stats();
+	__u32 zero = 0;
+	struct file *f;
+
+	a = bpf_map_lookup_elem(&learn_args, &zero);
+	if (!a || !st || !bpf_core_field_exists(((struct vm_area_struct___list *)0)->vm_next))
+		return 1;
+	if (a->chunk < a->last_chunk) {
+		if (learn_open(a->chunk))
+			__sync_fetch_and_add(&st->unwind_learned, 1);
+		a->chunk++;
+		return 0;
+	}
+	vma = (struct vm_area_struct *)a->next_vma;
+	if (!vma || ++a->vmas > 64)
+		return 1;
+	a->next_vma = (__u64)BPF_CORE_READ((struct vm_area_struct___list *)vma, vm_next);
+	f = BPF_CORE_READ(vma, vm_file);
+	if (!f || !(BPF_CORE_READ(vma, vm_flags) & BPROF_VM_EXEC))
+		return 0;
+	a->v.start = BPF_CORE_READ(vma, vm_start);
+	a->v.end = BPF_CORE_READ(vma, vm_end);
+	a->v.off = BPF_CORE_READ(vma, vm_pgoff) << PAGE_SHIFT_X86;
+	a->v.key.ino = BPF_CORE_READ(f, f_inode, i_ino);
+	a->v.key.dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+	if (!a->v.key.ino || a->v.end <= a->v.start)
+		return 0;
+	__sync_fetch_and_add(&st->unwind_learned_early, 1);
+	a->chunk = a->v.start >> UNWIND_CHUNK_SHIFT;
+	a->last_chunk = ((a->v.end - 1) >> UNWIND_CHUNK_SHIFT) + 1;
+	if (a->last_chunk - a->chunk > 512) /* 1 GiB of code at most */
+		a->last_chunk = a->chunk + 512;
+	return 0;
+}
+
+SEC("raw_tp/sched_process_exec")
+int learn_exec_open(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *task = current_task();
+	struct mm_struct___list *mm = (void *)TASK_FIELD(task, mm);
+	struct learn_args *a;
+	__u32 zero = 0;
+
+	if (!mm || !bpf_core_field_exists(mm->mmap))
+		return 0;
+	if (!is_target(TASK_FIELD(task, tgid), TASK_FIELD(task, pid)))
+		return 0;
+	a = bpf_map_lookup_elem(&learn_args, &zero);
+	if (!a)
+		return 0;
+	a->mm = (__u64)mm;
+	a->tgid = TASK_FIELD(task, tgid);
+	a->next_vma = (__u64)BPF_CORE_READ(mm, mmap);
+	a->vmas = 0;
+	a->chunk = a->last_chunk = 0;
+	for (__u32 i = 0; i < 2048; i++)
+		if (learn_exec_step(i))
+			break;
 	return 0;
 }
 

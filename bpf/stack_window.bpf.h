@@ -25,15 +25,11 @@ struct unwind_ctx {
 
 /* Refills the window from user address addr: UNWIND_WINDOW bytes, or if
  * they are not all there, to the end of addr's page (or the one word when
- * it crosses into the next page).
- * A global function, verified once rather than at each of the walk's eight
- * reads; the reads themselves stay inline, as most hit the window. */
-__noinline int win_refill(struct stack_window *w, __u64 addr)
+ * it crosses into the next page). */
+static __always_inline int win_refill_in(struct stack_window *w, __u64 addr)
 {
 	__u64 len;
 
-	if (!w)
-		return -1;
 	w->reads++;
 	if (!bpf_probe_read_user(w->w, UNWIND_WINDOW, (void *)addr)) {
 		w->lo = addr;
@@ -54,12 +50,36 @@ __noinline int win_refill(struct stack_window *w, __u64 addr)
 	return 0;
 }
 
-/* The user word at addr, from the window (refilled when addr is outside). */
-static __always_inline int win_read(struct stack_window *w, __u64 *dst, __u64 addr)
+/* win_refill_in as a global function, verified once rather than at each of
+ * the walk's eight reads; the reads themselves stay inline, as most hit the
+ * window. */
+__noinline int win_refill(struct stack_window *w, __u64 addr)
+{
+	if (!w)
+		return -1;
+	return win_refill_in(w, addr);
+}
+
+/* The same for a program built without bpf_loop (loop.bpf.h): 5.10's
+ * verifier takes only numbers for a global function's arguments, so the
+ * window is found again by its context (w->slot). */
+__noinline int win_refill_open(__u32 slot, __u64 addr)
+{
+	struct cpu_scratch *cs = bpf_map_lookup_elem(&cpu_scratch, &slot);
+
+	if (!cs)
+		return -1;
+	return win_refill_in(&cs->win, addr);
+}
+
+/* The user word at addr, from the window (refilled when addr is outside).
+ * open: the program is built without bpf_loop. */
+static __always_inline int win_read(struct stack_window *w, __u64 *dst, __u64 addr, const int open)
 {
 	__u64 off;
 
-	if ((addr < w->lo || addr + 8 > w->hi) && win_refill(w, addr))
+	if ((addr < w->lo || addr + 8 > w->hi) &&
+	    (open ? win_refill_open(w->slot, addr) : win_refill(w, addr)))
 		return -1;
 	off = addr - w->lo;
 	if (off > UNWIND_WINDOW - 8)
@@ -73,9 +93,9 @@ static __always_inline int win_read(struct stack_window *w, __u64 *dst, __u64 ad
  * restored rbp where a rule uses it (uses_bp); the rarer reads (a CFA or
  * registers read from the stack) keep the walk from being kept instead
  * (wm_skip): each recording site adds to what the verifier walks. */
-static __always_inline int read_u64(struct unwind_ctx *c, __u64 *dst, __u64 addr)
+static __always_inline int read_u64(struct unwind_ctx *c, __u64 *dst, __u64 addr, const int open)
 {
-	return win_read(c->win, dst, addr);
+	return win_read(c->win, dst, addr, open);
 }
 
 #endif /* BPROF_STACK_WINDOW_BPF_H */

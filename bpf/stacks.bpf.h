@@ -312,7 +312,8 @@ static __always_inline int same_user_stack(__s32 id, struct words_ctx *w, int *s
 		if (!old || old->nr != w->nr)
 			return 0;
 		w->b = (__u64 *)old->frames;
-		LOOP(open, batches, (BPROF_MAX_STACK_DEPTH + COMPARE_BATCH) / COMPARE_BATCH, compare_records, w);
+		/* (An unwound stack's records, up to BPROF_UNWIND_DEPTH + 1.) */
+		LOOP(open, batches, (BPROF_UNWIND_DEPTH + COMPARE_BATCH) / COMPARE_BATCH, compare_records, w);
 	} else {
 		struct user_stack_short *old = bpf_map_lookup_elem(&user_stacks, &id);
 

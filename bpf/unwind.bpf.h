@@ -23,6 +23,7 @@
 #define BPROF_UNWIND_BPF_H
 
 #include "kernel.bpf.h"
+#include "current_task.bpf.h"
 #include "profile.h"
 #include "epilogue.bpf.h"
 #include "stack_window.bpf.h"
@@ -55,8 +56,11 @@ static __always_inline __u32 frames_kept(__u32 n)
 	return UNWIND_INNER + 1 + (n < UNWIND_OUTER ? n : UNWIND_OUTER);
 }
 
-/* One frame: records c->s->ip, then moves ip/sp/bp to the caller. 1 ends. */
-static long unwind_step(__u32 i, struct unwind_ctx *c)
+/* One frame: records c->s->ip, then moves ip/sp/bp to the caller. 1 ends.
+ * open: the program is built without bpf_loop (loop.bpf.h): the mapping,
+ * rule and window helpers are its global functions of numbers, and the
+ * walk memo is left out (its entries are compared in a loop of their own). */
+static __always_inline long unwind_step_in(struct unwind_ctx *c, const int open)
 {
 	struct frame_record *rec;
 	struct unwind_rule r;
@@ -70,7 +74,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		return stop(c, UNWIND_END_DEPTH);
 	if (c->s->ip == 0)
 		return stop(c, UNWIND_END_ROOT);
-	if (n == 1 && walk_memo_hit(c->s, c->wm, c->win, c->last->tgid))
+	if (!open && n == 1 && walk_memo_hit(c->s, c->wm, c->win, c->last->tgid))
 		return 1;
 	/* Below BPROF_UNWIND_DEPTH by construction; masked where the
 	 * verifier sees it (6.1's loses the bound through frame_slot). */
@@ -78,7 +82,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 	barrier_var(slot);
 	slot &= BPROF_UNWIND_DEPTH - 1;
 	if (c->s->ip < c->s->vma.start || c->s->ip >= c->s->vma.end) {
-		err = map_frame(c->s, c->maps);
+		err = open ? map_frame_open(c->win->slot) : map_frame(c->s, c->maps);
 		if (err) {
 			/* An address in no executable mapping is no code (what a
 			 * frame pointer walk through code without them reads, or
@@ -95,7 +99,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		}
 	}
 	rec = &us->frames[slot];
-	found = frame_rule(c->s, rec, c->last, c->memo, n);
+	found = open ? frame_rule_open(c->win->slot, n, slot) : frame_rule(c->s, rec, c->last, c->memo, n);
 	c->s->walked = n + 1;
 	us->nr = frames_kept(n + 1);
 	r = c->s->rule;
@@ -104,7 +108,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 	if (!found || r.cfa_type == UNWIND_CFA_NONE) {
 		/* No table: an epilogue at the PC, else the frame pointer. */
 		c->s->wm_skip = 1;
-		err = follow_epilogue(c);
+		err = follow_epilogue(c, open);
 		if (err)
 			return err > 0 ? 0 : stop(c, UNWIND_END_READ_FAULT);
 		if (!c->s->bp_valid)
@@ -115,7 +119,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 			return stop(c, UNWIND_END_BAD_CFA);
 		/* Lower address first: the window grows upward. */
 		cfa = c->s->bp + 16;
-		if (load_bp(c, c->s->bp) || read_u64(c, &ra, cfa - 8))
+		if (load_bp(c, c->s->bp, open) || read_u64(c, &ra, cfa - 8, open))
 			return stop(c, UNWIND_END_READ_FAULT);
 		c->s->fp_frames++;
 		c->s->sp = cfa;
@@ -128,7 +132,8 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		cfa = c->s->sp + r.cfa_off;
 		break;
 	case UNWIND_CFA_RBP:
-		uses_bp(c);
+		if (!open)
+			uses_bp(c);
 		if (!c->s->bp_valid)
 			return stop(c, UNWIND_END_BAD_CFA);
 		cfa = c->s->bp + r.cfa_off;
@@ -140,7 +145,7 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		c->s->wm_skip = 1;
 		if (!c->s->bp_valid)
 			return stop(c, UNWIND_END_BAD_CFA);
-		if (read_u64(c, &cfa, c->s->bp + r.cfa_off))
+		if (read_u64(c, &cfa, c->s->bp + r.cfa_off, open))
 			return stop(c, UNWIND_END_READ_FAULT);
 		break;
 	case UNWIND_CFA_SIGNAL: {
@@ -149,7 +154,8 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 		__u64 mc = c->s->sp + 40;
 
 		c->s->wm_skip = 1;
-		if (load_bp(c, mc + 80) || read_u64(c, &c->s->sp, mc + 120) || read_u64(c, &c->s->ip, mc + 128))
+		if (load_bp(c, mc + 80, open) || read_u64(c, &c->s->sp, mc + 120, open) ||
+		    read_u64(c, &c->s->ip, mc + 128, open))
 			return stop(c, UNWIND_END_READ_FAULT);
 		c->s->bp_valid = 1;
 		c->s->exact = 1;
@@ -171,17 +177,88 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
 	/* The saved rbp (below the return address) first: the window grows
 	 * upward. */
 	if (r.rbp_type == UNWIND_RBP_OFFSET) {
-		if (load_bp(c, cfa + r.rbp_off))
+		if (load_bp(c, cfa + r.rbp_off, open))
 			return stop(c, UNWIND_END_READ_FAULT);
 		c->s->bp_valid = 1;
 	} else if (r.rbp_type == UNWIND_RBP_UNKNOWN) {
 		c->s->bp_valid = 0;
 	}
-	if (read_u64(c, &ra, cfa - 8))
+	if (read_u64(c, &ra, cfa - 8, open))
 		return stop(c, UNWIND_END_READ_FAULT);
-	memo_record(c, cfa - 8, ra);
+	if (!open)
+		memo_record(c, cfa - 8, ra);
 	c->s->sp = cfa;
 	c->s->ip = ra;
+	return 0;
+}
+
+/* unwind_step_in as bpf_loop's callback. */
+static long unwind_step(__u32 i, struct unwind_ctx *c)
+{
+	return unwind_step_in(c, 0);
+}
+
+/* One frame of context `slot`'s walk, for a program built without bpf_loop:
+ * a global function of numbers (5.10's verifier takes no others), so the
+ * walk's loop of UNWIND_STEPS calls is verified as one call. */
+__noinline int unwind_step_open(__u32 slot)
+{
+	struct cpu_scratch *cs = bpf_map_lookup_elem(&cpu_scratch, &slot);
+	struct user_stack *us = bpf_map_lookup_elem(&user_stack_scratch, &slot);
+	struct unwind_ctx c;
+
+	if (!cs || !us)
+		return 1;
+	c.us = us;
+	c.s = &cs->walk;
+	c.win = &cs->win;
+	c.memo = &cs->memo;
+	c.maps = &cs->maps;
+	c.last = &cs->last;
+	c.wm = &cs->wmemo;
+	return unwind_step_in(&c, 1);
+}
+
+/* UNWIND_OPEN_TURN frames of the walk (1: it ended). A loop's every turn
+ * leaves the verifier a branch to come back to, at most 8192 of them per
+ * function, so the walk's UNWIND_STEPS + 1 frames are two nested loops,
+ * each in a function of its own. */
+#define UNWIND_OPEN_TURN 64
+
+__noinline int unwind_steps_open(__u32 slot)
+{
+	for (__u32 i = 0; i < UNWIND_OPEN_TURN; i++)
+		if (unwind_step_open(slot))
+			return 1;
+	return 0;
+}
+
+/* x86-64's kernel stack size (THREAD_SIZE, without KASAN). */
+#define BPROF_THREAD_SIZE 16384
+#define BPROF_USER_CS 0x33
+#define BPROF_USER_DS 0x2b
+
+/* The user registers task saved at kernel entry, as bpf_task_pt_regs gives
+ * them: the pt_regs at the top of its kernel stack, below 16 bytes of
+ * padding where the kernel is built for FRED (6.9 on), none before. Both
+ * places are read at once into buf (24 words) and the one whose cs and ss
+ * are the 64-bit user segments is taken (the other's words there are
+ * orig_ax and rflags, whose bit 3 is always clear, or the user rsp and the
+ * padding). NULL for neither: a kernel thread, a 32-bit task. */
+static __always_inline struct x86_regs *task_user_regs(struct task_struct *task, __u64 *buf)
+{
+	__u64 top = (__u64)TASK_FIELD(task, stack) + BPROF_THREAD_SIZE;
+	const __u32 n = sizeof(struct x86_regs) / 8; /* 21 */
+	struct x86_regs *r;
+
+	if (bpf_probe_read_kernel(buf, (n + 2) * 8, (void *)(top - (n + 2) * 8)))
+		return 0;
+	r = (struct x86_regs *)(buf + 2); /* no padding */
+	if ((r->cs & 0xffff) == BPROF_USER_CS && (r->ss & 0xffff) == BPROF_USER_DS)
+		return r;
+	r = (struct x86_regs *)buf; /* FRED's 16 bytes */
+	if ((r->cs & 0xffff) == BPROF_USER_CS && (r->ss & 0xffff) == BPROF_USER_DS)
+		return r;
 	return 0;
 }
 
@@ -192,9 +269,10 @@ static long unwind_step(__u32 i, struct unwind_ctx *c)
  * (wm_state WALK_MEMO_HIT, wm_id: not an out argument, whose stack slot
  * took 6.1's combined stack past 512 bytes). */
 static __always_inline long unwind_user(struct profile_stats *st, const struct uregs *ur, struct user_stack *us,
-					struct cpu_scratch *cs, __u64 mm, __u64 *hash, __u64 *hash2)
+					struct cpu_scratch *cs, __u64 mm, __u64 *hash, __u64 *hash2, __u32 slot,
+					const int open)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = current_task();
 	struct unwind_ctx c = {};
 	struct walk_state *s;
 	__u32 n, end, zero = 0;
@@ -202,17 +280,29 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 
 	/* Inside execve the registers are the old image's and the mm the new
 	 * one's, or going: no user stack to walk. */
-	if (BPF_CORE_READ_BITFIELD(task, in_execve))
+	if (task_btf_missing ? BPF_CORE_READ_BITFIELD_PROBED(task, in_execve) : BPF_CORE_READ_BITFIELD(task, in_execve))
 		return -EFAULT;
 	s = &cs->walk;
 	__builtin_memset(s, 0, sizeof(*s));
+	cs->win.slot = slot;
 	if (ur->valid) {
 		s->ip = ur->ip;
 		__builtin_memcpy(s->r, ur->r, sizeof(s->r));
+	} else if (open || task_btf_missing) {
+		/* Before bpf_task_pt_regs (5.15): found at the top of the task's
+		 * kernel stack (the window's buffer, refilled below anyway, as
+		 * room to read them). */
+		struct x86_regs *regs = task_user_regs(task, cs->win.w);
+
+		if (!regs)
+			return -EFAULT;
+		s->ip = regs->ip;
+		DWARF_REGS(s->r, regs);
+		__sync_fetch_and_add(&st->unwind_task_regs, 1);
 	} else {
 		/* The sample hit the kernel (or the task is switching out): the
 		 * user registers saved at kernel entry. */
-		struct x86_regs *regs = (struct x86_regs *)bpf_task_pt_regs(task);
+		struct x86_regs *regs = (struct x86_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 
 		if (!regs)
 			return -EFAULT;
@@ -238,10 +328,10 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	 * map_memo_entry). */
 	s->gen = *gen;
 	s->mm = mm;
-	if (c.last->mm != s->mm || c.last->gen != s->gen || c.last->tgid != task->tgid) {
+	if (c.last->mm != s->mm || c.last->gen != s->gen || c.last->tgid != TASK_FIELD(task, tgid)) {
 		c.last->mm = s->mm;
 		c.last->gen = s->gen;
-		c.last->tgid = task->tgid;
+		c.last->tgid = TASK_FIELD(task, tgid);
 		c.last->nvalid = 0;
 	}
 	c.win->reads = 0;
@@ -253,8 +343,15 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	s->vma.end = 0;
 	us->nr = 0;
 	s->learn = 0;
-	bpf_loop(UNWIND_STEPS + 1, unwind_step, &c, 0);
-	if (s->learn && learn(&s->learn_key, &s->learn_vma, s->mm))
+	if (open) {
+		for (__u32 i = 0; i < (UNWIND_STEPS + UNWIND_OPEN_TURN) / UNWIND_OPEN_TURN; i++)
+			if (unwind_steps_open(slot))
+				break;
+	} else {
+		bpf_loop(UNWIND_STEPS + 1, unwind_step, &c, 0);
+	}
+	/* (Only bpf_find_vma's finds are learned here: none without it.) */
+	if (!open && s->learn && learn(&s->learn_key, &s->learn_vma, s->mm))
 		__sync_fetch_and_add(&st->unwind_learned, 1);
 	if (s->wm_state == WALK_MEMO_HIT) {
 		/* Counted as the walk it saved would have been. */

@@ -11,6 +11,8 @@
 #define BPROF_UNWIND_MAPPINGS_BPF_H
 
 #include "kernel.bpf.h"
+#include "current_task.bpf.h"
+#include "loop.bpf.h"
 #include "profile.h"
 #include "unwind_state.bpf.h"
 
@@ -78,7 +80,8 @@ static long scan_slot(__u32 k, struct learn_scan *ls)
 }
 
 /*
- * Keeps a mapping the kernel showed (bpf_find_vma) in chunk mk of
+ * Keeps a mapping the kernel showed (bpf_find_vma, or without it an mmap's
+ * arguments or the mm's list of mappings) in chunk mk of
  * unwind_maps, at a target's mmap or exec (learn_mmap, learn_exec) or after
  * a walk that had to ask for it, so that a process's first ms walk before
  * user space has read its mmap records.
@@ -88,20 +91,17 @@ static long scan_slot(__u32 k, struct learn_scan *ls)
  * unmapped it). User space's own view replaces the chunk when it comes, and
  * moves unwind_gen on then: until that, the walks' memos can still hold a
  * replaced mapping, as they did before any learning. Returns 1 when a slot
- * was added. A global function: verified once, not at each caller.
+ * was added. open: the program is built without bpf_loop.
  */
-__noinline int learn(const struct unwind_map_key *mk, const struct vma_info *v, __u64 mm)
+static __always_inline int learn_in(const struct unwind_map_key *mk, const struct vma_info *v, __u64 mm,
+				    const int open)
 {
 	struct learn_scan ls = { .v = v, .free = UNWIND_CHUNK_SLOTS };
 	struct unwind_map_slot *sl;
 	struct unwind_map_key key;
 	__u64 k;
 
-	/* A global function's pointer arguments may be NULL to the verifier,
-	 * which checks it once for all callers; and 6.1's takes a map key only
-	 * from the stack. */
-	if (!mk || !v)
-		return 0;
+	/* 6.1's verifier takes a map key only from the stack. */
 	key = *mk;
 	ls.ch = bpf_map_lookup_elem(&unwind_maps, &key);
 	if (!ls.ch) {
@@ -115,7 +115,7 @@ __noinline int learn(const struct unwind_map_key *mk, const struct vma_info *v, 
 		ls.ch->learned = 0;
 		ls.ch->learned_mm = mm;
 	}
-	bpf_loop(UNWIND_CHUNK_SLOTS, scan_slot, &ls, 0);
+	LOOP(open, UNWIND_CHUNK_SLOTS, UNWIND_CHUNK_SLOTS, scan_slot, &ls);
 	k = ls.free;
 	if (ls.known || k >= UNWIND_CHUNK_SLOTS)
 		return 0;
@@ -126,6 +126,48 @@ __noinline int learn(const struct unwind_map_key *mk, const struct vma_info *v, 
 	sl->end = v->end;
 	ls.ch->learned |= 1U << k;
 	return 1;
+}
+
+/* learn_in as a global function: verified once, not at each caller. */
+__noinline int learn(const struct unwind_map_key *mk, const struct vma_info *v, __u64 mm)
+{
+	/* A global function's pointer arguments may be NULL to the verifier,
+	 * which checks it once for all callers. */
+	if (!mk || !v)
+		return 0;
+	return learn_in(mk, v, mm, 0);
+}
+
+/* What learn_open learns: set by its caller, per CPU, as 5.10's verifier
+ * takes only numbers for a global function's arguments. */
+struct learn_args {
+	struct vma_info v;
+	__u64 mm;
+	__u32 tgid;
+	__u32 vmas; /* learn_exec_step: mappings of the list looked at */
+	__u64 next_vma; /* learn_exec_step: the list's next mapping */
+	__u64 chunk, last_chunk; /* learn_exec_step: v's chunks left */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct learn_args);
+} learn_args SEC(".maps");
+
+/* learn for a program built without bpf_loop: learn_args' mapping into
+ * its chunk `chunk`. */
+__noinline int learn_open(__u64 chunk)
+{
+	__u32 zero = 0;
+	struct learn_args *a = bpf_map_lookup_elem(&learn_args, &zero);
+	struct unwind_map_key mk = { .chunk = chunk };
+
+	if (!a)
+		return 0;
+	mk.tgid = a->tgid;
+	return learn_in(&mk, &a->v, a->mm, 1);
 }
 
 /* Which slot of a chunk holds `ip`, as a bpf_loop callback: unrolled, the
@@ -157,14 +199,15 @@ static long slot_step(__u32 k, struct slot_search *s)
 
 /* The slot of chunk ch that holds ip, into v: learned slots only if they
  * were learned in address space mm. */
-static __always_inline int chunk_slot(struct unwind_chunk *ch, __u64 ip, __u64 mm, struct vma_info *v)
+static __always_inline int chunk_slot(struct unwind_chunk *ch, __u64 ip, __u64 mm, struct vma_info *v,
+				      const int open)
 {
 	struct slot_search ss = { .ch = ch, .ip = ip, .hit = UNWIND_CHUNK_SLOTS };
 	struct unwind_map_slot *sl;
 
 	if (ch->learned_mm != mm)
 		ss.skip = ch->learned;
-	bpf_loop(UNWIND_CHUNK_SLOTS, slot_step, &ss, 0);
+	LOOP(open, UNWIND_CHUNK_SLOTS, UNWIND_CHUNK_SLOTS, slot_step, &ss);
 	if (ss.hit >= UNWIND_CHUNK_SLOTS)
 		return -ENOENT;
 	sl = &ch->slots[ss.hit];
@@ -194,7 +237,7 @@ static __always_inline struct unwind_chunk *parent_chunk(struct task_struct *tas
 	if (!parent || BPF_CORE_READ(parent, self_exec_id) != id)
 		return 0;
 	pk.tgid = BPF_CORE_READ(parent, tgid);
-	if (pk.tgid == task->tgid)
+	if (pk.tgid == TASK_FIELD(task, tgid))
 		return 0;
 	*mm = (__u64)BPF_CORE_READ(parent, mm);
 	return bpf_map_lookup_elem(&unwind_maps, &pk);
@@ -203,13 +246,13 @@ static __always_inline struct unwind_chunk *parent_chunk(struct task_struct *tas
 /* The mapping of s->ip (and its file's unwind_files entry) into s->vma,
  * s->have_file and s->file: from this CPU's memo, unwind_maps (user
  * space's view, or the parent's for a fork that has not exec'd) or the
- * kernel. 0, or -ENOENT / -EBUSY. A global function, verified once: inlined,
- * its ways to a mapping were each checked with the rest of the frame, and
- * its stack added to the walk's past 6.1's 512 bytes. The walk is always
- * the current task's. */
-__noinline int map_frame(struct walk_state *s, struct map_memos *maps)
+ * kernel. 0, or -ENOENT / -EBUSY. The walk is always the current task's.
+ * open: the program is built without bpf_loop, and so without
+ * bpf_find_vma (both 5.17): the mappings are user space's (from /proc and
+ * the mmap records) and what learn_mmap_open and learn_exec_open learned. */
+static __always_inline int map_frame_in(struct walk_state *s, struct map_memos *maps, const int open)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = current_task();
 	struct unwind_map_key mk = {};
 	struct map_memo_entry *me;
 	struct unwind_chunk *ch;
@@ -218,9 +261,7 @@ __noinline int map_frame(struct walk_state *s, struct map_memos *maps)
 	__u64 mm;
 	long err;
 
-	if (!s || !maps)
-		return -ENOENT;
-	mk.tgid = task->tgid;
+	mk.tgid = TASK_FIELD(task, tgid);
 	mk.chunk = s->ip >> UNWIND_CHUNK_SHIFT;
 	me = &maps->e[((s->mm >> 6 ^ mk.chunk) * 0x9e3779b97f4a7c15ULL) >> (64 - MAP_MEMO_BITS)];
 	if (me->mm == s->mm && me->gen == s->gen && me->tgid == mk.tgid && s->ip >= me->vma.start &&
@@ -235,11 +276,12 @@ __noinline int map_frame(struct walk_state *s, struct map_memos *maps)
 	mm = s->mm;
 	if (!ch)
 		ch = parent_chunk(task, mk.chunk, &mm);
-	err = ch ? chunk_slot(ch, s->ip, mm, &v) : -ENOENT;
+	err = ch ? chunk_slot(ch, s->ip, mm, &v, open) : -ENOENT;
 	/* Neither user space nor learn_mmap has it: ask the kernel (once per
 	 * run). */
-	if (err) {
-		err = bpf_find_vma(task, s->ip, vma_cb, &v, 0);
+	if (err && !open) {
+		/* (A kernel with bpf_find_vma has the BTF task too.) */
+		err = bpf_find_vma(bpf_get_current_task_btf(), s->ip, vma_cb, &v, 0);
 		if (!err && !v.end)
 			err = -ENOENT;
 		/* Kept in unwind_maps after the walk (learn from here would
@@ -277,6 +319,27 @@ __noinline int map_frame(struct walk_state *s, struct map_memos *maps)
 	if (s->have_file)
 		me->file = s->file;
 	return 0;
+}
+
+/* map_frame_in as a global function, verified once: inlined, its ways to a
+ * mapping were each checked with the rest of the frame, and its stack
+ * added to the walk's past 6.1's 512 bytes. */
+__noinline int map_frame(struct walk_state *s, struct map_memos *maps)
+{
+	if (!s || !maps)
+		return -ENOENT;
+	return map_frame_in(s, maps, 0);
+}
+
+/* The same without bpf_loop (numbers only as arguments: 5.10): context
+ * `slot`'s walk. */
+__noinline int map_frame_open(__u32 slot)
+{
+	struct cpu_scratch *cs = bpf_map_lookup_elem(&cpu_scratch, &slot);
+
+	if (!cs)
+		return -ENOENT;
+	return map_frame_in(&cs->walk, &cs->maps, 1);
 }
 
 #endif /* BPROF_UNWIND_MAPPINGS_BPF_H */

@@ -9,6 +9,7 @@
 #define BPROF_UNWIND_ROWS_BPF_H
 
 #include "kernel.bpf.h"
+#include "loop.bpf.h"
 #include "profile.h"
 #include "stacks.bpf.h"
 #include "unwind_state.bpf.h"
@@ -47,10 +48,9 @@ static long search_step(__u32 i, struct row_search *r)
 }
 
 /* The rule id of file offset `off`: its row's, the last row with pc <= off
- * (the page index narrows the search to the rows of off's page), or -1. A
- * global function, verified once: inlined, each of its ways out was
- * checked with the rest of frame_rule. */
-__noinline __s64 find_rule(const struct unwind_file *f, __u64 off)
+ * (the page index narrows the search to the rows of off's page), or -1.
+ * open: the program is built without bpf_loop (loop.bpf.h). */
+static __always_inline __s64 find_rule_in(const struct unwind_file *f, __u64 off, const int open)
 {
 	struct row_search r = { .off = off };
 	struct unwind_row *row;
@@ -91,12 +91,32 @@ __noinline __s64 find_rule(const struct unwind_file *f, __u64 off)
 	if (!row || row->pc > off)
 		return -1;
 	/* 24 halvings: up to 16M rows per file. */
-	bpf_loop(24, search_step, &r, 0);
+	LOOP(open, 24, 24, search_step, &r);
 	if (r.fault)
 		return -1;
 	idx = f->first_row + r.lo;
 	row = bpf_map_lookup_elem(seg, &idx);
 	return row ? row->rule : -1;
+}
+
+/* find_rule_in as a global function, verified once: inlined, each of its
+ * ways out was checked with the rest of frame_rule. */
+__noinline __s64 find_rule(const struct unwind_file *f, __u64 off)
+{
+	return find_rule_in(f, off, 0);
+}
+
+/* The same without bpf_loop (5.10: numbers only as a global function's
+ * arguments): `off` in the file of context `slot`'s walk. A function of
+ * its own, not inlined in frame_rule_open: together their stacks took the
+ * walk's deepest chain of calls past 512 bytes. */
+__noinline __s64 find_rule_open(__u32 slot, __u64 off)
+{
+	struct cpu_scratch *cs = bpf_map_lookup_elem(&cpu_scratch, &slot);
+
+	if (!cs)
+		return -1;
+	return find_rule_in(&cs->walk.file, off, 1);
 }
 
 /* Record n's part in the walk's hashes: none for the leaf (record 0), which
@@ -119,20 +139,16 @@ static __always_inline void ip_record(struct frame_record *rec, __u64 ip)
 
 /* Frame n (at s->ip in mapping s->vma): writes its record into rec and
  * hashes it, and puts its rule into s->rule from the last walk, the rule
- * memo or the file's table. Returns 1 when a rule was found. A global
- * function: the verifier checks it once, where inlined its three sources of
- * a rule times the two kinds of record were each checked with the rest of
- * the frame. */
-__noinline int frame_rule(struct walk_state *s, struct frame_record *rec, struct last_walk *lw,
-			  struct rule_memos *memo, __u32 n)
+ * memo or the file's table. Returns 1 when a rule was found. open: built
+ * without bpf_loop, s being context slot's walk. */
+static __always_inline int frame_rule_in(struct walk_state *s, struct frame_record *rec, struct last_walk *lw,
+					 struct rule_memos *memo, __u32 n, __u32 slot, const int open)
 {
 	struct unwind_file *file;
 	struct unwind_rule *rule = 0;
 	__u64 off, lookup;
 	int found = 0;
 
-	if (!s || !rec || !lw || !memo)
-		return 0;
 	off = s->ip - s->vma.start + s->vma.off;
 	file = s->have_file ? &s->file : 0;
 	if (file && (file->flags & (UNWIND_FILE_BUILD_ID | UNWIND_FILE_KEY))) {
@@ -177,7 +193,7 @@ __noinline int frame_rule(struct walk_state *s, struct frame_record *rec, struct
 		s->rule = m->rule;
 		found = 1;
 	} else {
-		__s64 id = find_rule(file, lookup);
+		__s64 id = open ? find_rule_open(slot, lookup) : find_rule(file, lookup);
 		__u32 rid = id;
 
 		if (id >= 0)
@@ -197,6 +213,31 @@ __noinline int frame_rule(struct walk_state *s, struct frame_record *rec, struct
 			lw->nvalid = n + 1;
 	}
 	return found;
+}
+
+/* frame_rule_in as a global function: the verifier checks it once, where
+ * inlined its three sources of a rule times the two kinds of record were
+ * each checked with the rest of the frame. */
+__noinline int frame_rule(struct walk_state *s, struct frame_record *rec, struct last_walk *lw,
+			  struct rule_memos *memo, __u32 n)
+{
+	if (!s || !rec || !lw || !memo)
+		return 0;
+	return frame_rule_in(s, rec, lw, memo, n, 0, 0);
+}
+
+/* The same without bpf_loop, for 5.10's verifier (numbers only as a global
+ * function's arguments): context `slot`'s walk, frame n into the record
+ * at rec_slot (see frame_slot). */
+__noinline int frame_rule_open(__u32 slot, __u32 n, __u32 rec_slot)
+{
+	struct cpu_scratch *cs = bpf_map_lookup_elem(&cpu_scratch, &slot);
+	struct user_stack *us = bpf_map_lookup_elem(&user_stack_scratch, &slot);
+
+	if (!cs || !us)
+		return 0;
+	return frame_rule_in(&cs->walk, &us->frames[rec_slot & (BPROF_UNWIND_DEPTH - 1)], &cs->last, &cs->memo, n,
+			     slot, 1);
 }
 
 #endif /* BPROF_UNWIND_ROWS_BPF_H */

@@ -274,7 +274,7 @@ struct map_memos {
 struct stack_window {
 	__u64 lo, hi; /* the copy holds user addresses [lo, hi); lo == hi: none */
 	__u32 reads; /* bpf_probe_read_user calls */
-	__u32 pad;
+	__u32 slot;  /* the context whose cpu_scratch holds this window */
 	__u64 w[UNWIND_WINDOW / 8];
 };
 

@@ -29,11 +29,11 @@ static __always_inline void memo_record(struct unwind_ctx *c, __u64 addr, __u64 
  * code without frame pointers saves rbp as any callee-saved register, its
  * value changing from sample to sample, and only a frame that uses rbp
  * (uses_bp) makes the word one. */
-static __always_inline int load_bp(struct unwind_ctx *c, __u64 addr)
+static __always_inline int load_bp(struct unwind_ctx *c, __u64 addr, const int open)
 {
 	struct walk_state *s = c->s;
 
-	if (win_read(c->win, &s->bp, addr))
+	if (win_read(c->win, &s->bp, addr, open))
 		return -1;
 	s->wm_bp_loaded = 1;
 	s->wm_bp_addr = addr;
@@ -72,7 +72,7 @@ static long check_word(__u32 k, struct memo_check *m)
 
 	if (k >= WALK_MEMO_WORDS || k >= m->e->words)
 		return 1;
-	if (win_read(m->w, &v, m->e->w[k].addr) || v != m->e->w[k].val) {
+	if (win_read(m->w, &v, m->e->w[k].addr, 0) || v != m->e->w[k].val) {
 		m->bad = 1;
 		return 1;
 	}

@@ -27,9 +27,15 @@ pub(crate) enum Feature {
     AtomicFetch,
     /// `bpf_get_current_task_btf`, to read the sampled task's mm.
     CurrentTaskBtf,
+    /// `bpf_task_pt_regs`: the user registers of a sample taken in the
+    /// kernel, where the dwarf walk starts.
+    TaskPtRegs,
     /// `bpf_loop`, for loops too long to unroll: the unwinder's walk and
     /// the stored user stacks' hashing.
     BpfLoop,
+    /// `bpf_find_vma`: the dwarf walk's mapping of a PC user space has not
+    /// read yet.
+    FindVma,
     /// Run-time allocated hash maps in tracing programs, from the BPF
     /// memory allocator. Before it the verifier loads such a program with a
     /// kernel warning, which panics a machine booted with panic_on_warn:
@@ -44,7 +50,9 @@ pub(crate) const PROFILE: &[Feature] = &[
     Feature::TpBtf,
     Feature::AtomicFetch,
     Feature::CurrentTaskBtf,
+    Feature::TaskPtRegs,
     Feature::BpfLoop,
+    Feature::FindVma,
     Feature::TracingAlloc,
 ];
 
@@ -65,7 +73,9 @@ impl Feature {
             Feature::TpBtf => "BTF tracepoints (tp_btf, Linux 5.5)",
             Feature::AtomicFetch => "BPF atomic fetch operations (Linux 5.12)",
             Feature::CurrentTaskBtf => "the bpf_get_current_task_btf helper (Linux 5.11)",
+            Feature::TaskPtRegs => "the bpf_task_pt_regs helper (Linux 5.15)",
             Feature::BpfLoop => "the bpf_loop helper (Linux 5.17)",
+            Feature::FindVma => "the bpf_find_vma helper (Linux 5.17)",
             Feature::TracingAlloc => {
                 "run-time allocated hash maps in tracing programs (BPF memory allocator, Linux 6.1)"
             }
@@ -82,7 +92,9 @@ impl Feature {
             Feature::TpBtf => Some(probe_program(Probe::TpBtf)),
             Feature::AtomicFetch => Some(probe_program(Probe::AtomicFetch)),
             Feature::CurrentTaskBtf => helper(libbpf_sys::BPF_FUNC_get_current_task_btf),
+            Feature::TaskPtRegs => helper(libbpf_sys::BPF_FUNC_task_pt_regs),
             Feature::BpfLoop => helper(libbpf_sys::BPF_FUNC_loop),
+            Feature::FindVma => helper(libbpf_sys::BPF_FUNC_find_vma),
             Feature::TracingAlloc => tracing_alloc(),
         }
     }
@@ -157,15 +169,15 @@ pub(crate) struct Fallbacks {
     /// Every hash map preallocated, for [`Feature::TracingAlloc`].
     pub(crate) prealloc: bool,
     /// The current task as a plain address read with probe reads, for
-    /// [`Feature::CurrentTaskBtf`] (bpf/current_task.bpf.h). The dwarf walk
-    /// still needs the helper.
+    /// [`Feature::CurrentTaskBtf`] (bpf/current_task.bpf.h), and its user
+    /// registers found at the top of its kernel stack, for
+    /// [`Feature::TaskPtRegs`].
     pub(crate) task_addr: bool,
     /// Programs built with open-coded loops (bpf/loop.bpf.h), for
-    /// [`Feature::BpfLoop`]: frame-pointer stacks, no Python frames.
+    /// [`Feature::BpfLoop`], whose dwarf walk maps PCs by user space's view
+    /// and what the learners read from mmaps and exec'd mm's, for
+    /// [`Feature::FindVma`] (both 5.17). No Python frames.
     pub(crate) open_loops: bool,
-    /// `BPROF_FALLBACK` named some: they may stand in for features the
-    /// kernel has.
-    pub(crate) forced: bool,
 }
 
 /// The names `BPROF_FALLBACK` takes, and the feature each stands in for.
@@ -194,7 +206,6 @@ impl Fallbacks {
     fn parse(list: &str) -> Result<Self> {
         let mut fb = Fallbacks::default();
         for name in list.split(',').filter(|n| !n.is_empty()) {
-            fb.forced = true;
             match FALLBACK_NAMES.iter().find(|(n, _)| *n == name) {
                 Some(&(_, f)) => {
                     fb.cover(f);
@@ -222,8 +233,8 @@ impl Fallbacks {
         match f {
             Feature::AtomicFetch => self.per_cpu_ids = true,
             Feature::TracingAlloc => self.prealloc = true,
-            Feature::CurrentTaskBtf => self.task_addr = true,
-            Feature::BpfLoop => self.open_loops = true,
+            Feature::CurrentTaskBtf | Feature::TaskPtRegs => self.task_addr = true,
+            Feature::BpfLoop | Feature::FindVma => self.open_loops = true,
             _ => return false,
         }
         true
@@ -260,27 +271,6 @@ impl Fallbacks {
         IN_USE.get().copied().unwrap_or_default()
     }
 
-    /// Why the dwarf walk cannot run with these fallbacks, in words that
-    /// finish "..., which --call-graph dwarf needs"; `None` when it can.
-    pub(crate) fn without_dwarf(self) -> Option<String> {
-        let mut lacks = Vec::new();
-        if self.open_loops {
-            lacks.push(Feature::BpfLoop.describe());
-        }
-        if self.task_addr {
-            lacks.push(Feature::CurrentTaskBtf.describe());
-        }
-        if lacks.is_empty() {
-            return None;
-        }
-        let whose = if self.forced {
-            "BPROF_FALLBACK takes away".to_string()
-        } else {
-            format!("this kernel (Linux {}) lacks", kernel_release())
-        };
-        Some(format!("{whose} {}", lacks.join(" and ")))
-    }
-
     /// What `-v` says of them; empty when none is used.
     pub(crate) fn describe(self) -> String {
         let mut used = Vec::new();
@@ -291,10 +281,12 @@ impl Fallbacks {
             used.push("preallocated hash maps (no BPF memory allocator)");
         }
         if self.task_addr {
-            used.push("the current task read by address (no bpf_get_current_task_btf)");
+            used.push(
+                "the current task read by address (no bpf_get_current_task_btf, bpf_task_pt_regs)",
+            );
         }
         if self.open_loops {
-            used.push("open-coded loops (no bpf_loop)");
+            used.push("open-coded loops, mappings without the kernel's lookup (no bpf_loop, bpf_find_vma)");
         }
         used.join(", ")
     }
@@ -417,14 +409,15 @@ mod tests {
         assert!(missing_of(PROFILE, |_| None).is_empty());
     }
 
-    /// 5.10 lacks four features, each with a fallback: none is refused,
-    /// and the dwarf walk (which needs two of them) says why it cannot run.
+    /// 5.10 lacks six features, each with a fallback: none is refused.
     #[test]
-    fn fallbacks_stand_in_for_atomic_fetch_and_the_allocator() {
+    fn fallbacks_stand_in_for_what_5_10_lacks() {
         let on_5_10 = vec![
             Feature::AtomicFetch,
             Feature::CurrentTaskBtf,
+            Feature::TaskPtRegs,
             Feature::BpfLoop,
+            Feature::FindVma,
             Feature::TracingAlloc,
         ];
         let mut fb = Fallbacks::default();
@@ -436,30 +429,16 @@ mod tests {
                 prealloc: true,
                 task_addr: true,
                 open_loops: true,
-                forced: false,
             }
         );
-        let why = fb.without_dwarf().unwrap();
-        assert!(
-            why.starts_with("this kernel (Linux ")
-                && why.contains(") lacks the bpf_loop helper (Linux 5.17) and the bpf_get_current_task_btf helper"),
-            "{why}"
-        );
         assert_eq!(Fallbacks::parse("").unwrap(), Fallbacks::default());
-        let forced = Fallbacks { forced: true, ..fb };
-        assert_eq!(Fallbacks::parse("all").unwrap(), forced);
+        assert_eq!(Fallbacks::parse("all").unwrap(), fb);
         assert_eq!(
             Fallbacks::parse("bpf-loop,task-btf,prealloc,atomic-fetch").unwrap(),
-            forced
+            fb
         );
-        assert!(forced
-            .without_dwarf()
-            .unwrap()
-            .starts_with("BPROF_FALLBACK takes away the bpf_loop"));
         let one = Fallbacks::parse("atomic-fetch").unwrap();
-        assert!(
-            one.per_cpu_ids && !one.prealloc && !one.task_addr && one.without_dwarf().is_none()
-        );
+        assert!(one.per_cpu_ids && !one.prealloc && !one.task_addr && !one.open_loops);
         let err = Fallbacks::parse("prealloc,bpf-lop")
             .unwrap_err()
             .to_string();

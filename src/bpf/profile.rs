@@ -130,14 +130,10 @@ impl ProfileOptions {
             .any(|e| e.term == crate::bpf::skel::profile::types::filter_term::FILTER_TERM_CGROUP)
     }
 
-    /// Fits the options to the fallbacks the kernel needs: the dwarf walk
-    /// needs `bpf_loop` and `bpf_get_current_task_btf` (refused without
-    /// them); without `bpf_loop` Python processes are profiled natively,
-    /// which the returned note says.
+    /// Fits the options to the fallbacks the kernel needs: without
+    /// `bpf_loop` Python processes are profiled natively, which the
+    /// returned note says.
     pub fn fit(&mut self, fallbacks: kfeatures::Fallbacks) -> Result<Option<&'static str>> {
-        if let Some(why) = fallbacks.without_dwarf().filter(|_| self.dwarf()) {
-            bail!("{why}, which --call-graph dwarf (the default) needs: use --call-graph fp");
-        }
         if self.filters_cgroups() && !kfeatures::tracing_has_ancestor_cgroup() {
             bail!(
                 "this kernel (Linux {}) lacks bpf_get_current_ancestor_cgroup_id in tracing programs, which a cgroup filter needs",
@@ -446,12 +442,21 @@ impl<'obj> ProfileProgram<'obj> {
         if !opts.mode.off_cpu() {
             open.progs.offcpu_exit.set_autoload(false);
         }
-        if !opts.learns_at_exec() {
-            open.progs.learn_exec.set_autoload(false);
-        }
-        if !opts.learns_mmaps() {
-            open.progs.learn_mmap.set_autoload(false);
-        }
+        // The learners too: without bpf_loop there is no bpf_find_vma
+        // either (both 5.17), and the open ones read what they learn from
+        // the mmap's arguments and the mm's list of mappings.
+        open.progs
+            .learn_exec
+            .set_autoload(opts.learns_at_exec() && !open_loops);
+        open.progs
+            .learn_exec_open
+            .set_autoload(opts.learns_at_exec() && open_loops);
+        open.progs
+            .learn_mmap
+            .set_autoload(opts.learns_mmaps() && !open_loops);
+        open.progs
+            .learn_mmap_open
+            .set_autoload(opts.learns_mmaps() && open_loops);
         if !layout_gens {
             open.progs.layout_enter.set_autoload(false);
             open.progs.layout_exit.set_autoload(false);
@@ -562,19 +567,20 @@ impl<'obj> ProfileProgram<'obj> {
     fn attach_learners(&mut self) {
         let progs = &self.skel.progs;
         let mut links = Vec::new();
+        let (exec, mmap) = if self.open_loops {
+            (&progs.learn_exec_open, &progs.learn_mmap_open)
+        } else {
+            (&progs.learn_exec, &progs.learn_mmap)
+        };
         if self.learn_exec {
             links.push(
-                progs
-                    .learn_exec
-                    .attach_raw_tracepoint("sched_process_exec")
+                exec.attach_raw_tracepoint("sched_process_exec")
                     .context("raw tracepoint sched_process_exec"),
             );
         }
         if self.learn_mmaps {
             links.push(
-                progs
-                    .learn_mmap
-                    .attach_raw_tracepoint("sys_exit")
+                mmap.attach_raw_tracepoint("sys_exit")
                     .context("raw tracepoint sys_exit"),
             );
         }

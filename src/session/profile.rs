@@ -96,9 +96,9 @@ pub fn run(mut settings: ProfileSettings) -> Result<Outcome> {
     let mut collector = Collector::for_program(&prog, &settings.program)?;
     if settings.verbose {
         eprintln!("bprof: kernel types for CO-RE {}", prog.core_btf());
-        let fallbacks = crate::bpf::kfeatures::Fallbacks::in_use().describe();
-        if !fallbacks.is_empty() {
-            eprintln!("bprof: fallbacks: {fallbacks}");
+        let used = fallbacks.describe();
+        if !used.is_empty() {
+            eprintln!("bprof: fallbacks: {used}");
         }
     }
     // Folded stacks and flame graphs show no thread ids (pprof does).

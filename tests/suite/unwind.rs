@@ -128,9 +128,23 @@ fn bprof_stacks(
     args: &[&str],
     argv: &[String],
 ) -> (BTreeMap<Vec<String>, u64>, String) {
+    bprof_stacks_under(None, comm, args, argv)
+}
+
+/// bprof_stacks with `BPROF_FALLBACK=fallback`, when given.
+fn bprof_stacks_under(
+    fallback: Option<&str>,
+    comm: &str,
+    args: &[&str],
+    argv: &[String],
+) -> (BTreeMap<Vec<String>, u64>, String) {
     let json = fresh_path("unwind-stats.json");
+    let mut cmd = bprof();
+    if let Some(f) = fallback {
+        cmd.env("BPROF_FALLBACK", f);
+    }
     // Walked frames against perf script's, which shows no inlined ones.
-    let out = run(bprof()
+    let out = run(cmd
         .args([
             "-v",
             "-U",
@@ -189,6 +203,17 @@ fn same_as_perf_in(
     ours_args: &[&str],
     perf_event: &[&str],
 ) -> Option<String> {
+    same_as_perf_under(None, mode, leaf, ours_args, perf_event)
+}
+
+/// same_as_perf_in with `BPROF_FALLBACK=fallback`, when given.
+fn same_as_perf_under(
+    fallback: Option<&str>,
+    mode: &str,
+    leaf: &[&str],
+    ours_args: &[&str],
+    perf_event: &[&str],
+) -> Option<String> {
     if !is_root() {
         return None;
     }
@@ -199,7 +224,7 @@ fn same_as_perf_in(
     if mode == "dlopen" {
         argv.push(dl.display().to_string());
     }
-    let (ours, stderr) = bprof_stacks("fx_unwind", ours_args, &argv);
+    let (ours, stderr) = bprof_stacks_under(fallback, "fx_unwind", ours_args, &argv);
     let theirs_all = perf_stacks_of(&dir, "fx_unwind", &argv, perf_event);
     let (mine, n, total) = hottest(&ours);
     let (perfs, _, _) = hottest(&theirs_all);
@@ -333,6 +358,35 @@ fn unwind_tables_in_later_segments_match_perf_dwarf() {
         .unwrap_or_else(|| panic!("{stderr}"));
     assert!(number_before(line, " table segments") >= 2, "{line}");
     assert!(!line.contains("not loaded"), "{line}");
+}
+
+/// The walk as a kernel before 5.17 runs it (BPROF_FALLBACK=all: open-coded
+/// loops of global functions, no bpf_find_vma, the task's registers from
+/// its kernel stack): through the PLT into a library that the loader
+/// mapped, learned from its mmap's arguments, as perf walks it.
+#[test]
+fn unwind_without_bpf_loop_or_find_vma_matches_perf_dwarf() {
+    let Some(stderr) = same_as_perf_under(
+        Some("all"),
+        "plt",
+        &["chain8", "lib_entry", "lib_spin"],
+        &["-F", "999"],
+        &["-F", "999"],
+    ) else {
+        return;
+    };
+    assert!(stderr.contains("(no bpf_loop, bpf_find_vma)"), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("dwarf unwinding:"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    // ld.so's mmaps of libfx_unwind.so and libc (exec's mappings come from
+    // the mm's list, which 6.1 replaced: user space's view serves here).
+    assert!(
+        number_before(line, " at a target's mmap or exec") >= 2,
+        "{line}"
+    );
+    assert!(line.contains(" 0 mappings asked of the kernel"), "{line}");
 }
 
 #[test]
@@ -527,10 +581,26 @@ fn recurse_without_frame_pointers(dir: &str) -> PathBuf {
 /// recurse(300) walks 306 frames (see below): 51 left out.
 #[test]
 fn recursion_300_deep_keeps_its_innermost_and_outermost_frames() {
+    recursion_300_deep_under(None);
+}
+
+/// The same walk without bpf_loop: its frames in two nested open-coded
+/// loops (bpf/unwind.bpf.h) keep the same records.
+#[test]
+fn recursion_300_deep_keeps_the_same_frames_without_bpf_loop() {
+    recursion_300_deep_under(Some("bpf-loop"));
+}
+
+fn recursion_300_deep_under(fallback: Option<&str>) {
     root_or_skip!();
     let _g = parallel();
-    let exe = recurse_without_frame_pointers("unwind_recurse");
-    let out = run(bprof()
+    let exe =
+        recurse_without_frame_pointers(&format!("unwind_recurse_{}", fallback.unwrap_or("normal")));
+    let mut cmd = bprof();
+    if let Some(f) = fallback {
+        cmd.env("BPROF_FALLBACK", f);
+    }
+    let out = run(cmd
         .args(["-v", "-U", "-F", "999", "-f", "--call-graph", "dwarf", "--"])
         .arg(&exe)
         .args(["1", "300"]));
@@ -554,6 +624,46 @@ fn recursion_300_deep_keeps_its_innermost_and_outermost_frames() {
     assert!(
         stderr.contains("frames of deep stacks left out"),
         "{stderr}"
+    );
+}
+
+/// The same 5,000-deep recursion as a kernel before 5.17 walks it (two
+/// nested open-coded loops of 64 frames, 8,256 in all): it reaches `main`,
+/// with the frames left out counted exactly.
+#[test]
+fn recursion_5000_deep_reaches_main_without_bpf_loop() {
+    root_or_skip!();
+    let _g = parallel();
+    let exe = recurse_without_frame_pointers("unwind_recurse_deep_open");
+    let out = run(bprof()
+        .env("BPROF_FALLBACK", "all")
+        .args(["-v", "-U", "-F", "499", "-f", "--"])
+        .arg(&exe)
+        .args(["2", "5000"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert_totals(&stderr, &lines);
+    let user: Vec<_> = lines
+        .iter()
+        .filter(|l| l.frames.iter().any(|f| f == "bottom" || f == "done"))
+        .collect();
+    let total: u64 = user.iter().map(|l| l.count).sum();
+    let rooted: u64 = user
+        .iter()
+        .filter(|l| l.frames.iter().any(|f| f == "main") && l.frames[1] == "_start")
+        .map(|l| l.count)
+        .sum();
+    assert!(total > 100, "{total} samples: {stderr}");
+    assert!(
+        rooted * 100 >= total * 95,
+        "{rooted} of {total} reach main: {stderr}"
+    );
+    let hot = user.iter().max_by_key(|l| l.count).expect("a stack");
+    assert!(
+        hot.frames.iter().any(|f| f == "[elided 4751]"),
+        "{:?}",
+        hot.frames
     );
 }
 
