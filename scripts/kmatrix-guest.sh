@@ -91,18 +91,8 @@ within() { # value want tolerance
 
 echo "KMX-KERNEL|$(uname -r)"
 
-# A kernel without the dwarf walk's helpers (bpf_loop, 5.17) profiles with
-# frame pointers: every check but the dwarf one (unwind) runs with
-# --call-graph fp there (the fixtures keep frame pointers), and that one
-# says what the kernel lacks.
-CG=
-if ! $B -F 99 -f -- true >/dev/null 2>$T/cg.e && grep -q "which --call-graph dwarf" $T/cg.e; then
-    CG="--call-graph fp"
-    echo "KMX-NOTE|$(cat $T/cg.e)"
-fi
-
 # 1. Load, and the 6:3:1 shares of a command (-- CMD) profiled at 999 Hz.
-if $B $CG -F 999 -f -v -- $FX/fx_work631 4 >$T/shares.f 2>$T/shares.e; then
+if $B -F 999 -f -v -- $FX/fx_work631 4 >$T/shares.f 2>$T/shares.e; then
     tot=$(fsum $T/shares.f fx_work631)
     h=$(pct "$(fsum $T/shares.f fx_work631 heavy)" "$tot")
     m=$(pct "$(fsum $T/shares.f fx_work631 medium)" "$tot")
@@ -195,7 +185,7 @@ if [ -x $FX/fx_spin32 ]; then
 fi
 
 # 3. -- CMD: bprof exits with the command's status.
-$B $CG -F 99 -f -- sh -c 'exit 3' >$T/cmd.f 2>$T/cmd.e
+$B -F 99 -f -- sh -c 'exit 3' >$T/cmd.f 2>$T/cmd.e
 rc=$?
 if [ "$rc" -eq 3 ]; then
     result command PASS "exit status 3 passed through"
@@ -212,7 +202,7 @@ fi
 $FX/fx_work631 60 &
 wp=$!
 sleep 0.5
-if $B $CG -F 499 -f -p $wp 2 >$T/pid.f 2>$T/pid.e; then
+if $B -F 499 -f -p $wp 2 >$T/pid.f 2>$T/pid.e; then
     tot=$(fall $T/pid.f)
     mine=$(fsum $T/pid.f fx_work631)
     h=$(fsum $T/pid.f fx_work631 heavy)
@@ -234,7 +224,7 @@ $FX/fx_threads 60 >$T/threads.out &
 tp=$!
 sleep 0.5
 alpha=$(awk '$1 == "alpha" { print $2 }' $T/threads.out)
-if [ -n "$alpha" ] && $B $CG -F 499 -f -p $tp --filter "tid == $alpha" 2 >$T/filter.f 2>$T/filter.e; then
+if [ -n "$alpha" ] && $B -F 499 -f -p $tp --filter "tid == $alpha" 2 >$T/filter.f 2>$T/filter.e; then
     # The fixture names its threads: their comm is the first frame.
     tot=$(fall $T/filter.f)
     a=$(fsum $T/filter.f alpha alpha_spin)
@@ -254,7 +244,7 @@ kill $tp 2>/dev/null
 wait $tp 2>/dev/null
 
 # 6. --off-cpu: spinsleep blocks half its time, all of it in sleep_phase.
-if $B $CG --off-cpu -f -v -- $FX/fx_spinsleep 3 >$T/off.f 2>$T/off.e; then
+if $B --off-cpu -f -v -- $FX/fx_spinsleep 3 >$T/off.f 2>$T/off.e; then
     tot=$(fsum $T/off.f fx_spinsleep)
     s=$(fsum $T/off.f fx_spinsleep sleep_phase)
     # ~1.5 s blocked, in microseconds.
@@ -344,7 +334,7 @@ fi
 #     (TCG is too slow and uneven to judge an interval by its length: a
 #     drain there can take seconds. What is asked is an interval after the
 #     one work631 began in; it runs 6 s for that.)
-if $B $CG -F 999 -v --every 1 -o "$T/iv.%n.f" -- sh -c "$FX/fx_manystacks 3 1 10; exec $FX/fx_work631 6" >/dev/null 2>$T/iv.e; then
+if $B -F 999 -v --every 1 -o "$T/iv.%n.f" -- sh -c "$FX/fx_manystacks 3 1 10; exec $FX/fx_work631 6" >/dev/null 2>$T/iv.e; then
     n=$(samples $T/iv.e)
     lost=$(summary $T/iv.e " lost")
     runs=$(sed -n 's/.* emptied into them in \([0-9]*\) runs.*/\1/p' $T/iv.e)
