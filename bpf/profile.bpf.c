@@ -181,28 +181,36 @@ static const struct sample_key total_key = { .kind = SAMPLE_TOTAL };
 
 /* Adds `n` to the key's count in the count map in the slot (and to the
  * map's own total); 0, or the error of a new key that found no room
- * (-E2BIG: the map is full; -ENOMEM: no element to be had now). */
-static __always_inline int map_add_in(struct profile_stats *st, const struct sample_key *key, __u64 n)
+ * (-E2BIG: the map is full; -ENOMEM: no element to be had now). copy: key
+ * is a global function's argument, which 6.1's verifier takes as a map key
+ * only once copied to the stack (inlined, key is a map value, taken as it
+ * is: the copy's 80 bytes took the off-CPU program's deepest chain of calls
+ * past 512 bytes on 5.10). */
+static __always_inline int map_add_in(struct profile_stats *st, const struct sample_key *key, __u64 n,
+				      const int copy)
 {
 	__u32 zero = 0;
 	struct sample_key k;
+	const struct sample_key *kp = key;
 	void *counts = bpf_map_lookup_elem(&count_slot, &zero);
 	__u64 *val;
 	int err;
 
 	if (!counts || !st || !key)
 		return -ENOENT;
-	/* 6.1's verifier takes a map key only from the stack. */
-	k = *key;
-	val = bpf_map_lookup_elem(counts, &k);
+	if (copy) {
+		k = *key;
+		kp = &k;
+	}
+	val = bpf_map_lookup_elem(counts, kp);
 	if (val) {
 		__sync_fetch_and_add(val, n);
 		goto added;
 	}
-	err = bpf_map_update_elem(counts, &k, &n, BPF_NOEXIST);
+	err = bpf_map_update_elem(counts, kp, &n, BPF_NOEXIST);
 	if (err == -EEXIST) {
 		/* Another CPU inserted the same key first. */
-		val = bpf_map_lookup_elem(counts, &k);
+		val = bpf_map_lookup_elem(counts, kp);
 		if (val) {
 			__sync_fetch_and_add(val, n);
 			goto added;
@@ -231,10 +239,10 @@ added:
  * bpf_loop (for kernels before 5.17) inline map_add_in instead. */
 __noinline int map_add(struct profile_stats *st, const struct sample_key *key, __u64 n)
 {
-	return map_add_in(st, key, n);
+	return map_add_in(st, key, n, 1);
 }
 
-#define MAP_ADD(open, st, key, n) ((open) ? map_add_in(st, key, n) : map_add(st, key, n))
+#define MAP_ADD(open, st, key, n) ((open) ? map_add_in(st, key, n, 0) : map_add(st, key, n))
 
 /* One sample of weight n counted, or lost to a full map. */
 static __always_inline void count(struct profile_stats *st, const struct sample_key *key, __u64 n, const int open)
@@ -510,8 +518,7 @@ static __always_inline __s32 user_stack_id(void *ctx, struct profile_stats *st, 
  * cs: the context's scratch (slot's), its user registers set. in_user: the
  * sample hit user mode, so it has no kernel stack (asking bpf_get_stack
  * would only zero its 1 KiB buffer, cold lines every sample). open: the
- * program is built without bpf_loop (loop.bpf.h): frame-pointer user
- * stacks only, no Python frames. */
+ * program is built without bpf_loop (loop.bpf.h). */
 static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u32 tgid, __u64 kflags,
 					__u32 slot, struct cpu_scratch *cs, int in_user, __s32 *kid, __s32 *uid,
 					struct frame_record *leaf, __s32 *pyid, const int open)
@@ -529,8 +536,8 @@ static __always_inline void take_stacks(void *ctx, struct profile_stats *st, __u
 		*uid = user_stack_id(ctx, st, slot, cs, leaf, open);
 		if (*uid < 0 && *uid != -EFAULT)
 			st->user_stack_lost++;
-		if (!open && cfg.python)
-			*pyid = py_stack_id(slot);
+		if (cfg.python)
+			*pyid = open ? py_stack_id_open(slot) : py_stack_id(slot);
 	}
 	if (*kid < 0 && *uid < 0)
 		st->no_stack++;
@@ -790,7 +797,7 @@ __noinline int flush_slot(__u32 i)
 		return 0;
 	/* -ENOMEM: the map's per-CPU element cache is empty, refilled after
 	 * this run (an irq_work); user space runs it again. */
-	err = map_add_in(st, &s->key, s->weight);
+	err = map_add_in(st, &s->key, s->weight, 0);
 	if (err) {
 		t->left++;
 		if (err == -ENOMEM)

@@ -51,11 +51,10 @@
 #include "pyframes_identity.bpf.h"
 #include "pyframes_thread.bpf.h"
 
-/* One frame of the chain (a bpf_loop callback): records w->frame and moves
- * to its caller. 1 ends the walk. */
-static long py_frame_step(__u32 i, struct py_step_ctx *c)
+/* One frame of the chain: records w->frame and moves to its caller. 1 ends
+ * the walk. open: built without bpf_loop, w being slot `slot`'s walk. */
+static __always_inline long py_frame_step_in(struct py_walk *w, __u32 slot, const int open)
 {
-	struct py_walk *w = c->w;
 	struct py_offsets *o = &w->proc.o;
 	__u64 f = w->frame, back, code, instr, start, id;
 	__u32 n = w->stack.nr, flags = 0, at;
@@ -98,7 +97,7 @@ static long py_frame_step(__u32 i, struct py_step_ctx *c)
 	}
 	if (!py_ptr_ok(code))
 		return py_stop(w, PY_END_POINTER);
-	id = py_code_id(w, code, n);
+	id = open ? py_code_id_open(slot, code, n) : py_code_id(w, code, n);
 	if (!id)
 		return py_stop(w, w->why < PY_END_KINDS ? w->why : PY_END_READ);
 	rec = &w->stack.frames[n & (PY_MAX_DEPTH - 1)];
@@ -111,6 +110,23 @@ static long py_frame_step(__u32 i, struct py_step_ctx *c)
 	/* One word of the frame: code and id mixed (ids are hashes). */
 	py_hash(w, (code ^ id * 0x9e3779b97f4a7c15ULL) + ((__u64)(__u32)lasti << 32 | flags));
 	return 0;
+}
+
+/* py_frame_step_in as bpf_loop's callback. */
+static long py_frame_step(__u32 i, struct py_step_ctx *c)
+{
+	return py_frame_step_in(c->w, 0, 0);
+}
+
+/* One frame of scratch slot `slot`'s walk, for a program built without
+ * bpf_loop: a global function of numbers (5.10), verified once. */
+__noinline int py_frame_step_open(__u32 slot)
+{
+	struct py_walk *w = bpf_map_lookup_elem(&py_scratch, &slot);
+
+	if (!w)
+		return 1;
+	return py_frame_step_in(w, slot, 1);
 }
 
 /* The process's entry; a forked child that has not exec'd runs its
@@ -145,7 +161,7 @@ static __always_inline struct py_proc *py_proc_of(struct task_struct *task, __u3
 /* The current thread's Python stack, walked into w->stack (w->proc set):
  * how the walk ended. Inline in py_stack_id: a frame of its own took the
  * deepest chain of calls (offcpu_switch's) past 6.1's 512 bytes. */
-static __always_inline __u32 py_walk(struct py_walk *w, __u32 slot, __u64 pid_tgid)
+static __always_inline __u32 py_walk(struct py_walk *w, __u32 slot, __u64 pid_tgid, const int open)
 {
 	struct task_struct *task = current_task();
 	struct py_step_ctx step;
@@ -156,7 +172,7 @@ static __always_inline __u32 py_walk(struct py_walk *w, __u32 slot, __u64 pid_tg
 		return PY_END_READ;
 	/* 3.10 keeps no kernel tid: its pthread id is the thread's TLS base. */
 	w->want = w->proc.model == PY_MODEL_310 ? BPF_CORE_READ(task, thread.fsbase) : (__u32)pid_tgid;
-	ts = py_thread_state(slot, pid_tgid);
+	ts = open ? py_thread_state_open(slot, pid_tgid) : py_thread_state(slot, pid_tgid);
 	if (!ts)
 		return PY_END_NO_THREAD;
 	at = py_at(w, ts, w->proc.o.ts_read, PY_ALONE);
@@ -191,14 +207,20 @@ static __always_inline __u32 py_walk(struct py_walk *w, __u32 slot, __u64 pid_tg
 		return PY_END_IDLE;
 	w->frame = frame;
 	step.w = w;
-	bpf_loop(PY_MAX_DEPTH + 1, py_frame_step, &step, 0);
+	if (open) {
+		for (__u32 i = 0; i < PY_MAX_DEPTH + 1; i++)
+			if (py_frame_step_open(slot))
+				break;
+	} else {
+		bpf_loop(PY_MAX_DEPTH + 1, py_frame_step, &step, 0);
+	}
 	return w->end ? w->end - 1 : PY_END_DEPTH;
 }
 
 /* The current thread's Python stack as a py_stacks id: PY_STACK_NONE when
- * it runs no Python, negative when the stack was lost (map full). A global
- * function: verified once for its callers. */
-__noinline __s32 py_stack_id(__u32 slot)
+ * it runs no Python, negative when the stack was lost (map full). open:
+ * built without bpf_loop (loop.bpf.h). */
+static __always_inline __s32 py_stack_id_in(__u32 slot, const int open)
 {
 	struct task_struct *task = current_task();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -228,7 +250,7 @@ __noinline __s32 py_stack_id(__u32 slot)
 	w->next_memo = 0;
 	w->next_print = 0;
 	PY_COUNT(walks, 1);
-	end = py_walk(w, slot, pid_tgid);
+	end = py_walk(w, slot, pid_tgid, open);
 	/* The checked value, not one clang merged the checks of. */
 	barrier_var(end);
 	if (end < PY_END_KINDS)
@@ -237,14 +259,26 @@ __noinline __s32 py_stack_id(__u32 slot)
 	if (w->stack.nr) {
 		w->stack.end = end;
 		w->stored = 0;
-		id = py_intern(slot);
+		id = open ? py_intern_open(slot) : py_intern(slot);
 		if (id < 0)
 			PY_COUNT(lost, 1);
 		else if (w->stored)
-			py_stored(slot, id);
+			open ? py_stored_open(slot, id) : py_stored(slot, id);
 	}
 	PY_COUNT(ns, bpf_ktime_get_ns() - w->t0);
 	return id;
+}
+
+/* py_stack_id_in as a global function: verified once for its callers. */
+__noinline __s32 py_stack_id(__u32 slot)
+{
+	return py_stack_id_in(slot, 0);
+}
+
+/* The same without bpf_loop. */
+__noinline __s32 py_stack_id_open(__u32 slot)
+{
+	return py_stack_id_in(slot, 1);
 }
 
 /* An exec replaces the image: the process's entry goes (user space adds

@@ -67,14 +67,12 @@ static __always_inline void py_lines(struct py_walk *w, __u64 table, struct py_c
  * w->dropped when the ring was full. A global function, verified once;
  * its fields go straight into the event (locals here add to the deepest
  * chain of calls, which 6.1 holds to 512 bytes of stack). */
-__noinline int py_announce(struct py_walk *w, __u64 code, __u64 id)
+static __always_inline int py_announce_in(struct py_walk *w, __u64 code, __u64 id)
 {
 	struct py_code_key key = {};
 	struct py_code_event *ev;
 	__u8 one = 1;
 
-	if (!w)
-		return 0;
 	key.tgid = w->tgid;
 	key.code = code;
 	key.id = id;
@@ -108,6 +106,27 @@ __noinline int py_announce(struct py_walk *w, __u64 code, __u64 id)
 	return 0;
 }
 
+__noinline int py_announce(struct py_walk *w, __u64 code, __u64 id)
+{
+	if (!w)
+		return 0;
+	return py_announce_in(w, code, id);
+}
+
+/* Frame i of scratch slot `slot`'s stack announced, for a program built
+ * without bpf_loop (numbers only as arguments: 5.10). 1 past the last. */
+__noinline int py_announce_open(__u32 slot, __u32 i)
+{
+	struct py_walk *w = bpf_map_lookup_elem(&py_scratch, &slot);
+	struct py_frame *f;
+
+	if (!w || i >= w->stack.nr || i >= PY_MAX_DEPTH)
+		return 1;
+	f = &w->stack.frames[i & (PY_MAX_DEPTH - 1)];
+	py_announce_in(w, f->code, f->id);
+	return 0;
+}
+
 /* Announces the code objects of a newly stored stack (a bpf_loop
  * callback over its frames). */
 static long py_announce_step(__u32 i, struct py_step_ctx *c)
@@ -128,7 +147,7 @@ static long py_announce_step(__u32 i, struct py_step_ctx *c)
  * verified once; it looks its walk up itself, as 6.1's verifier stores a
  * map value only from another map's value (or the stack), not from memory
  * a global function was handed. */
-__noinline __s32 py_intern(__u32 slot)
+static __always_inline __s32 py_intern_in(__u32 slot, const int open)
 {
 	struct py_walk *w = bpf_map_lookup_elem(&py_scratch, &slot);
 	struct py_stack_ref *ref;
@@ -155,7 +174,7 @@ __noinline __s32 py_intern(__u32 slot)
 		id = ref->id;
 		goto keep;
 	}
-	n = take_id(&next_py_stack_id, ID_PY, slot, 0);
+	n = take_id(&next_py_stack_id, ID_PY, slot, open);
 	id = n;
 	if (n <= 0 || n >= PY_DEEP_STACK_ID)
 		return -E2BIG;
@@ -178,12 +197,24 @@ keep:
 	return id;
 }
 
+__noinline __s32 py_intern(__u32 slot)
+{
+	return py_intern_in(slot, 0);
+}
+
+/* Without bpf_loop (and so, on 5.10, without an atomic fetch anywhere in
+ * the program): ids from the per-CPU counters. */
+__noinline __s32 py_intern_open(__u32 slot)
+{
+	return py_intern_in(slot, 1);
+}
+
 /* After a new stack was stored (py_intern): announces its code objects,
  * while its frames keep them alive; unless one found the ring full, makes
  * the stack findable by its hashes (else the next such stack is stored
  * anew and announces it again). Apart from py_intern, whose frame would
  * add to the announcements' chain of calls. */
-__noinline int py_stored(__u32 slot, __s32 id)
+static __always_inline int py_stored_in(__u32 slot, __s32 id, const int open)
 {
 	struct py_walk *w = bpf_map_lookup_elem(&py_scratch, &slot);
 	struct py_step_ctx step = { .w = w };
@@ -193,7 +224,13 @@ __noinline int py_stored(__u32 slot, __s32 id)
 	if (!w)
 		return 0;
 	w->dropped = 0;
-	bpf_loop(w->stack.nr, py_announce_step, &step, 0);
+	if (open) {
+		for (__u32 i = 0; i < PY_MAX_DEPTH; i++)
+			if (py_announce_open(slot, i))
+				break;
+	} else {
+		bpf_loop(w->stack.nr, py_announce_step, &step, 0);
+	}
 	if (w->dropped)
 		return 0;
 	h1 = w->h1;
@@ -208,6 +245,17 @@ __noinline int py_stored(__u32 slot, __s32 id)
 	m->h2 = w->h2;
 	m->id = id;
 	return 0;
+}
+
+__noinline int py_stored(__u32 slot, __s32 id)
+{
+	return py_stored_in(slot, id, 0);
+}
+
+/* The same without bpf_loop (loop.bpf.h). */
+__noinline int py_stored_open(__u32 slot, __s32 id)
+{
+	return py_stored_in(slot, id, 1);
 }
 
 #endif /* BPROF_PYFRAMES_ANNOUNCE_BPF_H */

@@ -10,14 +10,14 @@
 
 /* A fingerprint of the str (`bytes`: the bytes object) at p: its length,
  * cached hash, first and last 8 bytes; 0 when it cannot be read. Kept per
- * walk by address. A global function, verified once. */
-__noinline __u64 py_print(struct py_walk *w, __u64 p, int bytes)
+ * walk by address. */
+static __always_inline __u64 py_print_in(struct py_walk *w, __u64 p, int bytes)
 {
 	struct py_offsets *o;
 	__u64 len, data, h, first = 0, last = 0;
 	__u32 state, k, off, got = PY_PRINT_BUF;
 
-	if (!w || !py_ptr_ok(p))
+	if (!py_ptr_ok(p))
 		return 0;
 	for (k = 0; k < PY_MEMO; k++)
 		if (k < w->next_print && w->prints[k].code == p)
@@ -71,18 +71,24 @@ __noinline __u64 py_print(struct py_walk *w, __u64 p, int bytes)
 	return h;
 }
 
+/* py_print_in as a global function, verified once. */
+__noinline __u64 py_print(struct py_walk *w, __u64 p, int bytes)
+{
+	if (!w)
+		return 0;
+	return py_print_in(w, p, bytes);
+}
+
 /* The identity of the code object at `code`, frame n (from the last
  * walk or this walk's memo, else read into w->co): 0, with w->why set,
- * when it is not one or cannot be read. A global function, verified once. */
-__noinline __u64 py_code_id(struct py_walk *w, __u64 code, __u32 n)
+ * when it is not one or cannot be read. open: built without bpf_loop. */
+static __always_inline __u64 py_code_id_in(struct py_walk *w, __u64 code, __u32 n, const int open)
 {
 	struct py_code_memo *last = 0;
 	struct py_offsets *o;
 	__u64 id, version = 0, name, file, table, p;
 	__u32 k;
 
-	if (!w)
-		return 0;
 	if (w->gen && n < PY_LAST) {
 		last = &w->last.f[n & (PY_LAST - 1)];
 		if (last->code == code && last->id && w->last.gen == w->gen)
@@ -118,11 +124,13 @@ read:
 	if (version) {
 		id = fnv_word(id, version);
 	} else {
-		p = py_print(w, name, 0);
+		/* Without bpf_loop, inline: a frame of its own took the
+		 * deepest chain of calls (off-CPU's) past 5.10's 512 bytes. */
+		p = open ? py_print_in(w, name, 0) : py_print(w, name, 0);
 		id = p ? fnv_word(id, p) : 0;
-		p = id ? py_print(w, file, 0) : 0;
+		p = id ? (open ? py_print_in(w, file, 0) : py_print(w, file, 0)) : 0;
 		id = p ? fnv_word(id, p) : 0;
-		p = id ? py_print(w, table, 1) : 0;
+		p = id ? (open ? py_print_in(w, table, 1) : py_print(w, table, 1)) : 0;
 		id = p ? fnv_word(id, p) : 0;
 		if (!id) {
 			w->why = PY_END_READ;
@@ -139,6 +147,26 @@ keep:
 		last->id = id;
 	}
 	return id;
+}
+
+/* py_code_id_in as a global function, verified once. */
+__noinline __u64 py_code_id(struct py_walk *w, __u64 code, __u32 n)
+{
+	if (!w)
+		return 0;
+	return py_code_id_in(w, code, n, 0);
+}
+
+/* The same for a program built without bpf_loop: 5.10's verifier takes
+ * only numbers for a global function's arguments, so the walk is found by
+ * its scratch slot. */
+__noinline __u64 py_code_id_open(__u32 slot, __u64 code, __u32 n)
+{
+	struct py_walk *w = bpf_map_lookup_elem(&py_scratch, &slot);
+
+	if (!w)
+		return 0;
+	return py_code_id_in(w, code, n, 1);
 }
 
 #endif /* BPROF_PYFRAMES_IDENTITY_BPF_H */

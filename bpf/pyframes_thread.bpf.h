@@ -22,11 +22,10 @@ static __always_inline int py_ts_is_ours(struct py_walk *w, __u64 ts)
 	return py_u64(w, at, w->proc.o.ts_thread_id) == w->want && py_u64(w, at, w->proc.o.ts_interp) != 0;
 }
 
-/* A search of the interpreters' thread lists (a bpf_loop callback over
- * w->search: one thread state or interpreter a step). */
-static long py_search_step(__u32 i, struct py_step_ctx *c)
+/* A search of the interpreters' thread lists (over w->search: one thread
+ * state or interpreter a step; 1 ends it). */
+static __always_inline long py_search_step_in(struct py_walk *w)
 {
-	struct py_walk *w = c->w;
 	struct py_search *s = &w->search;
 	__u64 next = 0;
 	__u32 at;
@@ -59,12 +58,30 @@ static long py_search_step(__u32 i, struct py_step_ctx *c)
 	return 0;
 }
 
+/* py_search_step_in as bpf_loop's callback. */
+static long py_search_step(__u32 i, struct py_step_ctx *c)
+{
+	return py_search_step_in(c->w);
+}
+
+/* One step of scratch slot `slot`'s search, for a program built without
+ * bpf_loop: a global function of numbers (5.10), so the search's loop is
+ * verified as one call a turn. */
+__noinline int py_search_step_open(__u32 slot)
+{
+	struct py_walk *w = bpf_map_lookup_elem(&py_scratch, &slot);
+
+	if (!w)
+		return 1;
+	return py_search_step_in(w);
+}
+
 /* The thread state of the current thread (the walk of scratch slot
  * `slot`, key tgid << 32 | tid): from py_threads (checked again), else
  * searched for; 0 when it has none. Its state lives in the walk, not on
  * the stack: this frame is in the deepest chain of calls (offcpu_switch's,
  * with bpf_loop's callbacks), which 6.1 holds to 512 bytes. */
-__noinline __u64 py_thread_state(__u32 slot, __u64 key)
+static __always_inline __u64 py_thread_state_in(__u32 slot, __u64 key, const int open)
 {
 	struct py_walk *w = bpf_map_lookup_elem(&py_scratch, &slot);
 	struct py_step_ctx step = { .w = w };
@@ -85,11 +102,28 @@ __noinline __u64 py_thread_state(__u32 slot, __u64 key)
 	w->search.entry.tstate = 0;
 	if (bpf_probe_read_user(&w->search.interp, 8, (void *)(w->proc.runtime + w->proc.o.rt_interp_head)))
 		return 0;
-	bpf_loop(PY_MAX_THREADS + PY_MAX_INTERPS, py_search_step, &step, 0);
+	if (open) {
+		for (__u32 i = 0; i < PY_MAX_THREADS + PY_MAX_INTERPS; i++)
+			if (py_search_step_open(slot))
+				break;
+	} else {
+		bpf_loop(PY_MAX_THREADS + PY_MAX_INTERPS, py_search_step, &step, 0);
+	}
 	/* A torn list proves nothing about this thread: searched again. */
 	if (w->search.entry.tstate || !w->search.bad)
 		bpf_map_update_elem(&py_threads, &key, &w->search.entry, BPF_ANY);
 	return w->search.entry.tstate;
+}
+
+__noinline __u64 py_thread_state(__u32 slot, __u64 key)
+{
+	return py_thread_state_in(slot, key, 0);
+}
+
+/* The same without bpf_loop (loop.bpf.h). */
+__noinline __u64 py_thread_state_open(__u32 slot, __u64 key)
+{
+	return py_thread_state_in(slot, key, 1);
 }
 
 #endif /* BPROF_PYFRAMES_THREAD_BPF_H */

@@ -176,7 +176,7 @@ pub(crate) struct Fallbacks {
     /// Programs built with open-coded loops (bpf/loop.bpf.h), for
     /// [`Feature::BpfLoop`], whose dwarf walk maps PCs by user space's view
     /// and what the learners read from mmaps and exec'd mm's, for
-    /// [`Feature::FindVma`] (both 5.17). No Python frames.
+    /// [`Feature::FindVma`] (both 5.17).
     pub(crate) open_loops: bool,
 }
 

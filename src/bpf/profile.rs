@@ -130,23 +130,17 @@ impl ProfileOptions {
             .any(|e| e.term == crate::bpf::skel::profile::types::filter_term::FILTER_TERM_CGROUP)
     }
 
-    /// Fits the options to the fallbacks the kernel needs: without
-    /// `bpf_loop` Python processes are profiled natively, which the
-    /// returned note says.
-    pub fn fit(&mut self, fallbacks: kfeatures::Fallbacks) -> Result<Option<&'static str>> {
+    /// Refuses what the kernel cannot do at all, whatever the fallbacks: a
+    /// cgroup filter needs `bpf_get_current_ancestor_cgroup_id` in tracing
+    /// programs.
+    pub fn fit(&self) -> Result<()> {
         if self.filters_cgroups() && !kfeatures::tracing_has_ancestor_cgroup() {
             bail!(
                 "this kernel (Linux {}) lacks bpf_get_current_ancestor_cgroup_id in tracing programs, which a cgroup filter needs",
                 kfeatures::kernel_release()
             );
         }
-        if fallbacks.open_loops && self.walks_python() {
-            self.python = false;
-            return Ok(Some(
-                "Python frames need the bpf_loop helper (Linux 5.17): Python processes are profiled natively",
-            ));
-        }
-        Ok(None)
+        Ok(())
     }
 
     /// Whether the targets are the -p processes and no other ever becomes

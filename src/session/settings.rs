@@ -82,14 +82,11 @@ pub struct ProfileSettings {
 }
 
 impl ProfileSettings {
-    /// The fallbacks this kernel needs (refused when one is missing) and
-    /// the program's options fitted to them; what that leaves out is said
-    /// in one line.
+    /// The fallbacks this kernel needs, refused (in one line) when a
+    /// feature has none or the options ask what the kernel cannot do.
     pub fn fit_to_kernel(&mut self) -> Result<crate::bpf::kfeatures::Fallbacks> {
         let fallbacks = crate::bpf::kfeatures::Fallbacks::for_profile()?;
-        if let Some(note) = self.program.fit(fallbacks)? {
-            eprintln!("bprof: {note}");
-        }
+        self.program.fit()?;
         Ok(fallbacks)
     }
 

@@ -320,21 +320,20 @@ fn python_631_has_its_shares_order_and_lines_on_every_interpreter_as_py_spy_sees
 fn python_frames_are_the_same_under_the_kernel_fallbacks() {
     root_or_skip!();
     let _g = parallel();
-    // Python stacks' ids from per-CPU counters, every map preallocated and
-    // the task read by its address (BPROF_FALLBACK, as on a kernel without
-    // atomic fetch, the BPF memory allocator or bpf_get_current_task_btf;
-    // frame-pointer native stacks, as the dwarf walk needs that helper),
-    // beside the normal path on the same process. (Without bpf_loop no
-    // Python frames are walked: tests/suite/fallbacks.rs.)
+    // Every fallback (BPROF_FALLBACK=all, as on 5.10): Python stacks' ids
+    // from per-CPU counters, every map preallocated, the task read by its
+    // address, and the frame walk, thread search and announcements in
+    // open-coded loops of global functions (no bpf_loop), beside the normal
+    // path on the same process, both with the dwarf walk.
     let python = interpreters().remove(0);
     let work = start(&python, "631", "12");
     let pid = work.id().to_string();
-    let args = ["--call-graph", "fp", "-F", "999", "-p", &pid, "3"];
+    let args = ["-F", "999", "-p", &pid, "3"];
     let dirs = [scratch("py-fallback-on"), scratch("py-fallback-off")];
     let [forced, normal] = std::thread::scope(|s| {
         let forced = s.spawn(|| {
             let mut cmd = bprof();
-            cmd.env("BPROF_FALLBACK", "atomic-fetch,prealloc,task-btf");
+            cmd.env("BPROF_FALLBACK", "all");
             bprof_folded_with(cmd, &dirs[0], &args)
         });
         let normal = bprof_folded(&dirs[1], &args);
@@ -344,7 +343,7 @@ fn python_frames_are_the_same_under_the_kernel_fallbacks() {
     assert!(
         forced
             .1
-            .contains("bprof: fallbacks: ids from per-CPU counters (no atomic fetch), preallocated hash maps (no BPF memory allocator), the current task read by address"),
+            .contains("bprof: fallbacks: ids from per-CPU counters (no atomic fetch), preallocated hash maps (no BPF memory allocator), the current task read by address (no bpf_get_current_task_btf, bpf_task_pt_regs), open-coded loops"),
         "{}",
         forced.1
     );
