@@ -350,7 +350,7 @@ PY
 # where its CPUs were goes to $2.frozen and the boot ends; so does one
 # still running at 600 s.
 boot() {
-    local k=$1 log=$2 mon=$work/monitor qpid size last=-1 quiet=0 t0
+    local k=$1 log=$2 mon=$work/monitor.$(basename "$2") qpid size last=-1 quiet=0 t0
     t0=$(date +%s)
     rm -f "$mon" "$log.frozen"
     # TCG: KVM is not usable in nested VMs; 2 CPUs exercise the per-CPU paths,
@@ -384,19 +384,20 @@ boot() {
     tr -d '\r' <"$log" >"$log.tmp" && mv "$log.tmp" "$log"
 }
 
-for k in "${kernels[@]}"; do
-    name=$(basename "$k" | sed 's/^vmlinuz-//')
-    names+=("$name")
-    log=$out/$name.log
+# Boots kernel $1 (named $2), once more if it froze: a frozen guest is
+# reported with where its CPUs were, and the table is the second boot's,
+# the freeze staying in the output (and in $log.froze, for the table).
+run_kernel() {
+    local k=$1 name=$2 log=$out/$2.log start after note
     echo "kernel-matrix: booting $name (log: $log)" >&2
     start=$(date +%s)
+    rm -f "$log.froze"
     boot "$k" "$log"
-    # A frozen guest is reported with where its CPUs were, and booted once
-    # more: the table is the second boot's, the freeze stays in the output.
     if [ -s "$log.frozen" ]; then
         after=$(grep '^KMX|' "$log" | tail -1 | cut -d'|' -f2)
-        froze[$name]="$(head -1 "$log.frozen") after check ${after:-(none)}: $(grep '^CPU' "$log.frozen" | paste -sd';' -)"
-        echo "kernel-matrix: $name ${froze[$name]}; its last lines:" >&2
+        note="$(head -1 "$log.frozen") after check ${after:-(none)}: $(grep '^CPU' "$log.frozen" | paste -sd';' -)"
+        echo "$note" >"$log.froze"
+        echo "kernel-matrix: $name $note; its last lines:" >&2
         tail -60 "$log" | sed 's/^/  | /' >&2
         sed 's/^/  > /' "$log.frozen" >&2
         mv "$log" "$log.first"
@@ -405,6 +406,23 @@ for k in "${kernels[@]}"; do
         boot "$k" "$log"
     fi
     echo "kernel-matrix: $name took $(($(date +%s) - start)) s" >&2
+}
+
+# The guests boot side by side, one per host CPU: each is one host thread
+# (thread=single), so the matrix takes its slowest kernel's time, not their
+# sum.
+for k in "${kernels[@]}"; do
+    name=$(basename "$k" | sed 's/^vmlinuz-//')
+    names+=("$name")
+    while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
+    run_kernel "$k" "$name" &
+done
+wait
+
+for k in "${kernels[@]}"; do
+    name=$(basename "$k" | sed 's/^vmlinuz-//')
+    log=$out/$name.log
+    [ ! -s "$log.froze" ] || froze[$name]=$(cat "$log.froze")
     grep -q '^KMX-DONE' "$log" || {
         echo "kernel-matrix: $name did not finish the suite (see $log); its last lines:" >&2
         tail -80 "$log" | sed 's/^/  | /' >&2
