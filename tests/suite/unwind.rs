@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use crate::common::{
     assert_totals, bprof, dwarf_line, exclusive, folded_form, fresh_path, is_root, number_before,
-    parallel, parse_folded, pct, perf_record_with, run, scratch,
+    parallel, parse_folded, pct, perf_record_with, run, scratch, Workload,
 };
 
 /// fixtures/unwind.c and its library, built -O2 -fomit-frame-pointer:
@@ -665,6 +665,78 @@ fn recursion_5000_deep_reaches_main_without_bpf_loop() {
         "{:?}",
         hot.frames
     );
+}
+
+/// Two files of 8 MB for `git diff --no-index`: 1,350,000 lines each drawn
+/// from the same 20,000 words in two different orders, which xdiff splits
+/// into a recursion several hundred frames deep.
+fn diff_inputs(dir: &Path) -> [PathBuf; 2] {
+    let mut paths = [dir.join("a"), dir.join("b")];
+    for (seed, path) in [1u64, 2].into_iter().zip(&mut paths) {
+        let mut x = seed;
+        let mut text = String::with_capacity(8_100_000);
+        for _ in 0..1_350_000 {
+            // Knuth's MMIX LCG: a fixed, portable sequence.
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            text.push_str(&format!("{:05}\n", (x >> 33) % 20_000));
+        }
+        std::fs::write(&*path, text).expect("write a diff input");
+    }
+    paths
+}
+
+/// Debian's stripped git, diffing two 8 MB files (xdiff's recursive
+/// compare, hundreds of frames deep): nearly every sample reaches main
+/// (__libc_start_call_main's callee, the binary having no symbols), deep
+/// ones through an `[elided N]` frame.
+#[test]
+fn git_diff_of_two_8_mib_files_reaches_main() {
+    root_or_skip!();
+    let _g = parallel();
+    let dir = scratch("unwind_git_diff");
+    let [a, b] = diff_inputs(&dir);
+    let git = Workload(
+        Command::new("git")
+            .args(["diff", "--no-index"])
+            .arg(&a)
+            .arg(&b)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("run git"),
+    );
+    // Past reading and hashing the files, into the compare.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let out = run(bprof().args(["-v", "-F", "499", "-f", "-p", &git.id().to_string(), "4"]));
+    drop(git);
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines = parse_folded(&String::from_utf8_lossy(&out.stdout));
+    assert_totals(&stderr, &lines);
+    let total: u64 = lines.iter().map(|l| l.count).sum();
+    let rooted: u64 = lines
+        .iter()
+        .filter(|l| {
+            l.frames.windows(2).any(|w| {
+                w[0] == "__libc_start_call_main" && (w[1] == "main" || w[1].starts_with("git+0x"))
+            })
+        })
+        .map(|l| l.count)
+        .sum();
+    let deep: u64 = lines
+        .iter()
+        .filter(|l| l.frames.iter().any(|f| f.starts_with("[elided")))
+        .map(|l| l.count)
+        .sum();
+    assert!(total > 200, "{total} samples: {stderr}");
+    assert!(
+        rooted * 100 >= total * 95,
+        "{rooted} of {total} reach main: {stderr}"
+    );
+    // Deeper than the frames a stored stack keeps (256).
+    assert!(deep * 10 >= total, "{deep} of {total} deep: {stderr}");
 }
 
 /// Recursion 5,000 deep (far past any fixed depth limit) reaches `main` in
