@@ -192,6 +192,18 @@ static __always_inline long unwind_step_in(struct unwind_ctx *c, const int open)
 	return 0;
 }
 
+/* The walk of context cs into us. */
+static __always_inline void unwind_ctx_of(struct unwind_ctx *c, struct cpu_scratch *cs, struct user_stack *us)
+{
+	c->us = us;
+	c->s = &cs->walk;
+	c->win = &cs->win;
+	c->memo = &cs->memo;
+	c->maps = &cs->maps;
+	c->last = &cs->last;
+	c->wm = &cs->wmemo;
+}
+
 /* unwind_step_in as bpf_loop's callback. */
 static long unwind_step(__u32 i, struct unwind_ctx *c)
 {
@@ -209,13 +221,7 @@ __noinline int unwind_step_open(__u32 slot)
 
 	if (!cs || !us)
 		return 1;
-	c.us = us;
-	c.s = &cs->walk;
-	c.win = &cs->win;
-	c.memo = &cs->memo;
-	c.maps = &cs->maps;
-	c.last = &cs->last;
-	c.wm = &cs->wmemo;
+	unwind_ctx_of(&c, cs, us);
 	return unwind_step_in(&c, 1);
 }
 
@@ -312,13 +318,7 @@ static __always_inline long unwind_user(struct profile_stats *st, const struct u
 	}
 	s->sp = s->r[7];
 	s->bp = s->r[6];
-	c.us = us;
-	c.s = s;
-	c.win = &cs->win;
-	c.memo = &cs->memo;
-	c.maps = &cs->maps;
-	c.last = &cs->last;
-	c.wm = &cs->wmemo;
+	unwind_ctx_of(&c, cs, us);
 	*hash = 0;
 	*hash2 = 0;
 	gen = bpf_map_lookup_elem(&unwind_gen, &zero);
