@@ -976,12 +976,9 @@ static __always_inline void fd_file_key(struct task_struct *task, __u64 fd, stru
 	struct file **fds = BPF_CORE_READ(fdt, fd);
 	struct file *f = 0;
 
-	key->ino = 0;
-	key->dev = 0;
-	if (!fds || fd >= BPF_CORE_READ(fdt, max_fds) || bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
-		return;
-	key->ino = BPF_CORE_READ(f, f_inode, i_ino);
-	key->dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+	if (!fds || fd >= BPF_CORE_READ(fdt, max_fds) || bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]))
+		f = 0;
+	file_key_of(f, key);
 }
 
 SEC("raw_tp/sys_exit")
@@ -1045,7 +1042,6 @@ __noinline int learn_exec_step(__u32 i)
 	struct vm_area_struct *vma;
 	struct profile_stats *st = stats();
 	__u32 zero = 0;
-	struct file *f;
 
 	a = bpf_map_lookup_elem(&learn_args, &zero);
 	if (!a || !st || !bpf_core_field_exists(((struct vm_area_struct___list *)0)->vm_next))
@@ -1060,14 +1056,7 @@ __noinline int learn_exec_step(__u32 i)
 	if (!vma || ++a->vmas > 64)
 		return 1;
 	a->next_vma = (__u64)BPF_CORE_READ((struct vm_area_struct___list *)vma, vm_next);
-	f = BPF_CORE_READ(vma, vm_file);
-	if (!f || !(BPF_CORE_READ(vma, vm_flags) & BPROF_VM_EXEC))
-		return 0;
-	a->v.start = BPF_CORE_READ(vma, vm_start);
-	a->v.end = BPF_CORE_READ(vma, vm_end);
-	a->v.off = BPF_CORE_READ(vma, vm_pgoff) << PAGE_SHIFT_X86;
-	a->v.key.ino = BPF_CORE_READ(f, f_inode, i_ino);
-	a->v.key.dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+	vma_info_of(vma, &a->v);
 	if (!a->v.key.ino || a->v.end <= a->v.start)
 		return 0;
 	__sync_fetch_and_add(&st->unwind_learned_early, 1);

@@ -16,28 +16,38 @@
 #include "profile.h"
 #include "unwind_state.bpf.h"
 
-static long vma_cb(struct task_struct *task, struct vm_area_struct *vma, struct vma_info *v)
+/* A file's key (device, inode) into key; 0, 0 for none. */
+static __always_inline void file_key_of(struct file *f, struct unwind_file_key *key)
 {
-	/* Read as plain memory, not through the trusted pointer: the verifier
-	 * looks each such pointer load up by name among all the kernel's BTF
-	 * types. */
-	struct file *f = BPF_CORE_READ(vma, vm_file);
+	key->dev = 0;
+	key->ino = 0;
+	if (f) {
+		key->ino = BPF_CORE_READ(f, f_inode, i_ino);
+		key->dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+	}
+}
 
+/* Mapping vma into v; end 0 where it is not code. */
+static __always_inline void vma_info_of(struct vm_area_struct *vma, struct vma_info *v)
+{
 	/* Not code: no mapping for a walk (a return address there is garbage)
 	 * nor one to learn. */
 	if (!(BPF_CORE_READ(vma, vm_flags) & BPROF_VM_EXEC)) {
 		v->start = v->end = 0;
-		return 0;
+		return;
 	}
 	v->start = BPF_CORE_READ(vma, vm_start);
 	v->end = BPF_CORE_READ(vma, vm_end);
 	v->off = BPF_CORE_READ(vma, vm_pgoff) << PAGE_SHIFT_X86;
-	v->key.dev = 0;
-	v->key.ino = 0;
-	if (f) {
-		v->key.ino = BPF_CORE_READ(f, f_inode, i_ino);
-		v->key.dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
-	}
+	file_key_of(BPF_CORE_READ(vma, vm_file), &v->key);
+}
+
+/* bpf_find_vma's callback. Fields are read as plain memory, not through
+ * the trusted pointer: the verifier looks each such pointer load up by name
+ * among all the kernel's BTF types. */
+static long vma_cb(struct task_struct *task, struct vm_area_struct *vma, struct vma_info *v)
+{
+	vma_info_of(vma, v);
 	return 0;
 }
 
