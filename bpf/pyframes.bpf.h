@@ -12,11 +12,15 @@
  * User space places each run of Python frames where its
  * _PyEval_EvalFrameDefault activation stands in the native stack.
  *
- * A thread's frames lie close together (from 3.11 in its data stack): the
- * walk reads the page of the frame it wants into a per-CPU copy (py_at),
- * which holds the next frames too, and takes their fields from there.
- * Other objects are read alone (a page read costs ~10 small ones here),
- * each once a walk however often it recurs.
+ * A thread's frames lie close together (from 3.11 in its data stack, its
+ * callers below it): the walk copies the leaf frame with what lies below
+ * it, down to the base of the thread's current data stack chunk (its
+ * bounds are in the thread state) or else its page, into a per-CPU copy
+ * (py_at) and takes the next frames' fields from there: one read for most
+ * stacks. An eval call's shim on the C stack, or a generator's frame, is
+ * read alone; other objects too, each once a walk however often it
+ * recurs. The sampled thread's state is kept per CPU as well: its next
+ * sample skips the hash lookup.
  *
  * A code object's identity is its address and a hash of what it holds:
  * its pointers, first line and argument count, and 3.12+'s co_version
@@ -60,6 +64,7 @@ static __always_inline long py_frame_step_in(struct py_walk *w, __u32 slot, cons
 	__u32 n = w->stack.nr, flags = 0, at;
 	struct py_frame *rec;
 	__s32 lasti;
+	int outside;
 
 	if (!f)
 		return py_stop(w, PY_END_ROOT);
@@ -67,7 +72,12 @@ static __always_inline long py_frame_step_in(struct py_walk *w, __u32 slot, cons
 		return py_stop(w, PY_END_DEPTH);
 	if (!py_ptr_ok(f))
 		return py_stop(w, PY_END_POINTER);
-	at = py_at(w, f, o->f_read, w->proc.model == PY_MODEL_310 ? PY_ALONE : PY_PAGE);
+	/* A frame outside the thread's current data stack chunk is an eval
+	 * call's shim on the C stack or a generator's, read alone, until one
+	 * of an earlier chunk shows the stack goes on there. */
+	outside = w->chunk && (f < w->chunk || f + o->f_read > w->limit);
+	at = py_at(w, f, o->f_read,
+		   w->proc.model == PY_MODEL_310 || (outside && !w->older) ? PY_ALONE : PY_PAGE);
 	if (at == PY_AT_FAIL)
 		return py_stop(w, PY_END_READ);
 	back = py_u64(w, at, o->f_back);
@@ -82,6 +92,8 @@ static __always_inline long py_frame_step_in(struct py_walk *w, __u32 slot, cons
 		w->frame = back;
 		return 0;
 	}
+	if (outside && !w->older)
+		w->older = 1;
 	code = py_u64(w, at, o->f_code);
 	if (w->proc.model == PY_MODEL_310) {
 		lasti = (__s32)py_u32(w, at, o->f_instr);
@@ -97,7 +109,16 @@ static __always_inline long py_frame_step_in(struct py_walk *w, __u32 slot, cons
 	}
 	if (!py_ptr_ok(code))
 		return py_stop(w, PY_END_POINTER);
-	id = open ? py_code_id_open(slot, code, n) : py_code_id(w, code, n);
+	/* The last walk's identity at this depth, without a call. */
+	id = 0;
+	if (w->gen && n < PY_LAST) {
+		struct py_code_memo *last = &w->last.f[n & (PY_LAST - 1)];
+
+		if (last->code == code && w->last.gen == w->gen)
+			id = last->id;
+	}
+	if (!id)
+		id = open ? py_code_id_open(slot, code, n) : py_code_id(w, code, n);
 	if (!id)
 		return py_stop(w, w->why < PY_END_KINDS ? w->why : PY_END_READ);
 	rec = &w->stack.frames[n & (PY_MAX_DEPTH - 1)];
@@ -177,6 +198,16 @@ static __always_inline __u32 py_walk(struct py_walk *w, __u32 slot, __u64 pid_tg
 		return PY_END_NO_THREAD;
 	at = py_at(w, ts, w->proc.o.ts_read, PY_ALONE);
 	frame = at == PY_AT_FAIL ? 0 : py_u64(w, at, w->proc.o.ts_frame);
+	w->chunk = 0;
+	w->limit = 0;
+	w->wide = 0;
+	w->older = 0;
+	if (w->proc.o.ts_chunk && at != PY_AT_FAIL) {
+		w->chunk = py_u64(w, at, w->proc.o.ts_chunk);
+		w->limit = py_u64(w, at, w->proc.o.ts_chunk + 16);
+		if (!py_ptr_ok(w->chunk) || w->limit <= w->chunk || w->limit - w->chunk > (1U << 30))
+			w->chunk = w->limit = 0;
+	}
 	/* The code object counter, read before any code object. */
 	w->gen = 0;
 	w->mm = (__u64)BPF_CORE_READ(task, mm);

@@ -94,7 +94,11 @@ struct py_offsets {
 	/* 3.13: the counter co_version is taken from, in the interpreter
 	 * (func_state.next_version); 0: none, or py_proc.gen_addr. */
 	__u16 interp_gen;
-	__u16 pad[3];
+	/* 3.11+: the thread state's datastack_chunk, the base of the chunk
+	 * its newest frames lie in, followed 16 bytes on by datastack_limit,
+	 * the chunk's end (0: none, 3.10). */
+	__u16 ts_chunk;
+	__u16 pad[2];
 };
 
 /* One Python process (py_procs, by tgid): filled by user space when it

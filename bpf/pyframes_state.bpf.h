@@ -146,6 +146,9 @@ struct py_last_walk {
 	__u64 mm;
 	__u32 tgid;
 	__u32 gen; /* 0: none valid */
+	/* The thread state the last walk found, and its thread's py_threads
+	 * key: the same thread's next sample skips that lookup. */
+	__u64 thread, tstate;
 	struct py_code_memo f[PY_LAST];
 };
 
@@ -165,6 +168,11 @@ struct py_walk {
 	__u64 start[PY_SLOTS]; /* the user address each slot's copy starts at */
 	__u32 len[PY_SLOTS];   /* and its length; 0: none */
 	__u64 frame;          /* the frame to read next */
+	/* The thread's current data stack chunk, [chunk, limit) (0: not
+	 * known), whether a read took its frames at once yet, and whether the
+	 * walk found frames of the thread's earlier chunks (outside it). */
+	__u64 chunk, limit;
+	__u32 wide, older;
 	__u64 want;           /* the thread's id as its thread state keeps it */
 	__u64 ts;             /* the thread state */
 	__u64 mm;             /* the address space */
@@ -190,7 +198,7 @@ struct py_walk {
 	__u8 co[PY_CO_BUF];  /* the code object read last */
 	__u8 s[PY_STR_BUF];  /* the string or bytes object read last */
 	__u8 pr[PY_PRINT_BUF]; /* the one py_print read last */
-	__u8 win[PY_WIN];
+	__u8 win[PY_WIN] __attribute__((aligned(8)));
 	struct py_last_walk last;
 	struct py_stack_memo stacks[1 << PY_STACK_MEMO_BITS];
 };
@@ -221,19 +229,51 @@ static __always_inline int py_ptr_ok(__u64 p)
 
 /* Where the `len` bytes of user memory at `addr` are in w->win, read now
  * if no slot holds them: into the next slot, alone or (PY_PAGE) with what
- * lies below them in their page when they lie in one. PY_AT_FAIL when they
- * cannot be read. Inline: as a function of its own it took the deepest
- * chain of calls past 6.1's 512 bytes of stack. */
+ * lies below them in their page when they lie in one; the first frame in
+ * the thread's current data stack chunk with what lies below it down to
+ * the chunk's base, up to the whole window: one read for a stack's
+ * frames, not one a page. PY_AT_FAIL when they cannot be read. Inline: as
+ * a function of its own it took the deepest chain of calls past 6.1's 512
+ * bytes of stack. */
 static __always_inline __u32 py_at(struct py_walk *w, __u64 addr, __u32 len, __u32 how)
 {
-	__u64 page = addr & ~(__u64)(PY_SPAN - 1);
+	__u64 page = addr & ~(__u64)(PY_SPAN - 1), lo;
 	__u32 k, n;
+	long err;
 
 	if (!w || !len || len > PY_SPAN)
 		return PY_AT_FAIL;
 	for (k = 0; k < PY_SLOTS; k++)
 		if (w->len[k] && addr >= w->start[k] && addr + len <= w->start[k] + w->len[k])
 			return k * PY_SPAN + (__u32)(addr - w->start[k]);
+	/* Across the two slots of one read (a frame on a page boundary). */
+	if (w->len[0] == PY_SPAN && w->len[1] && w->start[1] == w->start[0] + PY_SPAN &&
+	    addr >= w->start[0] && addr + len <= w->start[1] + w->len[1])
+		return (__u32)(addr - w->start[0]);
+	if (how == PY_PAGE && !w->wide && addr >= w->chunk && addr + len <= w->limit) {
+		w->wide = 1;
+		/* Less than the window: the mask below then changes nothing
+		 * and bounds n for verifiers before 6.18, which lose a check's
+		 * bounds when clang spills n and checks a copy. */
+		lo = addr + len - w->chunk >= PY_WIN ? addr + len - (PY_WIN - 8) : w->chunk;
+		n = (__u32)(addr + len - lo) & (PY_WIN - 1);
+		if (n > PY_SPAN) {
+			w->len[0] = 0;
+			w->len[1] = 0;
+			err = bpf_probe_read_user(w->win, n, (void *)lo);
+			PY_COUNT(reads, 1);
+			if (!err) {
+				w->start[0] = lo;
+				w->len[0] = PY_SPAN;
+				w->start[1] = lo + PY_SPAN;
+				w->len[1] = n - PY_SPAN;
+				return (__u32)(addr - lo);
+			}
+		} else if (lo > page) {
+			/* Nothing of the stack below the chunk's base. */
+			page = lo;
+		}
+	}
 	k = w->next_slot++ & (PY_SLOTS - 1);
 	w->len[k] = 0;
 	PY_COUNT(reads, 1);
@@ -267,7 +307,7 @@ static __always_inline __u64 py_u64(struct py_walk *w, __u32 at, __u32 field)
 
 	if (i > PY_WIN - 8)
 		return 0;
-	return *(__u64 *)&w->win[i];
+	return *(__u64 *)__builtin_assume_aligned(&w->win[i], 8);
 }
 
 static __always_inline __u32 py_u32(struct py_walk *w, __u32 at, __u32 field)
@@ -276,7 +316,7 @@ static __always_inline __u32 py_u32(struct py_walk *w, __u32 at, __u32 field)
 
 	if (i > PY_WIN - 4)
 		return 0;
-	return *(__u32 *)&w->win[i];
+	return *(__u32 *)__builtin_assume_aligned(&w->win[i], 4);
 }
 
 static __always_inline __u8 py_u8(struct py_walk *w, __u32 at, __u32 field)

@@ -89,9 +89,14 @@ static __always_inline __u64 py_thread_state_in(__u32 slot, __u64 key, const int
 
 	if (!w)
 		return 0;
+	if (w->last.thread == key && py_ts_is_ours(w, w->last.tstate))
+		return w->last.tstate;
 	t = bpf_map_lookup_elem(&py_threads, &key);
-	if (t && t->tstate && py_ts_is_ours(w, t->tstate))
+	if (t && t->tstate && py_ts_is_ours(w, t->tstate)) {
+		w->last.thread = key;
+		w->last.tstate = t->tstate;
 		return t->tstate;
+	}
 	w->search.entry.at = bpf_ktime_get_ns();
 	if (t && !t->tstate && w->search.entry.at - t->at < PY_RETRY_NS)
 		return 0;

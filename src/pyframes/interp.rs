@@ -276,6 +276,8 @@ int main(void) {
   P("f_back", offsetof(_PyInterpreterFrame, previous));
   P("co_name", offsetof(PyCodeObject, co_qualname));
   P("co_code", offsetof(PyCodeObject, co_code_adaptive));
+  P("ts_chunk", offsetof(PyThreadState, datastack_chunk));
+  P("ts_chunk_to_limit", offsetof(PyThreadState, datastack_limit) - offsetof(PyThreadState, datastack_chunk));
 #if PY_VERSION_HEX < 0x030d0000
   P("ts_frame", offsetof(PyThreadState, cframe));
   P("cframe_frame", offsetof(_PyCFrame, current_frame) + 1);
@@ -409,6 +411,7 @@ int main(void) {
                 ("co_code", o.co_code),
                 ("co_version", o.co_version),
                 ("interp_gen", o.interp_gen),
+                ("ts_chunk", o.ts_chunk),
             ];
             for (name, v) in fields {
                 assert_eq!(
@@ -424,6 +427,16 @@ int main(void) {
             }
             // Every field the walker takes lies within what it reads.
             assert!(o.ts_thread_id + 8 <= o.ts_read && o.ts_frame + 8 <= o.ts_read);
+            // The walker takes datastack_limit 16 bytes past datastack_chunk.
+            if o.ts_chunk != 0 {
+                assert_eq!(
+                    want.get("ts_chunk_to_limit"),
+                    Some(&16),
+                    "{}",
+                    file.display()
+                );
+            }
+            assert!(o.ts_chunk + 24 <= o.ts_read);
             assert!(o.f_back + 8 <= o.f_read && o.f_instr + 4 <= o.f_read);
             assert!(o.co_linetable + 8 <= o.co_read && o.co_version + 4 <= o.co_read);
         }

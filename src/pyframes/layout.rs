@@ -63,7 +63,8 @@ fn tables() -> [Table; 3] {
                 co_read: 128,
                 co_version: 0,
                 interp_gen: 0,
-                pad: [0; 3],
+                ts_chunk: 0,
+                pad: [0; 2],
             },
         },
         Table {
@@ -95,12 +96,13 @@ fn tables() -> [Table; 3] {
                 str_compact_size: 72,
                 bytes_size: 16,
                 bytes_data: 32,
-                ts_read: 168,
+                ts_read: 320,
                 f_read: 72,
                 co_read: 144,
                 co_version: 0,
                 interp_gen: 0,
-                pad: [0; 3],
+                ts_chunk: 296,
+                pad: [0; 2],
             },
         },
         Table {
@@ -132,12 +134,13 @@ fn tables() -> [Table; 3] {
                 str_compact_size: 56,
                 bytes_size: 16,
                 bytes_data: 32,
-                ts_read: 152,
+                ts_read: 256,
                 f_read: 72,
                 co_read: 144,
                 co_version: 92,
                 interp_gen: 0,
-                pad: [0; 3],
+                ts_chunk: 232,
+                pad: [0; 2],
             },
         },
     ]
@@ -202,12 +205,14 @@ mod debug313 {
     pub(super) const INTERP_NEXT: usize = INTERP + 2;
     pub(super) const INTERP_THREADS: usize = INTERP + 3;
     // thread_state (after interpreter_state's 13 words): size, prev, next,
-    // interp, current_frame, thread_id, native_thread_id, ...
+    // interp, current_frame, thread_id, native_thread_id, datastack_chunk,
+    // status
     pub(super) const TS: usize = INTERP + 13;
     pub(super) const TS_NEXT: usize = TS + 2;
     pub(super) const TS_INTERP: usize = TS + 3;
     pub(super) const TS_FRAME: usize = TS + 4;
     pub(super) const TS_NATIVE_ID: usize = TS + 6;
+    pub(super) const TS_CHUNK: usize = TS + 7;
     // interpreter_frame (after thread_state's 9): size, previous,
     // executable, instr_ptr, localsplus, owner
     pub(super) const FRAME: usize = TS + 9;
@@ -284,7 +289,7 @@ pub(crate) fn debug_layout(bytes: &[u8]) -> Result<(Layout, u32), NoLayout> {
     let any = |i: usize| -> Result<u16, NoLayout> {
         u16::try_from(word(i)).map_err(|_| NoLayout::DebugOffsets("out of range"))
     };
-    let (ts_read, f_read, co_read) = (176u16, 72u16, 144u16);
+    let (ts_read, f_read, co_read) = (256u16, 72u16, 144u16);
     let o = py_offsets {
         rt_interp_head: any(RT_INTERP_HEAD)?,
         interp_next: any(INTERP_NEXT)?,
@@ -317,7 +322,8 @@ pub(crate) fn debug_layout(bytes: &[u8]) -> Result<(Layout, u32), NoLayout> {
         co_read,
         co_version: CO_VERSION_313,
         interp_gen: INTERP_GEN_313,
-        pad: [0; 3],
+        ts_chunk: within(TS_CHUNK, ts_read, 24)?,
+        pad: [0; 2],
     };
     Ok((
         Layout {
@@ -339,7 +345,7 @@ mod tests {
             for (v, w) in [(o.ts_next, 8), (o.ts_interp, 8), (o.ts_thread_id, 8)] {
                 assert!(v + w <= o.ts_read, "3.{} thread state {v}", t.minor);
             }
-            assert!(o.ts_frame + 8 <= o.ts_read);
+            assert!(o.ts_frame + 8 <= o.ts_read && o.ts_chunk + 24 <= o.ts_read);
             for (v, w) in [(o.f_back, 8), (o.f_code, 8), (o.f_instr, 4), (o.f_entry, 1)] {
                 assert!(v + w <= o.f_read, "3.{} frame {v}", t.minor);
             }
@@ -347,7 +353,7 @@ mod tests {
                 assert!(v + 8 <= o.co_read, "3.{} code {v}", t.minor);
             }
             // The walker's buffers (pyframes.bpf.h).
-            assert!(o.ts_read <= 192 && o.f_read <= 128 && o.co_read <= 160);
+            assert!(o.ts_read <= 320 && o.f_read <= 128 && o.co_read <= 160);
         }
     }
 

@@ -428,6 +428,62 @@ fn python_c_extension_frames_sit_under_their_python_caller() {
 }
 
 #[test]
+fn python_stacks_past_the_depth_limit_keep_their_leaf_side_frames() {
+    root_or_skip!();
+    let _g = exclusive();
+    let dir = scratch("pytall");
+    for python in interpreters() {
+        // tall() recurses 200 calls deep with frames of ~280 bytes: the
+        // walker's 128 frames lie on several pages and, from 3.11, in more
+        // than one of the thread's data stack chunks (16 KiB each).
+        let (lines, stderr) = bprof_folded(
+            &dir,
+            &[
+                "-F",
+                "499",
+                "--",
+                python.to_str().unwrap(),
+                script().to_str().unwrap(),
+                "tall",
+                "2",
+            ],
+        );
+        let what = format!("{}: {stderr}", python.display());
+        let py = python_line(&stderr);
+        let n = samples_in(&lines, "tall");
+        assert!(pct(n, total(&lines)) > 80.0, "{n} samples in tall: {what}");
+        for l in lines
+            .iter()
+            .filter(|l| l.frames.iter().any(|f| function(f) == Some("tall")))
+        {
+            // Root first: the 128 frames nearest the leaf, tall's calls
+            // and then the unit loop's (unit_until, maybe unit).
+            let names: Vec<&str> = l.frames.iter().filter_map(|f| function(f)).collect();
+            assert_eq!(names.len(), 128, "{:?}: {what}", l.frames);
+            let talls = names.iter().take_while(|n| **n == "tall").count();
+            assert!(
+                talls >= 126
+                    && names[talls..]
+                        .iter()
+                        .all(|n| ["unit_until", "unit"].contains(n)),
+                "{names:?}: {what}"
+            );
+        }
+        for why in [
+            "ended at a failed read",
+            "ended at a bad pointer",
+            "ended at a frame whose code was not a code object",
+            "ended at a frame linked to itself",
+        ] {
+            assert!(!py.contains(why), "{why}: {what}");
+        }
+        let walks = number_before(py, " walks");
+        let deep = number_before(py, " ended at the depth limit");
+        assert!(pct(deep, walks) > 80.0, "{deep} of {walks}: {what}");
+    }
+}
+
+#[test]
 fn python_threads_each_have_their_own_frames() {
     root_or_skip!();
     let _g = exclusive();
