@@ -28,9 +28,10 @@
  * fingerprint of its name, file and line table (length, cached hash, first
  * and last bytes): another code object made at a freed one's address, with
  * its strings at the freed strings' addresses, has another identity. From
- * 3.12 identities are kept per CPU while the counter co_version is taken
- * from has not moved (py_code_id): a steady program's walks then read
- * no code object at all.
+ * 3.12 the last walk's frames, kept per CPU, lend the next walk their
+ * identities by depth while the counter co_version is taken from has not
+ * moved (py_last_walk): a steady program's walks then read no code object
+ * at all.
  *
  * The process's memory is hostile: every read is bounded, every pointer
  * checked (user range, aligned), every code object's type compared with
@@ -109,19 +110,14 @@ static __always_inline long py_frame_step_in(struct py_walk *w, __u32 slot, cons
 	}
 	if (!py_ptr_ok(code))
 		return py_stop(w, PY_END_POINTER);
-	/* The last walk's identity at this depth, without a call. */
-	id = 0;
-	if (w->gen && n < PY_LAST) {
-		struct py_code_memo *last = &w->last.f[n & (PY_LAST - 1)];
-
-		if (last->code == code && w->last.gen == w->gen)
-			id = last->id;
-	}
+	/* The last walk's identity at this depth (the record this frame
+	 * replaces), without a call. */
+	rec = &w->stack.frames[n & (PY_MAX_DEPTH - 1)];
+	id = w->gen && n < w->last.valid && rec->code == code ? rec->id : 0;
 	if (!id)
-		id = open ? py_code_id_open(slot, code, n) : py_code_id(w, code, n);
+		id = open ? py_code_id_open(slot, code) : py_code_id(w, code);
 	if (!id)
 		return py_stop(w, w->why < PY_END_KINDS ? w->why : PY_END_READ);
-	rec = &w->stack.frames[n & (PY_MAX_DEPTH - 1)];
 	rec->code = code;
 	rec->id = id;
 	rec->lasti = lasti;
@@ -221,11 +217,11 @@ static __always_inline __u32 py_walk(struct py_walk *w, __u32 slot, __u64 pid_tg
 	}
 	/* The last walk's identities hold for this one if it was of this
 	 * process and address space and no code object was made since. */
-	if (w->gen && (w->last.tgid != w->tgid || w->last.mm != w->mm || w->last.gen != w->gen)) {
+	if (!w->gen || w->last.tgid != w->tgid || w->last.mm != w->mm || w->last.gen != w->gen) {
 		w->last.tgid = w->tgid;
 		w->last.mm = w->mm;
 		w->last.gen = w->gen;
-		__builtin_memset(w->last.f, 0, sizeof(w->last.f));
+		w->last.valid = 0;
 	}
 	if (frame && w->proc.o.cframe_frame) {
 		cframe = frame;
@@ -287,6 +283,9 @@ static __always_inline __s32 py_stack_id_in(__u32 slot, const int open)
 	if (end < PY_END_KINDS)
 		PY_COUNT(end[end], 1);
 	PY_COUNT(frames, w->stack.nr);
+	/* The frames recorded hold identities the next walk may take. */
+	if (w->gen && w->stack.nr > w->last.valid)
+		w->last.valid = w->stack.nr;
 	if (w->stack.nr) {
 		w->stack.end = end;
 		w->stored = 0;

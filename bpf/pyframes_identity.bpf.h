@@ -79,28 +79,22 @@ __noinline __u64 py_print(struct py_walk *w, __u64 p, int bytes)
 	return py_print_in(w, p, bytes);
 }
 
-/* The identity of the code object at `code`, frame n (from the last
- * walk or this walk's memo, else read into w->co): 0, with w->why set,
- * when it is not one or cannot be read. open: built without bpf_loop. */
-static __always_inline __u64 py_code_id_in(struct py_walk *w, __u64 code, __u32 n, const int open)
+/* The identity of the code object at `code` (from this walk's memo, else
+ * read into w->co; the caller looked at the last walk's frame first): 0,
+ * with w->why set, when it is not one or cannot be read. open: built
+ * without bpf_loop. */
+static __always_inline __u64 py_code_id_in(struct py_walk *w, __u64 code, const int open)
 {
-	struct py_code_memo *last = 0;
 	struct py_offsets *o;
 	__u64 id, version = 0, name, file, table, p;
 	__u32 k;
 
-	if (w->gen && n < PY_LAST) {
-		last = &w->last.f[n & (PY_LAST - 1)];
-		if (last->code == code && last->id && w->last.gen == w->gen)
-			return last->id;
-	}
 	for (k = 0; k < PY_MEMO; k++)
 		if (k < w->next_memo && w->memo[k].code == code)
 			goto found;
 	goto read;
 found:
-	id = w->memo[k & (PY_MEMO - 1)].id;
-	goto keep;
+	return w->memo[k & (PY_MEMO - 1)].id;
 read:
 	o = &w->proc.o;
 	if (py_read(w->co, o->co_read, PY_CO_BUF, code)) {
@@ -141,32 +135,27 @@ read:
 	k = w->next_memo++ & (PY_MEMO - 1);
 	w->memo[k].code = code;
 	w->memo[k].id = id;
-keep:
-	if (last) {
-		last->code = code;
-		last->id = id;
-	}
 	return id;
 }
 
 /* py_code_id_in as a global function, verified once. */
-__noinline __u64 py_code_id(struct py_walk *w, __u64 code, __u32 n)
+__noinline __u64 py_code_id(struct py_walk *w, __u64 code)
 {
 	if (!w)
 		return 0;
-	return py_code_id_in(w, code, n, 0);
+	return py_code_id_in(w, code, 0);
 }
 
 /* The same for a program built without bpf_loop: 5.10's verifier takes
  * only numbers for a global function's arguments, so the walk is found by
  * its scratch slot. */
-__noinline __u64 py_code_id_open(__u32 slot, __u64 code, __u32 n)
+__noinline __u64 py_code_id_open(__u32 slot, __u64 code)
 {
 	struct py_walk *w = bpf_map_lookup_elem(&py_scratch, &slot);
 
 	if (!w)
 		return 0;
-	return py_code_id_in(w, code, n, 1);
+	return py_code_id_in(w, code, 1);
 }
 
 #endif /* BPROF_PYFRAMES_IDENTITY_BPF_H */

@@ -133,23 +133,24 @@ struct py_code_memo {
  * whole, so their last bytes need no read of their own. */
 #define PY_PRINT_BUF 192
 
-/* Per CPU, the identities of the code objects of the last walk, by
- * depth, valid while the process's code object counter (co_version's
- * source) stays where it was when they were read: no code object made
- * since, so none at a freed one's address. A program's samples mostly
- * share their callers: frame n's code object is the last walk's frame n's,
- * whose identity lies in a few adjacent lines (each cold line a sample
- * touches costs ~60 ns here). */
-#define PY_LAST 64
-
+/* Per CPU, what the last walk leaves the next: the frames it recorded
+ * (w->stack, not cleared between walks) keep their code objects'
+ * identities by depth, valid while the process's code object counter
+ * (co_version's source) stays where it was when they were read: no code
+ * object made since, so none at a freed one's address. A program's
+ * samples mostly share their callers: frame n's code object is the last
+ * walk's frame n's, and its identity is in the line the walk writes frame
+ * n to anyway (each cold line a sample touches costs as much as several
+ * frames' work). */
 struct py_last_walk {
 	__u64 mm;
 	__u32 tgid;
-	__u32 gen; /* 0: none valid */
+	__u32 gen;   /* 0: none valid */
+	__u32 valid; /* frames of w->stack that hold identities under gen */
+	__u32 pad;
 	/* The thread state the last walk found, and its thread's py_threads
 	 * key: the same thread's next sample skips that lookup. */
 	__u64 thread, tstate;
-	struct py_code_memo f[PY_LAST];
 };
 
 /* Per CPU, the stacks stored lately by their hashes: a hit skips
