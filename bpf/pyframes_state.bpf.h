@@ -140,8 +140,7 @@ struct py_code_memo {
  * object made since, so none at a freed one's address. A program's
  * samples mostly share their callers: frame n's code object is the last
  * walk's frame n's, and its identity is in the line the walk writes frame
- * n to anyway (each cold line a sample touches costs as much as several
- * frames' work). */
+ * n to anyway. */
 struct py_last_walk {
 	__u64 mm;
 	__u32 tgid;
