@@ -269,8 +269,9 @@ static __always_inline __u32 py_at(struct py_walk *w, __u64 addr, __u32 len, __u
 				w->len[1] = n - PY_SPAN;
 				return (__u32)(addr - lo);
 			}
-		} else if (lo > page) {
-			/* Nothing of the stack below the chunk's base. */
+		} else {
+			/* All of it within a page's size, from lo (nothing below
+			 * the chunk's base): the read below. */
 			page = lo;
 		}
 	}
