@@ -170,6 +170,22 @@ fn bprof_folded_with(mut cmd: Command, dir: &Path, args: &[&str]) -> (Vec<Folded
     (lines, stderr)
 }
 
+/// `bprof -F 499 -- PYTHON py631.py MODE SECS` through [`bprof_folded`].
+fn profile_mode(dir: &Path, python: &Path, mode: &str, secs: &str) -> (Vec<Folded>, String) {
+    bprof_folded(
+        dir,
+        &[
+            "-F",
+            "499",
+            "--",
+            python.to_str().unwrap(),
+            script().to_str().unwrap(),
+            mode,
+            secs,
+        ],
+    )
+}
+
 /// The samples (or microseconds) of a profile's folded lines.
 fn total(lines: &[Folded]) -> u64 {
     lines.iter().map(|l| l.count).sum()
@@ -376,18 +392,7 @@ fn python_c_extension_frames_sit_under_their_python_caller() {
     let _g = exclusive();
     let dir = scratch("pyhash");
     for python in interpreters() {
-        let (lines, stderr) = bprof_folded(
-            &dir,
-            &[
-                "-F",
-                "499",
-                "--",
-                python.to_str().unwrap(),
-                script().to_str().unwrap(),
-                "hash",
-                "2",
-            ],
-        );
+        let (lines, stderr) = profile_mode(&dir, &python, "hash", "2");
         let what = format!("{}: {stderr}", python.display());
         let digest: Vec<&Folded> = lines
             .iter()
@@ -436,18 +441,7 @@ fn python_stacks_past_the_depth_limit_keep_their_leaf_side_frames() {
         // tall() recurses 200 calls deep with frames of ~280 bytes: the
         // walker's 128 frames lie on several pages and, from 3.11, in more
         // than one of the thread's data stack chunks (16 KiB each).
-        let (lines, stderr) = bprof_folded(
-            &dir,
-            &[
-                "-F",
-                "499",
-                "--",
-                python.to_str().unwrap(),
-                script().to_str().unwrap(),
-                "tall",
-                "2",
-            ],
-        );
+        let (lines, stderr) = profile_mode(&dir, &python, "tall", "2");
         let what = format!("{}: {stderr}", python.display());
         let py = python_line(&stderr);
         // While the recursion winds up and down the stack is shallower:
@@ -494,18 +488,7 @@ fn python_threads_each_have_their_own_frames() {
     let _g = exclusive();
     let dir = scratch("pythreads");
     for python in interpreters() {
-        let (lines, stderr) = bprof_folded(
-            &dir,
-            &[
-                "-F",
-                "499",
-                "--",
-                python.to_str().unwrap(),
-                script().to_str().unwrap(),
-                "threads",
-                "2",
-            ],
-        );
+        let (lines, stderr) = profile_mode(&dir, &python, "threads", "2");
         let total = total(&lines);
         let what = format!("{}: {stderr}", python.display());
         let (a, b) = (
@@ -543,18 +526,7 @@ fn python_names_outlive_a_process_that_exits_before_the_profile_ends() {
     for python in interpreters() {
         // The child interpreter runs 631 for 1.5 s and exits; its parent
         // sleeps 1.5 s more before the profile ends.
-        let (lines, stderr) = bprof_folded(
-            &dir,
-            &[
-                "-F",
-                "499",
-                "--",
-                python.to_str().unwrap(),
-                script().to_str().unwrap(),
-                "child",
-                "1.5",
-            ],
-        );
+        let (lines, stderr) = profile_mode(&dir, &python, "child", "1.5");
         let what = format!("{}: {stderr}", python.display());
         let ours = shares_631(&lines);
         for (s, want) in ours.iter().zip([60.0, 30.0, 10.0]) {
