@@ -17,10 +17,12 @@
  * it, down to the base of the thread's current data stack chunk (its
  * bounds are in the thread state) or else its page, into a per-CPU copy
  * (py_at) and takes the next frames' fields from there: one read for most
- * stacks. An eval call's shim on the C stack, or a generator's frame, is
- * read alone; other objects too, each once a walk however often it
- * recurs. The sampled thread's state is kept per CPU as well: its next
- * sample skips the hash lookup.
+ * stacks. An eval call's shim on the C stack, or a generator's
+ * frame, is read alone (3.12's innermost shim comes with the C stack
+ * around the thread's current _PyCFrame, which is read anyway); other
+ * objects too, each once a walk however often it recurs. The sampled
+ * thread's state is kept per CPU as well: its next sample skips the hash
+ * lookup.
  *
  * A code object's identity is its address and a hash of what it holds:
  * its pointers, first line and argument count, and 3.12+'s co_version
@@ -226,9 +228,23 @@ static __always_inline __u32 py_walk(struct py_walk *w, __u32 slot, __u64 pid_tg
 	if (frame && w->proc.o.cframe_frame) {
 		cframe = frame;
 		frame = 0;
-		if (!py_ptr_ok(cframe) ||
-		    bpf_probe_read_user(&frame, 8, (void *)(cframe + w->proc.o.cframe_frame - 1)))
+		if (!py_ptr_ok(cframe))
 			return PY_END_READ;
+		/* 3.12: the C stack around the cframe holds the innermost
+		 * eval call's shim frame too (the same activation's locals). */
+		if (w->proc.model == PY_MODEL_312) {
+			PY_COUNT(reads, 1);
+			if (!bpf_probe_read_user(&w->win[PY_WIN], PY_CST, (void *)(cframe - PY_CST / 2))) {
+				w->cst_start = cframe - PY_CST / 2;
+				w->cst_len = PY_CST;
+				frame = py_u64(w, PY_WIN + PY_CST / 2, w->proc.o.cframe_frame - 1);
+			}
+		}
+		if (!w->cst_len) {
+			PY_COUNT(reads, 1);
+			if (bpf_probe_read_user(&frame, 8, (void *)(cframe + w->proc.o.cframe_frame - 1)))
+				return PY_END_READ;
+		}
 	}
 	if (!frame)
 		return PY_END_IDLE;
@@ -274,6 +290,7 @@ static __always_inline __s32 py_stack_id_in(__u32 slot, const int open)
 	/* Copies of another walk's memory, or identities of its code objects,
 	 * may be stale now. */
 	__builtin_memset(w->len, 0, sizeof(w->len));
+	w->cst_len = 0;
 	w->next_memo = 0;
 	w->next_print = 0;
 	PY_COUNT(walks, 1);

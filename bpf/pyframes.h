@@ -159,7 +159,7 @@ struct py_stats {
 	__u64 walks;      /* samples of a Python process walked */
 	__u64 frames;     /* Python frames recorded */
 	__u64 end[PY_END_KINDS];
-	__u64 reads;      /* copies the walks read of frames and thread states (py_at) */
+	__u64 reads;      /* copies the walks read of frames, thread states and 3.12's C stack */
 	__u64 searches;   /* searches of the thread list for a thread state */
 	__u64 announced;  /* new code objects sent to user space */
 	__u64 dropped;    /* ... that found the ring full (sent again later) */

@@ -106,6 +106,11 @@ __u32 next_py_stack_id = 1;
 #define PY_SPAN 4096
 #define PY_SLOTS 2
 #define PY_WIN (PY_SLOTS * PY_SPAN)
+/* After the slots, a copy of the C stack around 3.12's innermost _PyCFrame:
+ * the eval call's shim frame is a local of the same activation, read with
+ * it rather than alone. */
+#define PY_CST 1024
+#define PY_BUF (PY_WIN + PY_CST)
 #define PY_AT_FAIL 0xffffffffU
 /* py_at: read the object alone, or the page that holds it. */
 #define PY_ALONE 0
@@ -167,6 +172,9 @@ struct py_walk {
 	struct py_proc proc; /* the process's entry, copied */
 	__u64 start[PY_SLOTS]; /* the user address each slot's copy starts at */
 	__u32 len[PY_SLOTS];   /* and its length; 0: none */
+	__u64 cst_start;       /* the C stack copy's user address (PY_CST bytes) */
+	__u32 cst_len;         /* PY_CST, or 0: none */
+	__u32 cst_pad;
 	__u64 frame;          /* the frame to read next */
 	/* The thread's current data stack chunk, [chunk, limit) (0: not
 	 * known), whether a read took its frames at once yet, and whether the
@@ -198,7 +206,7 @@ struct py_walk {
 	__u8 co[PY_CO_BUF];  /* the code object read last */
 	__u8 s[PY_STR_BUF];  /* the string or bytes object read last */
 	__u8 pr[PY_PRINT_BUF]; /* the one py_print read last */
-	__u8 win[PY_WIN] __attribute__((aligned(8)));
+	__u8 win[PY_BUF] __attribute__((aligned(8)));
 	struct py_last_walk last;
 	struct py_stack_memo stacks[1 << PY_STACK_MEMO_BITS];
 };
@@ -250,6 +258,8 @@ static __always_inline __u32 py_at(struct py_walk *w, __u64 addr, __u32 len, __u
 	if (w->len[0] == PY_SPAN && w->len[1] && w->start[1] == w->start[0] + PY_SPAN &&
 	    addr >= w->start[0] && addr + len <= w->start[1] + w->len[1])
 		return (__u32)(addr - w->start[0]);
+	if (w->cst_len && addr >= w->cst_start && addr + len <= w->cst_start + PY_CST)
+		return PY_WIN + (__u32)(addr - w->cst_start);
 	if (how == PY_PAGE && !w->wide && addr >= w->chunk && addr + len <= w->limit) {
 		w->wide = 1;
 		/* Less than the window: the mask below then changes nothing
@@ -306,7 +316,7 @@ static __always_inline __u64 py_u64(struct py_walk *w, __u32 at, __u32 field)
 {
 	__u32 i = at + field;
 
-	if (i > PY_WIN - 8)
+	if (i > PY_BUF - 8)
 		return 0;
 	return *(__u64 *)__builtin_assume_aligned(&w->win[i], 8);
 }
@@ -315,7 +325,7 @@ static __always_inline __u32 py_u32(struct py_walk *w, __u32 at, __u32 field)
 {
 	__u32 i = at + field;
 
-	if (i > PY_WIN - 4)
+	if (i > PY_BUF - 4)
 		return 0;
 	return *(__u32 *)__builtin_assume_aligned(&w->win[i], 4);
 }
@@ -324,7 +334,7 @@ static __always_inline __u8 py_u8(struct py_walk *w, __u32 at, __u32 field)
 {
 	__u32 i = at + field;
 
-	if (i > PY_WIN - 1)
+	if (i > PY_BUF - 1)
 		return 0;
 	return w->win[i];
 }
