@@ -17,7 +17,8 @@
  * it, down to the base of the thread's current data stack chunk (its
  * bounds are in the thread state) or else its page, into a per-CPU copy
  * (py_at) and takes the next frames' fields from there: one read for most
- * stacks. An eval call's shim on the C stack, or a generator's
+ * stacks, and a frame in the copy the last read made is found without
+ * py_at's search. An eval call's shim on the C stack, or a generator's
  * frame, is read alone (3.12's innermost shim comes with the C stack
  * around the thread's current _PyCFrame, which is read anyway); other
  * objects too, each once a walk however often it recurs. The sampled
@@ -63,7 +64,7 @@
 static __always_inline long py_frame_step_in(struct py_walk *w, __u32 slot, const int open)
 {
 	struct py_offsets *o = &w->proc.o;
-	__u64 f = w->frame, back, code, instr, start, id;
+	__u64 f = w->frame, back, code, instr, start, id, off;
 	__u32 n = w->stack.nr, flags = 0, at;
 	struct py_frame *rec;
 	__s32 lasti;
@@ -73,16 +74,24 @@ static __always_inline long py_frame_step_in(struct py_walk *w, __u32 slot, cons
 		return py_stop(w, PY_END_ROOT);
 	if (n >= PY_MAX_DEPTH)
 		return py_stop(w, PY_END_DEPTH);
-	if (!py_ptr_ok(f))
-		return py_stop(w, PY_END_POINTER);
-	/* A frame outside the thread's current data stack chunk is an eval
-	 * call's shim on the C stack or a generator's, read alone, until one
-	 * of an earlier chunk shows the stack goes on there. */
-	outside = w->chunk && (f < w->chunk || f + o->f_read > w->limit);
-	at = py_at(w, f, o->f_read,
-		   w->proc.model == PY_MODEL_310 || (outside && !w->older) ? PY_ALONE : PY_PAGE);
-	if (at == PY_AT_FAIL)
-		return py_stop(w, PY_END_READ);
+	off = f - w->fast_lo;
+	if (off < w->fast_len && o->f_read <= w->fast_len - off && !(f & 7)) {
+		/* In the data stack copy the last read made (most frames). */
+		at = w->fast_at + (__u32)off;
+		outside = 0;
+	} else {
+		if (!py_ptr_ok(f))
+			return py_stop(w, PY_END_POINTER);
+		/* A frame outside the thread's current data stack chunk is
+		 * an eval call's shim on the C stack or a generator's, read
+		 * alone, until one of an earlier chunk shows the stack goes
+		 * on there. */
+		outside = w->chunk && (f < w->chunk || f + o->f_read > w->limit);
+		at = py_at(w, f, o->f_read,
+			   w->proc.model == PY_MODEL_310 || (outside && !w->older) ? PY_ALONE : PY_PAGE);
+		if (at == PY_AT_FAIL)
+			return py_stop(w, PY_END_READ);
+	}
 	back = py_u64(w, at, o->f_back);
 	if (back == f)
 		return py_stop(w, PY_END_LOOP);
@@ -291,6 +300,7 @@ static __always_inline __s32 py_stack_id_in(__u32 slot, const int open)
 	 * may be stale now. */
 	__builtin_memset(w->len, 0, sizeof(w->len));
 	w->cst_len = 0;
+	w->fast_len = 0;
 	w->next_memo = 0;
 	w->next_print = 0;
 	PY_COUNT(walks, 1);

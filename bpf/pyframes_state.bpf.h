@@ -172,6 +172,10 @@ struct py_walk {
 	struct py_proc proc; /* the process's entry, copied */
 	__u64 start[PY_SLOTS]; /* the user address each slot's copy starts at */
 	__u32 len[PY_SLOTS];   /* and its length; 0: none */
+	/* The data stack's frames the last PY_PAGE read copied, at w->win +
+	 * fast_at: the frames in it skip py_at's search (fast_len 0: none). */
+	__u64 fast_lo;
+	__u32 fast_len, fast_at;
 	__u64 cst_start;       /* the C stack copy's user address (PY_CST bytes) */
 	__u32 cst_len;         /* PY_CST, or 0: none */
 	__u32 cst_pad;
@@ -270,6 +274,7 @@ static __always_inline __u32 py_at(struct py_walk *w, __u64 addr, __u32 len, __u
 		if (n > PY_SPAN) {
 			w->len[0] = 0;
 			w->len[1] = 0;
+			w->fast_len = 0;
 			err = bpf_probe_read_user(w->win, n, (void *)lo);
 			PY_COUNT(reads, 1);
 			if (!err) {
@@ -277,6 +282,9 @@ static __always_inline __u32 py_at(struct py_walk *w, __u64 addr, __u32 len, __u
 				w->len[0] = PY_SPAN;
 				w->start[1] = lo + PY_SPAN;
 				w->len[1] = n - PY_SPAN;
+				w->fast_lo = lo;
+				w->fast_len = n;
+				w->fast_at = 0;
 				return (__u32)(addr - lo);
 			}
 		} else {
@@ -287,15 +295,25 @@ static __always_inline __u32 py_at(struct py_walk *w, __u64 addr, __u32 len, __u
 	}
 	k = w->next_slot++ & (PY_SLOTS - 1);
 	w->len[k] = 0;
+	/* The fast copy goes with the slot it lies in (or across). */
+	if (w->fast_at == k * PY_SPAN || w->fast_len > PY_SPAN)
+		w->fast_len = 0;
 	PY_COUNT(reads, 1);
 	if (how == PY_PAGE && addr + len <= page + PY_SPAN) {
 		/* The page up to the frame's end: its callers lie below it in
 		 * the data stack, never above (copying costs by the byte). */
 		n = (__u32)(addr - page) + len;
+		/* 1 to PY_SPAN by the test above: masked rather than checked
+		 * again, as 5.10's verifier loses the bounds of a checked
+		 * length clang spilled. */
 		barrier_var(n);
-		if (n <= PY_SPAN && !bpf_probe_read_user(&w->win[k * PY_SPAN], n, (void *)page)) {
+		n = ((n - 1) & (PY_SPAN - 1)) + 1;
+		if (!bpf_probe_read_user(&w->win[k * PY_SPAN], n, (void *)page)) {
 			w->start[k] = page;
 			w->len[k] = n;
+			w->fast_lo = page;
+			w->fast_len = n;
+			w->fast_at = k * PY_SPAN;
 			return k * PY_SPAN + (__u32)(addr - page);
 		}
 	}
