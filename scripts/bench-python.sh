@@ -8,7 +8,8 @@
 #     `deep`) and a 5-deep one (`631`), with and without the Python walk
 #     (--no-python), the workload pinned to CPU 1 and only CPU 1 sampled;
 #     and the walk's own time (-v: the walker times itself). Medians of 3
-#     alternating runs.
+#     alternating runs. BENCH_PY_PAIR=OTHER_BPROF adds the walk's time of
+#     this build and OTHER's profiling one process at once (3 runs).
 #  2. Shares of heavy / medium / light against the design (60/30/10) and
 #     against py-spy 0.4 on the same process over the same seconds (py-spy
 #     at 199 Hz, bprof at 499, 10 s; BENCH_PY_SPY_RATE, BENCH_PY_SPY_SECS).
@@ -67,8 +68,24 @@ if want 1; then
         grep -o "program runs [0-9]*, idle skipped [0-9]*, other processes [0-9]*" "$tmp/cost.err" |
             tr -d , | awk -v st="$st" -v walk="${walk:--}" '{ split(st, a, " "); f = ($3 - $6 - $9) / $3; printf "%.0f %s\n", a[1] / a[2] / f, walk }'
     }
-    echo "| interpreter | stack | without Python (ns per target sample) | with | the walk (its own time) |"
-    echo "|---|---|---:|---:|---:|"
+    # BENCH_PY_PAIR=OTHER: that build and this one profile one process at
+    # once, so both see the same seconds of a machine whose speed drifts.
+    PAIR=${BENCH_PY_PAIR:+$(realpath "$BENCH_PY_PAIR")}
+    pair_walks() { # PYTHON MODE -> "this-walk-ns other-walk-ns"
+        taskset -c 1 "$1" "$FIX" "$2" 8 &
+        local w=$! a b
+        bg+=("$w")
+        sleep 0.5
+        "$BPROF" -v -C 1 -F 999 -p "$w" -o "$tmp/pa.folded" 5 2>"$tmp/pa.err" &
+        a=$!
+        "$PAIR" -v -C 1 -F 999 -p "$w" -o "$tmp/pb.folded" 5 2>"$tmp/pb.err" &
+        b=$!
+        wait "$a" "$b" || true
+        wait "$w" || true
+        echo "$(grep -o "[0-9]* ns a walk" "$tmp/pa.err" | cut -d' ' -f1) $(grep -o "[0-9]* ns a walk" "$tmp/pb.err" | cut -d' ' -f1)"
+    }
+    echo "| interpreter | stack | without Python (ns per target sample) | with | the walk (its own time) |${PAIR:+ paired: this build | $PAIR |}"
+    echo "|---|---|---:|---:|---:|${PAIR:+---:|---:|}"
     for py in "${pythons[@]}"; do
         for mode in deep 631; do
             : >"$tmp/off"
@@ -81,7 +98,13 @@ if want 1; then
                 cut -d' ' -f2 "$tmp/one" >>"$tmp/walk"
             done
             depth=$([ "$mode" = deep ] && echo "33 deep" || echo "5 deep")
-            echo "| $py | $depth | $(median <"$tmp/off") | $(median <"$tmp/on") | $(median <"$tmp/walk") |"
+            paired=
+            if [ -n "$PAIR" ]; then
+                : >"$tmp/pairs"
+                for _ in 1 2 3; do pair_walks "$py" "$mode" >>"$tmp/pairs"; done
+                paired=" $(cut -d' ' -f1 "$tmp/pairs" | median) | $(cut -d' ' -f2 "$tmp/pairs" | median) |"
+            fi
+            echo "| $py | $depth | $(median <"$tmp/off") | $(median <"$tmp/on") | $(median <"$tmp/walk") |$paired"
         done
     done
     sysctl -q kernel.bpf_stats_enabled=0
