@@ -805,18 +805,7 @@ fn an_unknown_python_is_said_once_and_profiled_natively() {
         return;
     };
     let python = old.join("bin/python3.9");
-    let (lines, stderr) = bprof_folded(
-        &dir,
-        &[
-            "-F",
-            "499",
-            "--",
-            python.to_str().unwrap(),
-            script().to_str().unwrap(),
-            "child",
-            "1",
-        ],
-    );
+    let (lines, stderr) = profile_mode(&dir, &python, "child", "1");
     // Two processes of it, one line.
     let said: Vec<&str> = stderr
         .lines()
