@@ -239,9 +239,9 @@ fn a_command_is_counted_from_its_exec() {
         v[v.len() / 2]
     };
     let args = ["-e", "page-faults", "--", "/bin/true"];
-    // Each run's count moves with its layout (47 to 50 here): medians of
-    // runs taken in turns, so a change of the machine's state between
-    // them (the page cache, memory pressure) falls on both tools alike.
+    // Each run's count moves a little with its layout: medians of runs
+    // taken in turns, so a change of the machine's state between them
+    // (the page cache, memory pressure) falls on both tools alike.
     let (mut ours, mut perf) = (Vec::new(), Vec::new());
     for _ in 0..9 {
         ours.push(value(
