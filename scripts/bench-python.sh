@@ -55,6 +55,7 @@ pyspy=$(command -v py-spy || ls "${PYENV_ROOT:-/root/.pyenv}"/versions/*/bin/py-
 
 if want 1; then
     sysctl -q kernel.bpf_stats_enabled=1
+    walk_ns() { grep -o "[0-9]* ns a walk" "$1" | cut -d' ' -f1 || true; } # FILE: -v's walk time
     one_cost() { # PYTHON MODE [--no-python] -> "ns-per-target-sample walk-ns"
         "$BPROF" -v -C 1 -F 999 -o "$tmp/out.folded" "${@:3}" -- \
             taskset -c 1 "$1" "$FIX" "$2" 5 2>"$tmp/cost.err" &
@@ -64,7 +65,7 @@ if want 1; then
             awk '/run_time_ns/ { for (i = 1; i <= NF; i++) { if ($i == "run_time_ns") t = $(i+1); if ($i == "run_cnt") c = $(i+1) } } END { print t, c }')
         wait "$pid" || true
         local walk
-        walk=$(grep -o "[0-9]* ns a walk" "$tmp/cost.err" | cut -d' ' -f1 || true)
+        walk=$(walk_ns "$tmp/cost.err")
         grep -o "program runs [0-9]*, idle skipped [0-9]*, other processes [0-9]*" "$tmp/cost.err" |
             tr -d , | awk -v st="$st" -v walk="${walk:--}" '{ split(st, a, " "); f = ($3 - $6 - $9) / $3; printf "%.0f %s\n", a[1] / a[2] / f, walk }'
     }
@@ -82,7 +83,7 @@ if want 1; then
         b=$!
         wait "$a" "$b" || true
         wait "$w" || true
-        echo "$(grep -o "[0-9]* ns a walk" "$tmp/pa.err" | cut -d' ' -f1) $(grep -o "[0-9]* ns a walk" "$tmp/pb.err" | cut -d' ' -f1)"
+        echo "$(walk_ns "$tmp/pa.err") $(walk_ns "$tmp/pb.err")"
     }
     echo "| interpreter | stack | without Python (ns per target sample) | with | the walk (its own time) |${PAIR:+ paired: this build | $PAIR |}"
     echo "|---|---|---:|---:|---:|${PAIR:+---:|---:|}"
